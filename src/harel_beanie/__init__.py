@@ -1,0 +1,32 @@
+"""harel-beanie: a MongoDB store for harel's durable statecharts, modelled with Beanie.
+
+`MongoStore` (sync, PyMongo) and `AsyncMongoStore` (async, PyMongo's async API or Motor)
+implement harel's `ExecutionStore` / `AsyncExecutionStore` on one document per execution,
+committed with one conditional update. The Beanie documents (`ExecutionDocument`,
+`CounterDocument`, `bind(prefix)`) are the schema; pass them to your own `init_beanie` to
+query the store's data.
+"""
+
+from harel_beanie.async_store import AsyncMongoStore
+from harel_beanie.commit import DEFAULT_DEDUPE_WINDOW
+from harel_beanie.connect import RetryPolicy, mask_url
+from harel_beanie.documents import SCHEMA_VERSION, CounterDocument, ExecutionDocument, bind
+from harel_beanie.errors import ExecutionTooLarge, SchemaMismatch, StoreUnavailable
+from harel_beanie.settings import DEFAULT_WRITE_CONCERN
+from harel_beanie.sync_store import MongoStore
+
+__all__ = [
+    "AsyncMongoStore",
+    "CounterDocument",
+    "DEFAULT_DEDUPE_WINDOW",
+    "DEFAULT_WRITE_CONCERN",
+    "ExecutionDocument",
+    "ExecutionTooLarge",
+    "MongoStore",
+    "RetryPolicy",
+    "SCHEMA_VERSION",
+    "SchemaMismatch",
+    "StoreUnavailable",
+    "bind",
+    "mask_url",
+]

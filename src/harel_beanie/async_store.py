@@ -1,0 +1,232 @@
+"""`AsyncMongoStore`: harel's `AsyncExecutionStore` over PyMongo's `AsyncMongoClient` (Motor
+and mongomock-motor clients work too), for harel's `AsyncDurableRunner` and `AsyncWorker`.
+A thin shell: it awaits the calls the flows in `harel_beanie.flows` ask for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any, Iterable, Optional
+
+from harel.engine.execution import Execution, ExecutionPage, Status
+from harel.engine.schema import DEFAULT_PREFIX
+from harel.engine.store.base import DEFAULT_TRACE_MAX, OutboxEntry, SpawnEntry, Step, TimerOp
+from harel.spec.states import Event
+from pymongo import ReturnDocument
+from pymongo.errors import PyMongoError
+
+from harel_beanie import calls, flows
+from harel_beanie.calls import Flow, T
+from harel_beanie.commit import DEFAULT_DEDUPE_WINDOW
+from harel_beanie.connect import RetryPolicy, unreachable_message
+from harel_beanie.documents import bind
+from harel_beanie.errors import StoreUnavailable
+from harel_beanie.settings import StoreSettings, collections_for
+
+
+async def _maybe_await(value: Any) -> Any:
+    # PyMongo's async API returns coroutines where Motor returns plain values (aggregate,
+    # close): accept both
+    return await value if inspect.isawaitable(value) else value
+
+
+class AsyncMongoStore:
+    """A durable harel `AsyncExecutionStore` on MongoDB, one document per execution.
+
+    `client` is PyMongo's `AsyncMongoClient`; a Motor client (Motor's or mongomock-motor's)
+    also serves the store's own operations, as a drop-in for harel's AsyncMongoStore. With
+    `beanie=True` and a PyMongo client, set-up also initialises the Beanie document classes
+    on this database, so the app can query them (see `harel_beanie.queries`)."""
+
+    def __init__(
+        self,
+        client: Any,
+        db_name: str = "harel",
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        create_schema: bool = True,
+        trace_max: int = DEFAULT_TRACE_MAX,
+        dedupe_window: int = DEFAULT_DEDUPE_WINDOW,
+        write_concern: Any = None,
+        read_concern: Any = None,
+        beanie: bool = True,
+    ) -> None:
+        self._client = client
+        self.settings = StoreSettings(db_name, prefix, create_schema, trace_max, dedupe_window, write_concern, read_concern)
+        self._colls = collections_for(client, self.settings)
+        self._state = self.settings.new_state()
+        self._beanie = beanie
+        self._setup_lock: Optional[asyncio.Lock] = None
+
+    @property
+    def trace_max(self) -> int:
+        return self._state.trace_max
+
+    @classmethod
+    async def from_url(
+        cls, url: str, db_name: str = "harel", *, retry: RetryPolicy = RetryPolicy(), **options: Any
+    ) -> "AsyncMongoStore":
+        """Build an `AsyncMongoClient` for `url`, wait until the server answers a ping
+        (retrying per `retry`), and return a store on it. Raises `StoreUnavailable` naming
+        the URL, password masked, if it never does."""
+        from pymongo import AsyncMongoClient
+
+        last: Optional[BaseException] = None
+        for pause in retry.pauses():
+            await asyncio.sleep(pause)
+            client: Any = AsyncMongoClient(url, serverSelectionTimeoutMS=retry.timeout_ms)
+            try:
+                await client.admin.command("ping")
+                return cls(client, db_name, **options)
+            except PyMongoError as exc:
+                last = exc
+                await client.close()
+        raise StoreUnavailable(unreachable_message(url, retry, last))
+
+    async def init(self) -> None:
+        """Set the store up now instead of on first use: Beanie's init of the document
+        classes (PyMongo clients), indexes when create_schema, layout check, seq node."""
+        if self._setup_lock is None:
+            self._setup_lock = asyncio.Lock()
+        async with self._setup_lock:
+            if self._state.ready:
+                return
+            if self._beanie and _is_pymongo_async(self._client):
+                from beanie import init_beanie
+
+                await init_beanie(
+                    database=self._client[self.settings.db_name],
+                    document_models=list(bind(self.settings.prefix)),
+                    skip_indexes=True,  # created by set-up below, the same way as the sync store
+                )
+            await self._drive(flows.setup(self._state))
+
+    async def _run(self, flow: Flow[T]) -> T:
+        if not self._state.ready:
+            await self.init()
+        return await self._drive(flow)
+
+    async def _drive(self, flow: Flow[T]) -> T:
+        send: Any = None
+        error: Optional[BaseException] = None
+        while True:
+            try:
+                call = flow.send(send) if error is None else flow.throw(error)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                send, error = await self._call(call), None
+            except PyMongoError as exc:
+                send, error = None, exc
+
+    async def _call(self, c: calls.Call) -> Any:
+        if isinstance(c, calls.Command):
+            return await self._client.admin.command(c.command)
+        coll = self._colls[c.target]
+        if isinstance(c, calls.FindOne):
+            return await coll.find_one(c.filter, c.projection)
+        if isinstance(c, calls.Find):
+            cursor = coll.find(c.filter, c.projection)
+            if c.sort:
+                cursor = cursor.sort(c.sort)
+            if c.limit:
+                cursor = cursor.limit(c.limit)
+            return await cursor.to_list(None)
+        if isinstance(c, calls.UpdateOne):
+            return (await coll.update_one(c.filter, c.update, upsert=c.upsert)).matched_count
+        if isinstance(c, calls.InsertOne):
+            await coll.insert_one(c.document)
+            return None
+        if isinstance(c, calls.UpdateMany):
+            return (await coll.update_many(c.filter, c.update)).matched_count
+        if isinstance(c, calls.DeleteOne):
+            return (await coll.delete_one(c.filter)).deleted_count
+        if isinstance(c, calls.Increment):
+            return await coll.find_one_and_update(
+                {"_id": c.id}, {"$inc": {c.field: c.by}}, upsert=True, return_document=ReturnDocument.AFTER
+            )
+        if isinstance(c, calls.CreateIndexes):
+            if c.indexes:
+                await coll.create_indexes(c.indexes)
+            return None
+        raise TypeError(f"unknown call {c!r}")
+
+    # --- AsyncExecutionStore ----------------------------------------------------------------
+
+    async def load(self, execution_id: str) -> Optional[Execution]:
+        return await self._run(flows.load(self._state, execution_id))
+
+    async def load_for_event(self, execution_id: str, event_id: str) -> tuple[Optional[Execution], bool]:
+        """The execution and whether it already processed `event_id`, in one round trip."""
+        return await self._run(flows.load_for_event(self._state, execution_id, event_id))
+
+    async def list_executions(
+        self,
+        *,
+        status: Optional[Iterable[Status]] = None,
+        definition_id: Optional[str] = None,
+        roots_only: bool = False,
+        limit: int = 100,
+        cursor: Optional[str] = None,
+    ) -> ExecutionPage:
+        return await self._run(flows.list_executions(self._state, status, definition_id, roots_only, limit, cursor))
+
+    async def save(self, exe: Execution) -> None:
+        await self.commit(exe, [])
+
+    async def commit(
+        self,
+        exe: Execution,
+        emits: list[tuple[Optional[str], Event]],
+        processed_event_id: Optional[str] = None,
+        timers: tuple[TimerOp, ...] = (),
+        spawns: tuple[tuple[str, str, dict[str, Any]], ...] = (),
+        trace: Optional[dict[str, Any]] = None,
+        step: Optional[Step] = None,
+    ) -> list[int]:
+        return await self._run(flows.commit(self._state, exe, emits, processed_event_id, timers, spawns, trace, step))
+
+    async def is_processed(self, execution_id: str, event_id: str) -> bool:
+        return await self._run(flows.is_processed(self._state, execution_id, event_id))
+
+    async def append_trace(self, execution_id: str, entry: dict[str, Any]) -> None:
+        await self._run(flows.append_trace(self._state, execution_id, entry))
+
+    async def read_trace(self, execution_id: str) -> list[dict[str, Any]]:
+        return await self._run(flows.read_trace(self._state, execution_id))
+
+    async def pending_outbox(self) -> list[OutboxEntry]:
+        return await self._run(flows.pending_outbox(self._state))
+
+    async def ack_outbox(self, seq: int) -> None:
+        await self._run(flows.ack_outbox(self._state, seq))
+
+    async def pending_spawns(self) -> list[SpawnEntry]:
+        return await self._run(flows.pending_spawns(self._state))
+
+    async def ack_spawn(self, seq: int) -> None:
+        await self._run(flows.ack_spawn(self._state, seq))
+
+    async def due_timers(self, now: float) -> list[tuple[str, str, float]]:
+        return await self._run(flows.due_timers(self._state, now))
+
+    async def delete_timer(self, execution_id: str, path: str, fire_at: float) -> None:
+        await self._run(flows.delete_timer(self._state, execution_id, path, fire_at))
+
+    async def ids_with_prefix(self, prefix: str) -> list[str]:
+        return await self._run(flows.ids_with_prefix(self._state, prefix))
+
+    async def purge(self, execution_id: str, expected_version: int) -> bool:
+        return await self._run(flows.purge(self._state, execution_id, expected_version))
+
+    async def close(self) -> None:
+        await _maybe_await(self._client.close())
+
+
+def _is_pymongo_async(client: Any) -> bool:
+    try:
+        from pymongo import AsyncMongoClient
+    except ImportError:  # pragma: no cover - pymongo < 4.9
+        return False
+    return isinstance(client, AsyncMongoClient)

@@ -1,0 +1,210 @@
+"""The schema: the Beanie documents this store keeps, their indexes and the projections it reads.
+
+Everything else in the package (both stores, the migrations, the dashboard queries) takes
+collection names, field names, indexes and projections from here, so the layout is declared
+once. The field names of the executions document are harel's own MongoStore's, so a database
+that store wrote opens as it is; the fields this store adds are all optional, so a document
+that lacks them still loads and advances.
+
+Collections are named by harel's `Names(prefix)`. Beanie binds a document class to one
+collection, so `bind(prefix)` builds (once per prefix) a subclass whose only difference is the
+collection name; the classes exported at module level are those of the default prefix.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, ClassVar, Optional, Union
+
+from beanie import Document
+from beanie.odm.utils.projection import get_projection
+from harel.engine.schema import DEFAULT_PREFIX, Names
+from pydantic import BaseModel, ConfigDict, Field
+from pymongo import ASCENDING, IndexModel
+
+#: The layout version this package writes and reads; recorded in the counters collection.
+#: Bump it with every migration in migrations/.
+SCHEMA_VERSION = 1
+
+#: The `_id` of the counters-collection document holding the recorded layout version.
+SCHEMA_MARKER_ID = "harel_beanie:schema"
+#: The `_id` of the counter that hands each store instance its seq node number.
+NODE_COUNTER_ID = "harel_beanie:node"
+
+
+class OutboxItem(BaseModel):
+    """A deferred event awaiting delivery (harel's `OutboxEntry`, `event` as its JSON)."""
+
+    seq: int
+    target_id: Optional[str] = None
+    event: str
+
+
+class SpawnItem(BaseModel):
+    """A pending child creation (harel's `SpawnEntry`). This store writes `context` as JSON
+    text, because a user's keys may hold `.` or start with `$`; harel's store wrote a dict."""
+
+    seq: int
+    parent_id: str
+    child_id: str
+    root_path: str
+    context: Union[str, dict[str, Any]]
+
+
+class ExecutionDocument(Document):
+    """One execution and everything that must commit atomically with it.
+
+    The first group of fields is harel's MongoStore layout. The second group is what this
+    store adds so that listing, sweeps and dashboards are served by indexes instead of
+    parsing `data`: copies of the execution's summary fields, a lower bound of its earliest
+    timer, the count of trace steps ever written and the highest seq it has issued."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(alias="_id")  # type: ignore[assignment]
+    definition_id: str
+    version: int
+    data: str  # the Execution as JSON, exactly what harel's `Execution.model_dump_json` gives
+    outbox: list[OutboxItem] = []
+    spawns: list[SpawnItem] = []
+    processed: list[str] = []  # dedupe window: the most recent event ids handled
+    timers: dict[str, float] = {}  # encoded node path -> fire_at (see harel_beanie.paths)
+    trace: list[dict[str, Any]] = []
+
+    status: Optional[str] = None
+    outcome: Optional[str] = None
+    active_path: Optional[str] = None
+    parent_id: Optional[str] = None
+    created_at: Optional[float] = None
+    updated_at: Optional[float] = None
+    finished_at: Optional[float] = None
+    next_fire: Optional[float] = None  # <= every armed timer's fire_at; None when none armed
+    trace_n: int = 0  # trace steps ever appended; stamps the 0-based index of a ring entry
+    seq_hi: Optional[int] = None  # the highest outbox/spawn seq this execution has issued
+
+    class Settings:
+        name = Names(DEFAULT_PREFIX).executions
+        use_state_management = False
+        validate_on_save = False
+        # Each index below names the read it serves; bench/RESULTS.md gives what it costs.
+        indexes: ClassVar[list[IndexModel]] = [
+            # list_executions(definition_id=...) pages by _id; dashboards per model
+            IndexModel([("definition_id", ASCENDING), ("_id", ASCENDING)], name="hb_definition"),
+            # list_executions(status=...) pages by _id
+            IndexModel([("status", ASCENDING), ("_id", ASCENDING)], name="hb_status"),
+            # "failed in the last hour, newest first", "running but silent for too long"
+            IndexModel([("status", ASCENDING), ("updated_at", ASCENDING)], name="hb_status_updated"),
+            # roots_only (parent_id null) and the children of an execution
+            IndexModel([("parent_id", ASCENDING), ("_id", ASCENDING)], name="hb_parent"),
+            # pending_outbox reads only documents holding entries; ack_outbox without its owner
+            IndexModel([("outbox.seq", ASCENDING)], name="hb_outbox_seq"),
+            # purge removes the entries addressed to the purged execution
+            IndexModel([("outbox.target_id", ASCENDING)], name="hb_outbox_target", sparse=True),
+            # pending_spawns / ack_spawn, as for the outbox
+            IndexModel([("spawns.seq", ASCENDING)], name="hb_spawn_seq"),
+            # due_timers reads only documents with a timer due by now
+            IndexModel([("next_fire", ASCENDING)], name="hb_next_fire", sparse=True),
+        ]
+
+
+class CounterDocument(Document):
+    """harel's counters collection. harel's MongoStore keeps its global outbox/spawn seq
+    counters here; this store keeps its layout version and its seq node counter."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(alias="_id")  # type: ignore[assignment]
+    n: int = 0
+
+    class Settings:
+        name = Names(DEFAULT_PREFIX).counters
+        use_state_management = False
+
+
+# --- projection models: what each read fetches, never more -------------------------------------
+
+
+class LoadView(BaseModel):
+    """`load`: the snapshot only."""
+
+    data: str
+
+
+class VersionView(BaseModel):
+    """The CAS loser's question: where is the stored version now?"""
+
+    id: str = Field(alias="_id")
+    version: Optional[int] = None
+    seq_hi: Optional[int] = None
+
+
+class SummaryView(BaseModel):
+    """A row of `list_executions`: harel's `ExecutionSummary`, read from promoted fields."""
+
+    id: str = Field(alias="_id")
+    definition_id: str
+    version: int = 0
+    status: Optional[str] = None
+    outcome: Optional[str] = None
+    active_path: Optional[str] = None
+    parent_id: Optional[str] = None
+    finished_at: Optional[float] = None
+
+
+class LegacySummaryView(SummaryView):
+    """A listing row that may come from a document harel's store wrote (no promoted
+    fields yet), so the summary falls back to `data`."""
+
+    data: Optional[str] = None
+
+
+class OutboxView(BaseModel):
+    id: str = Field(alias="_id")
+    outbox: list[OutboxItem] = []
+
+
+class SpawnView(BaseModel):
+    id: str = Field(alias="_id")
+    spawns: list[SpawnItem] = []
+
+
+class TimerView(BaseModel):
+    id: str = Field(alias="_id")
+    version: int = 0
+    timers: dict[str, float] = {}
+    next_fire: Optional[float] = None
+
+
+class TraceView(BaseModel):
+    trace: list[dict[str, Any]] = []
+    trace_n: Optional[int] = None
+
+
+def projection(model: type[BaseModel]) -> dict[str, Any]:
+    """The find projection of a projection model, as Beanie's `.project(model)` builds it."""
+    proj = get_projection(model)
+    assert proj is not None, model
+    return dict(proj)
+
+
+@lru_cache(maxsize=None)
+def bind(prefix: str = DEFAULT_PREFIX) -> tuple[type[ExecutionDocument], type[CounterDocument]]:
+    """The document classes for the collections under `prefix` (validated as harel does).
+
+    Pass them to your own `init_beanie(document_models=[...])` to query the store's data
+    with Beanie; the stores use the same classes."""
+    names = Names(prefix)  # raises ValueError on a prefix harel would refuse
+    if prefix == DEFAULT_PREFIX:
+        return ExecutionDocument, CounterDocument
+    stem = "".join(part.capitalize() for part in prefix.split("_")) or "Prefixed"
+
+    def subclass(base: type[Document], collection: str) -> Any:
+        settings = type("Settings", (base.Settings,), {"name": collection})  # type: ignore[attr-defined]
+        return type(f"{stem}{base.__name__}", (base,), {"Settings": settings, "__module__": __name__})
+
+    return subclass(ExecutionDocument, names.executions), subclass(CounterDocument, names.counters)
+
+
+def index_models(doc: type[Document]) -> list[IndexModel]:
+    """The indexes declared on a document class (Beanie's `Settings.indexes`)."""
+    return list(getattr(doc.Settings, "indexes", []))  # type: ignore[attr-defined]

@@ -1,0 +1,126 @@
+"""Start SecantusDB, a MongoDB wire-protocol server, as a child process.
+
+For the demo, the tests and the benchmark on a machine with no MongoDB installed. SecantusDB
+is GPL: this module never imports it, it only runs its `secantusd-py` command line, which
+the `server` extra installs. Anything that can use a real server takes `MONGODB_URL` first.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+COMMAND = "secantusd-py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def server_command() -> str:
+    """The path of `secantusd-py`: beside this interpreter first (a venv), then on PATH."""
+    beside = Path(sys.executable).parent / COMMAND
+    if beside.exists():
+        return str(beside)
+    found = shutil.which(COMMAND)
+    if found is None:
+        raise FileNotFoundError(
+            f"{COMMAND} not found: install the embedded server with `pip install 'harel-beanie[server]'`, "
+            "or set MONGODB_URL to a MongoDB server"
+        )
+    return found
+
+
+class EmbeddedServer:
+    """One SecantusDB child process on 127.0.0.1. Use as a context manager, or `start()` /
+    `stop()`. `storage` is a directory that survives restarts, or None for a throwaway one.
+    `standalone` makes it answer as a standalone mongod (the design's case, and faster)."""
+
+    def __init__(
+        self,
+        storage: Optional[os.PathLike[str] | str] = None,
+        *,
+        port: Optional[int] = None,
+        standalone: bool = True,
+        test_commands: bool = False,
+        auth: bool = False,
+        extra_args: Sequence[str] = (),
+        log_path: Optional[os.PathLike[str] | str] = None,
+    ) -> None:
+        self.storage = None if storage is None else Path(storage)
+        self.port = port or free_port()
+        self.standalone = standalone
+        self.test_commands = test_commands
+        self.auth = auth
+        self.extra_args = list(extra_args)
+        self.log_path = Path(log_path) if log_path else Path(tempfile.gettempdir()) / f"secantus-{self.port}.log"
+        self.proc: Optional[subprocess.Popen[bytes]] = None
+
+    @property
+    def url(self) -> str:
+        return f"mongodb://127.0.0.1:{self.port}"
+
+    def args(self) -> list[str]:
+        storage = ":memory:" if self.storage is None else str(self.storage)
+        out = [server_command(), "--host", "127.0.0.1", "--port", str(self.port), "--storage-path", storage]
+        out += ["--log-level", "ERROR"]
+        if self.standalone:
+            out.append("--standalone")
+        if self.test_commands:
+            out.append("--enable-test-commands")
+        if self.auth:
+            out.append("--auth")
+        return out + self.extra_args
+
+    def start(self, timeout: float = 60.0) -> "EmbeddedServer":
+        if self.storage is not None:
+            self.storage.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        # its own process group, so stopping it also stops anything it forks
+        self.proc = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        self._wait_ready(timeout)
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"{COMMAND} exited with {self.proc.returncode}; see {self.log_path}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise TimeoutError(f"{COMMAND} did not listen on port {self.port} within {timeout}s; see {self.log_path}")
+
+    def stop(self, kill: bool = False) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after a grace period; `kill` skips the grace)."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = None
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        except ProcessLookupError:
+            pass
+        self.proc = None
+
+    def __enter__(self) -> "EmbeddedServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,284 @@
+"""Every store operation, written once as a flow of database calls.
+
+A flow is a generator: it yields a call from `harel_beanie.calls`, the store makes it and
+sends the result back in (or throws the driver's error in), and the flow's return value is
+the operation's result. The logic of an operation (what it asks, in what order, what the
+answers mean, what is retried) lives only here; `MongoStore` and `AsyncMongoStore` only make
+the calls, one with PyMongo's sync client and one awaiting the async client. harel's engine
+drives its own steps the same way (`yield from store(...)`).
+
+`StoreState` is what a store instance knows between operations: its settings, its seq mint
+(set up on first use), whether the database is a not-yet-migrated harel layout, and which
+document holds each outbox/spawn seq it has seen, so an ack is addressed by `_id`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
+
+from harel.engine.execution import Execution, ExecutionPage, Status
+from harel.engine.store.base import OutboxEntry, SpawnEntry, Step, StoreConflict, TimerOp
+from harel.spec.states import Event
+from pymongo.errors import DocumentTooLarge, DuplicateKeyError, WriteError
+
+from harel_beanie import records
+from harel_beanie.calls import (
+    CreateIndexes,
+    DeleteOne,
+    Find,
+    FindOne,
+    Flow,
+    Increment,
+    InsertOne,
+    UpdateMany,
+    UpdateOne,
+)
+from harel_beanie.commit import append_trace_update, plan_commit
+from harel_beanie.documents import (
+    NODE_COUNTER_ID,
+    SCHEMA_MARKER_ID,
+    SCHEMA_VERSION,
+    LoadView,
+    OutboxView,
+    SpawnView,
+    TimerView,
+    TraceView,
+    VersionView,
+    projection,
+)
+from harel_beanie.errors import ExecutionTooLarge, SchemaMismatch
+from harel_beanie.keys import prefix_range, require_int, require_str, timer_field
+from harel_beanie.listing import listing_page, listing_query
+from harel_beanie.seqs import NODES, SeqMint
+
+log = logging.getLogger("harel_beanie")
+
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
+# what a commit may put in `data`, leaving room for the rest of the document
+MAX_DATA_BYTES = MAX_DOCUMENT_BYTES - 1024 * 1024
+# the server's codes for a document or update over the size limit
+_TOO_LARGE_CODES = {10334, 17419, 17420, 13134}
+_ANY_SEQ = {"$gte": -(2**63)}  # every number: selects documents holding entries, on the index
+_OWNERS_MAX = 100_000  # seq -> owner hints kept for addressing acks by _id
+
+
+@dataclass
+class StoreState:
+    trace_max: int
+    dedupe_window: int
+    create_schema: bool
+    where: str  # "db <name>, prefix <p>" for messages
+    indexes: list[Any]
+    ready: bool = False
+    compat: bool = False  # the database is harel's MongoStore layout, not migrated
+    mint: Optional[SeqMint] = None
+    owners: dict[int, str] = field(default_factory=dict)
+
+    def remember(self, owners: dict[int, str]) -> None:
+        if len(self.owners) + len(owners) > _OWNERS_MAX:
+            self.owners.clear()  # only hints: an ack without one finds its entry by index
+        self.owners.update(owners)
+
+
+# --- set-up -------------------------------------------------------------------------------
+
+
+def setup(st: StoreState) -> Flow[None]:
+    """Indexes (when create_schema), the layout check, and this instance's seq node."""
+    if st.create_schema:
+        yield CreateIndexes("executions", st.indexes)
+    marker = yield FindOne("counters", {"_id": SCHEMA_MARKER_ID})
+    if marker is None:
+        some = yield FindOne("executions", {}, {"_id": 1})
+        if some is not None:
+            st.compat = True
+            log.warning(
+                "%s holds executions in harel's MongoStore layout; they load and advance, "
+                "but listing and timer sweeps scan them until `harel-beanie migrate up` runs",
+                st.where,
+            )
+        elif st.create_schema:
+            yield UpdateOne("counters", {"_id": SCHEMA_MARKER_ID}, {"$setOnInsert": {"n": SCHEMA_VERSION}}, upsert=True)
+    elif marker.get("n") != SCHEMA_VERSION:
+        raise SchemaMismatch(int(marker.get("n") or 0), SCHEMA_VERSION, st.where)
+    counter = None
+    for _ in range(5):  # SecantusDB may answer None to a concurrent first upsert
+        counter = yield Increment("counters", NODE_COUNTER_ID, "n")
+        if counter is not None:
+            break
+    if counter is None:
+        raise RuntimeError(f"could not take a seq node number from {st.where}")
+    st.mint = SeqMint((int(counter["n"]) - 1) % NODES)
+    st.ready = True
+
+
+# --- reads --------------------------------------------------------------------------------
+
+
+def load(st: StoreState, execution_id: str) -> Flow[Optional[Execution]]:
+    doc = yield FindOne("executions", {"_id": require_str("execution id", execution_id)}, projection(LoadView))
+    return records.execution(doc)
+
+
+def load_for_event(st: StoreState, execution_id: str, event_id: str) -> Flow[tuple[Optional[Execution], bool]]:
+    """The execution and whether it already processed `event_id`, in one round trip: the
+    `$elemMatch` projection returns at most the one matching id, never the whole window."""
+    require_str("event id", event_id)
+    proj = {**projection(LoadView), "processed": {"$elemMatch": {"$eq": event_id}}}
+    doc = yield FindOne("executions", {"_id": require_str("execution id", execution_id)}, proj)
+    if doc is None:
+        return None, False
+    return records.execution(doc), bool(doc.get("processed"))
+
+
+def is_processed(st: StoreState, execution_id: str, event_id: str) -> Flow[bool]:
+    query = {"_id": require_str("execution id", execution_id), "processed": require_str("event id", event_id)}
+    return (yield FindOne("executions", query, {"_id": 1})) is not None
+
+
+def list_executions(
+    st: StoreState,
+    status: Optional[Iterable[Status]],
+    definition_id: Optional[str],
+    roots_only: bool,
+    limit: int,
+    cursor: Optional[str],
+) -> Flow[ExecutionPage]:
+    q = listing_query(status, definition_id, roots_only, limit, cursor, compat=st.compat)
+    docs = yield Find("executions", q.filter, q.projection, sort=[("_id", 1)], limit=q.limit)
+    return listing_page(q, docs)
+
+
+def read_trace(st: StoreState, execution_id: str) -> Flow[list[dict[str, Any]]]:
+    doc = yield FindOne("executions", {"_id": require_str("execution id", execution_id)}, projection(TraceView))
+    return records.trace_steps(doc)
+
+
+def ids_with_prefix(st: StoreState, prefix: str) -> Flow[list[str]]:
+    docs = yield Find("executions", prefix_range(prefix), {"_id": 1})
+    return [d["_id"] for d in docs]
+
+
+# --- the commit ---------------------------------------------------------------------------
+
+
+def commit(
+    st: StoreState,
+    exe: Execution,
+    emits: list[tuple[Optional[str], Event]],
+    processed_event_id: Optional[str] = None,
+    timers: tuple[TimerOp, ...] = (),
+    spawns: tuple[tuple[str, str, dict[str, Any]], ...] = (),
+    trace: Optional[dict[str, Any]] = None,
+    step: Optional[Step] = None,
+) -> Flow[list[int]]:
+    """One write: the CAS update (or the insert of a new execution). A second round trip
+    happens only when the write did not land, to say why."""
+    floor = 0
+    while True:
+        plan = plan_commit(
+            exe, emits, processed_event_id, timers, spawns, trace,
+            mint=st.mint, seq_floor=floor, trace_max=st.trace_max, dedupe_window=st.dedupe_window,
+        )  # fmt: skip
+        if plan.data_bytes > MAX_DATA_BYTES:
+            raise ExecutionTooLarge(exe.id, plan.data_bytes, MAX_DOCUMENT_BYTES)
+        landed = False
+        try:
+            if plan.insert is not None:
+                yield InsertOne("executions", plan.insert)
+                landed = True
+            else:
+                landed = (yield UpdateOne("executions", plan.filter, plan.update)) == 1
+        except DuplicateKeyError:
+            pass  # a concurrent creator won the insert
+        except DocumentTooLarge:
+            raise ExecutionTooLarge(exe.id, plan.data_bytes, MAX_DOCUMENT_BYTES) from None
+        except WriteError as err:
+            if err.code in _TOO_LARGE_CODES:
+                raise ExecutionTooLarge(exe.id, plan.data_bytes, MAX_DOCUMENT_BYTES) from None
+            raise
+        if landed:
+            exe.version = plan.old_version + 1
+            st.remember({s: exe.id for s in plan.seqs + plan.spawn_seqs})
+            return plan.seqs
+        found = yield FindOne("executions", {"_id": exe.id}, projection(VersionView))
+        stored = None if found is None else found.get("version")
+        hi = None if found is None else found.get("seq_hi")
+        if plan.insert is None and stored == plan.old_version and hi is not None and hi > floor:
+            floor = hi  # our clock is behind this execution's last seq: mint above it, retry
+            continue
+        raise StoreConflict(exe.id, expected=plan.old_version, found=stored)
+
+
+def append_trace(st: StoreState, execution_id: str, entry: dict[str, Any]) -> Flow[None]:
+    query = {"_id": require_str("execution id", execution_id)}
+    yield UpdateOne("executions", query, append_trace_update(entry, st.trace_max))
+
+
+# --- relays and sweeps --------------------------------------------------------------------
+
+
+def pending_outbox(st: StoreState) -> Flow[list[OutboxEntry]]:
+    docs = yield Find("executions", {"outbox.seq": _ANY_SEQ}, projection(OutboxView))
+    entries, owners = records.outbox_entries(docs)
+    st.remember(owners)
+    return entries
+
+
+def ack_outbox(st: StoreState, seq: int) -> Flow[None]:
+    yield UpdateOne("executions", _by_entry(st, "outbox", seq), {"$pull": {"outbox": {"seq": seq}}})
+
+
+def pending_spawns(st: StoreState) -> Flow[list[SpawnEntry]]:
+    docs = yield Find("executions", {"spawns.seq": _ANY_SEQ}, projection(SpawnView))
+    entries, owners = records.spawn_entries(docs)
+    st.remember(owners)
+    return entries
+
+
+def ack_spawn(st: StoreState, seq: int) -> Flow[None]:
+    yield UpdateOne("executions", _by_entry(st, "spawns", seq), {"$pull": {"spawns": {"seq": seq}}})
+
+
+def _by_entry(st: StoreState, array: str, seq: int) -> dict[str, Any]:
+    """The filter reaching the document holding entry `seq`: by `_id` when this store has
+    seen the entry (a point write, routable on a sharded cluster), else by the seq index."""
+    require_int("seq", seq)
+    owner = st.owners.pop(seq, None)
+    return {"_id": owner, f"{array}.seq": seq} if owner is not None else {f"{array}.seq": seq}
+
+
+def due_timers(st: StoreState, now: float) -> Flow[list[tuple[str, str, float]]]:
+    due_now: dict[str, Any] = {"next_fire": {"$lte": now}}
+    if st.compat:  # harel's documents carry no bound yet
+        due_now = {"$or": [due_now, {"next_fire": None, "timers": {"$nin": [{}, None]}}]}
+    docs = yield Find("executions", due_now, projection(TimerView))
+    due, repairs = records.due_timers(docs, now)
+    for fix in repairs:
+        yield UpdateOne("executions", fix["filter"], fix["update"])
+    return due
+
+
+def delete_timer(st: StoreState, execution_id: str, path: str, fire_at: float) -> Flow[None]:
+    """Remove the timer if it still holds `fire_at`, and reset the execution's `next_fire`
+    to its earliest remaining timer in the same write (an update pipeline)."""
+    key = timer_field(path)
+    guard = {"_id": require_str("execution id", execution_id), key: fire_at}
+    earliest = {"$min": {"$map": {"input": {"$objectToArray": {"$ifNull": ["$timers", {}]}}, "in": "$$this.v"}}}
+    yield UpdateOne("executions", guard, [{"$unset": key}, {"$set": {"next_fire": earliest}}])
+
+
+def purge(st: StoreState, execution_id: str, expected_version: int) -> Flow[bool]:
+    require_str("execution id", execution_id)
+    require_int("expected version", expected_version)
+    deleted = yield DeleteOne("executions", {"_id": execution_id, "version": expected_version})
+    if not deleted and (yield FindOne("executions", {"_id": execution_id}, {"_id": 1})) is not None:
+        return False  # it moved on: touch nothing
+    # entries other executions addressed to it (the ones it issued went with its document)
+    query = {"outbox.target_id": execution_id}
+    yield UpdateMany("executions", query, {"$pull": {"outbox": {"target_id": execution_id}}})
+    if st.compat:
+        yield DeleteOne("counters", {"_id": "trace:" + execution_id})  # harel's trace counter
+    return bool(deleted)

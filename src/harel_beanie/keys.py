@@ -1,0 +1,101 @@
+"""How caller strings become MongoDB keys, filters and bounds, safely and reversibly.
+
+Three things a caller hands the store end up inside MongoDB syntax rather than as plain
+values, and each is a way to corrupt or query the wrong data if passed through raw:
+
+- a timer's node path becomes a field name under `timers` (`Fork.A` would mean the sub-field
+  `A` of `Fork`; a leading `$` is an operator);
+- an id or event id becomes a filter value (a dict there would be an operator: injection);
+- an id prefix becomes a range on `_id` (a regular expression would need escaping and cannot
+  hold a NUL).
+
+The timer-key encoding is harel's (`.` becomes the fullwidth full stop U+FF0E), extended to
+be injective: harel's is lossy for a path that already holds U+FF0E. The escape character is
+the fullwidth percent sign U+FF05, which harel's encoding leaves alone, so every key harel's
+store wrote decodes as it did there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_DOT = "\uff0e"  # what harel's MongoStore writes for "."
+_ESC = "\uff05"  # our escape; never produced for an ASCII path
+_EMPTY = _ESC  # a lone escape is the empty path (Mongo refuses an empty path component)
+
+# characters that can't stand in a field name as they are, with their escapes
+_ESCAPED = {_ESC: "25", _DOT: "2E", "$": "24", "\x00": "00"}
+_UNESCAPED = {code: ch for ch, code in _ESCAPED.items()}
+
+
+def encode_path(path: str) -> str:
+    """The `timers` field name for a node path: no `.`, no leading `$`, no NUL, never empty."""
+    require_str("timer path", path)
+    if path == "":
+        return _EMPTY
+    out = []
+    for ch in path:
+        if ch == ".":
+            out.append(_DOT)
+        elif ch in _ESCAPED and (ch != "$" or not out):
+            out.append(_ESC + _ESCAPED[ch])
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def decode_path(key: str) -> str:
+    """The node path a `timers` field name stands for (inverse of `encode_path`)."""
+    if key == _EMPTY:
+        return ""
+    out, i = [], 0
+    while i < len(key):
+        ch = key[i]
+        if ch == _DOT:
+            out.append(".")
+        elif ch == _ESC and key[i + 1 : i + 3] in _UNESCAPED:
+            out.append(_UNESCAPED[key[i + 1 : i + 3]])
+            i += 2
+        else:
+            out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def timer_field(path: str) -> str:
+    """The dotted update path of a node's timer."""
+    return "timers." + encode_path(path)
+
+
+def require_str(what: str, value: Any) -> str:
+    """`value` itself if it is a str; a dict or list here would become a query operator."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {type(value).__name__}: {value!r}")
+    return value
+
+
+def require_int(what: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, got {type(value).__name__}: {value!r}")
+    return value
+
+
+def prefix_range(prefix: str) -> dict[str, Any]:
+    """A filter on `_id` matching exactly the strings that start with `prefix`.
+
+    MongoDB orders strings by their UTF-8 bytes, which is code point order, so the ids
+    starting with `prefix` are those from `prefix` up to, not including, `prefix` with its
+    last code point raised by one. A range uses the `_id` index on every MongoDB; no pattern
+    syntax is involved, so every character matches literally."""
+    require_str("id prefix", prefix)
+    if prefix == "":
+        return {}
+    stem = prefix
+    while stem:
+        last = ord(stem[-1]) + 1
+        if 0xD800 <= last <= 0xDFFF:  # surrogates can't be encoded: skip past them
+            last = 0xE000
+        if last <= 0x10FFFF:
+            return {"_id": {"$gte": prefix, "$lt": stem[:-1] + chr(last)}}
+        stem = stem[:-1]  # every code point is the highest: no upper bound from this one
+    return {"_id": {"$gte": prefix}}

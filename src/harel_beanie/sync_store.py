@@ -1,0 +1,199 @@
+"""`MongoStore`: harel's `ExecutionStore` over PyMongo's sync `MongoClient`, for harel's
+sync `DurableRunner`. A thin shell: it makes the calls the flows in `harel_beanie.flows`
+ask for and nothing else.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Iterable, Optional
+
+from harel.engine.execution import Execution, ExecutionPage, Status
+from harel.engine.schema import DEFAULT_PREFIX
+from harel.engine.store.base import DEFAULT_TRACE_MAX, OutboxEntry, SpawnEntry, Step, TimerOp
+from harel.spec.states import Event
+from pymongo import ReturnDocument
+from pymongo.errors import PyMongoError
+
+from harel_beanie import calls, flows
+from harel_beanie.calls import Flow, T
+from harel_beanie.commit import DEFAULT_DEDUPE_WINDOW
+from harel_beanie.connect import RetryPolicy, unreachable_message
+from harel_beanie.errors import StoreUnavailable
+from harel_beanie.settings import StoreSettings, collections_for
+
+
+class MongoStore:
+    """A durable harel `ExecutionStore` on MongoDB, one document per execution.
+
+    `client` is a `pymongo.MongoClient` (or a mongomock one). Collections are
+    `<prefix>_executions` and `<prefix>_counters` in `db_name`, as harel names them."""
+
+    def __init__(
+        self,
+        client: Any,
+        db_name: str = "harel",
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        create_schema: bool = True,
+        trace_max: int = DEFAULT_TRACE_MAX,
+        dedupe_window: int = DEFAULT_DEDUPE_WINDOW,
+        write_concern: Any = None,
+        read_concern: Any = None,
+    ) -> None:
+        self._client = client
+        self.settings = StoreSettings(db_name, prefix, create_schema, trace_max, dedupe_window, write_concern, read_concern)
+        self._colls = collections_for(client, self.settings)
+        self._state = self.settings.new_state()
+        self._setup_lock = threading.Lock()
+
+    @property
+    def trace_max(self) -> int:
+        return self._state.trace_max
+
+    @classmethod
+    def from_url(cls, url: str, db_name: str = "harel", *, retry: RetryPolicy = RetryPolicy(), **options: Any) -> "MongoStore":
+        """Build a `MongoClient` for `url`, wait until the server answers a ping (retrying
+        per `retry`), and return a store on it. Raises `StoreUnavailable` naming the URL,
+        password masked, if it never does."""
+        from pymongo import MongoClient
+
+        last: Optional[BaseException] = None
+        for pause in retry.pauses():
+            time.sleep(pause)
+            client: Any = MongoClient(url, serverSelectionTimeoutMS=retry.timeout_ms)
+            try:
+                client.admin.command("ping")
+                return cls(client, db_name, **options)
+            except PyMongoError as exc:
+                last = exc
+                client.close()
+        raise StoreUnavailable(unreachable_message(url, retry, last))
+
+    # --- the driver: make each call a flow asks for ----------------------------------------
+
+    def init(self) -> None:
+        """Set the store up now (indexes, layout check, seq node) instead of on first use."""
+        with self._setup_lock:
+            if not self._state.ready:
+                self._drive(flows.setup(self._state))
+
+    def _run(self, flow: Flow[T]) -> T:
+        if not self._state.ready:
+            self.init()
+        return self._drive(flow)
+
+    def _drive(self, flow: Flow[T]) -> T:
+        send: Any = None
+        error: Optional[BaseException] = None
+        while True:
+            try:
+                call = flow.send(send) if error is None else flow.throw(error)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                send, error = self._call(call), None
+            except PyMongoError as exc:
+                send, error = None, exc
+
+    def _call(self, c: calls.Call) -> Any:
+        if isinstance(c, calls.Command):
+            return self._client.admin.command(c.command)
+        coll = self._colls[c.target]
+        if isinstance(c, calls.FindOne):
+            return coll.find_one(c.filter, c.projection)
+        if isinstance(c, calls.Find):
+            cursor = coll.find(c.filter, c.projection)
+            if c.sort:
+                cursor = cursor.sort(c.sort)
+            return list(cursor.limit(c.limit) if c.limit else cursor)
+        if isinstance(c, calls.UpdateOne):
+            return coll.update_one(c.filter, c.update, upsert=c.upsert).matched_count
+        if isinstance(c, calls.InsertOne):
+            coll.insert_one(c.document)
+            return None
+        if isinstance(c, calls.UpdateMany):
+            return coll.update_many(c.filter, c.update).matched_count
+        if isinstance(c, calls.DeleteOne):
+            return coll.delete_one(c.filter).deleted_count
+        if isinstance(c, calls.Increment):
+            return coll.find_one_and_update(
+                {"_id": c.id}, {"$inc": {c.field: c.by}}, upsert=True, return_document=ReturnDocument.AFTER
+            )
+        if isinstance(c, calls.CreateIndexes):
+            if c.indexes:
+                coll.create_indexes(c.indexes)
+            return None
+        raise TypeError(f"unknown call {c!r}")
+
+    # --- ExecutionStore ---------------------------------------------------------------------
+
+    def load(self, execution_id: str) -> Optional[Execution]:
+        return self._run(flows.load(self._state, execution_id))
+
+    def load_for_event(self, execution_id: str, event_id: str) -> tuple[Optional[Execution], bool]:
+        """The execution and whether it already processed `event_id`, in one round trip."""
+        return self._run(flows.load_for_event(self._state, execution_id, event_id))
+
+    def list_executions(
+        self,
+        *,
+        status: Optional[Iterable[Status]] = None,
+        definition_id: Optional[str] = None,
+        roots_only: bool = False,
+        limit: int = 100,
+        cursor: Optional[str] = None,
+    ) -> ExecutionPage:
+        return self._run(flows.list_executions(self._state, status, definition_id, roots_only, limit, cursor))
+
+    def save(self, exe: Execution) -> None:
+        self.commit(exe, [])
+
+    def commit(
+        self,
+        exe: Execution,
+        emits: list[tuple[Optional[str], Event]],
+        processed_event_id: Optional[str] = None,
+        timers: tuple[TimerOp, ...] = (),
+        spawns: tuple[tuple[str, str, dict[str, Any]], ...] = (),
+        trace: Optional[dict[str, Any]] = None,
+        step: Optional[Step] = None,
+    ) -> list[int]:
+        return self._run(flows.commit(self._state, exe, emits, processed_event_id, timers, spawns, trace, step))
+
+    def is_processed(self, execution_id: str, event_id: str) -> bool:
+        return self._run(flows.is_processed(self._state, execution_id, event_id))
+
+    def append_trace(self, execution_id: str, entry: dict[str, Any]) -> None:
+        self._run(flows.append_trace(self._state, execution_id, entry))
+
+    def read_trace(self, execution_id: str) -> list[dict[str, Any]]:
+        return self._run(flows.read_trace(self._state, execution_id))
+
+    def pending_outbox(self) -> list[OutboxEntry]:
+        return self._run(flows.pending_outbox(self._state))
+
+    def ack_outbox(self, seq: int) -> None:
+        self._run(flows.ack_outbox(self._state, seq))
+
+    def pending_spawns(self) -> list[SpawnEntry]:
+        return self._run(flows.pending_spawns(self._state))
+
+    def ack_spawn(self, seq: int) -> None:
+        self._run(flows.ack_spawn(self._state, seq))
+
+    def due_timers(self, now: float) -> list[tuple[str, str, float]]:
+        return self._run(flows.due_timers(self._state, now))
+
+    def delete_timer(self, execution_id: str, path: str, fire_at: float) -> None:
+        self._run(flows.delete_timer(self._state, execution_id, path, fire_at))
+
+    def ids_with_prefix(self, prefix: str) -> list[str]:
+        return self._run(flows.ids_with_prefix(self._state, prefix))
+
+    def purge(self, execution_id: str, expected_version: int) -> bool:
+        return self._run(flows.purge(self._state, execution_id, expected_version))
+
+    def close(self) -> None:
+        self._client.close()
