@@ -1,0 +1,35 @@
+# One command per job, each creating its own virtual environment (.venv) on first use.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test soak bench typecheck clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# the main job: run the statechart workloads in models/ on the store (embedded server
+# unless MONGODB_URL is set)
+demo: $(STAMP)
+	$(BIN)/harel-beanie demo
+
+# the whole default test suite, type check included, on a real wire-protocol server
+test: $(STAMP)
+	$(BIN)/python -m mypy
+	$(BIN)/python -m pytest -q
+
+# the long soaks (crash loops, large fuzz budgets)
+soak: $(STAMP)
+	$(BIN)/python -m pytest -q -m soak
+
+bench: $(STAMP)
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) harel-beanie-data
