@@ -17,6 +17,7 @@ once, with no I/O, for both stores. Compared with harel's MongoStore it:
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
@@ -43,6 +44,7 @@ class CommitPlan:
     seqs: list[int]  # the outbox seqs, in `emits` order
     spawn_seqs: list[int] = field(default_factory=list)
     data_bytes: int = 0
+    token: str = ""  # written with the commit: tells a writer whose reply was lost that it landed
 
 
 def summary_fields(exe: Execution) -> dict[str, Any]:
@@ -128,6 +130,7 @@ def plan_commit(
 
     data = exe.model_copy(update={"version": new}).model_dump_json()
     promoted = summary_fields(exe)
+    token = os.urandom(8).hex()
 
     if old == 0:
         doc: dict[str, Any] = {
@@ -144,10 +147,11 @@ def plan_commit(
             "trace_n": len(trace_items),
             "next_fire": min(schedules.values()) if schedules else None,
             "seq_hi": max(minted) if minted else None,
+            "commit_token": token,
         }
-        return CommitPlan(exe.id, old, {"_id": exe.id}, {}, doc, seqs, spawn_seqs, len(data))
+        return CommitPlan(exe.id, old, {"_id": exe.id}, {}, doc, seqs, spawn_seqs, len(data.encode()), token)
 
-    set_ops: dict[str, Any] = {"data": data, "version": new, **promoted}
+    set_ops: dict[str, Any] = {"data": data, "version": new, **promoted, "commit_token": token}
     unset_ops: dict[str, str] = {}
     for path, at in timer_ops.items():
         if at is None:
@@ -178,7 +182,7 @@ def plan_commit(
         # writer's: the server refuses the write if it has issued one at or above ours
         cas["seq_hi"] = {"$not": {"$gte": minted[0]}}
         update["$max"] = {"seq_hi": minted[-1]}
-    return CommitPlan(exe.id, old, cas, update, None, seqs, spawn_seqs, len(data))
+    return CommitPlan(exe.id, old, cas, update, None, seqs, spawn_seqs, len(data.encode()), token)
 
 
 def append_trace_update(entry: dict[str, Any], trace_max: int) -> dict[str, Any]:

@@ -81,6 +81,7 @@ class ExecutionDocument(Document):
     next_fire: Optional[float] = None  # <= every armed timer's fire_at; None when none armed
     trace_n: int = 0  # trace steps ever appended; stamps the 0-based index of a ring entry
     seq_hi: Optional[int] = None  # the highest outbox/spawn seq this execution has issued
+    commit_token: Optional[str] = None  # random id of the last commit (see harel_beanie.commit)
 
     class Settings:
         name = Names(DEFAULT_PREFIX).executions
@@ -136,6 +137,7 @@ class VersionView(BaseModel):
     id: str = Field(alias="_id")
     version: Optional[int] = None
     seq_hi: Optional[int] = None
+    commit_token: Optional[str] = None
 
 
 class SummaryView(BaseModel):

@@ -21,7 +21,14 @@ from typing import Any, Iterable, Optional
 from harel.engine.execution import Execution, ExecutionPage, Status
 from harel.engine.store.base import OutboxEntry, SpawnEntry, Step, StoreConflict, TimerOp
 from harel.spec.states import Event
-from pymongo.errors import DocumentTooLarge, DuplicateKeyError, WriteError
+from pymongo.errors import (
+    ConnectionFailure,
+    DocumentTooLarge,
+    DuplicateKeyError,
+    ExecutionTimeout,
+    PyMongoError,
+    WriteError,
+)
 
 from harel_beanie import records
 from harel_beanie.calls import (
@@ -35,7 +42,7 @@ from harel_beanie.calls import (
     UpdateMany,
     UpdateOne,
 )
-from harel_beanie.commit import append_trace_update, plan_commit
+from harel_beanie.commit import CommitPlan, append_trace_update, plan_commit
 from harel_beanie.documents import (
     NODE_COUNTER_ID,
     SCHEMA_MARKER_ID,
@@ -61,7 +68,8 @@ MAX_DATA_BYTES = MAX_DOCUMENT_BYTES - 1024 * 1024
 # the server's codes for a document or update over the size limit
 _TOO_LARGE_CODES = {10334, 17419, 17420, 13134}
 _ANY_SEQ = {"$gte": -(2**63)}  # every number: selects documents holding entries, on the index
-_OWNERS_MAX = 100_000  # seq -> owner hints kept for addressing acks by _id
+_OWNERS_MAX = 100_000
+UNKNOWN_OUTCOME_RETRIES = 3  # re-sends of a commit whose reply was lost and that did not land  # seq -> owner hints kept for addressing acks by _id
 
 
 @dataclass
@@ -175,8 +183,14 @@ def commit(
     step: Optional[Step] = None,
 ) -> Flow[list[int]]:
     """One write: the CAS update (or the insert of a new execution). A second round trip
-    happens only when the write did not land, to say why."""
+    happens only when the write did not land, or its reply was lost, to learn why.
+
+    A lost reply (the connection dropped, the server timed the operation out) leaves
+    the outcome unknown: the write may have been applied. The stored `commit_token` says
+    whether it was this write; if the stored version is still the loaded one, it was not
+    applied and is sent again (the CAS makes a second application impossible)."""
     floor = 0
+    retries_left = UNKNOWN_OUTCOME_RETRIES
     while True:
         plan = plan_commit(
             exe, emits, processed_event_id, timers, spawns, trace,
@@ -185,6 +199,7 @@ def commit(
         if plan.data_bytes > MAX_DATA_BYTES:
             raise ExecutionTooLarge(exe.id, plan.data_bytes, MAX_DOCUMENT_BYTES)
         landed = False
+        lost: Optional[PyMongoError] = None
         try:
             if plan.insert is not None:
                 yield InsertOne("executions", plan.insert)
@@ -199,17 +214,45 @@ def commit(
             if err.code in _TOO_LARGE_CODES:
                 raise ExecutionTooLarge(exe.id, plan.data_bytes, MAX_DOCUMENT_BYTES) from None
             raise
+        except (ConnectionFailure, ExecutionTimeout) as err:
+            lost = err
         if landed:
-            exe.version = plan.old_version + 1
-            st.remember({s: exe.id for s in plan.seqs + plan.spawn_seqs})
-            return plan.seqs
-        found = yield FindOne("executions", {"_id": exe.id}, projection(VersionView))
+            return _landed(st, exe, plan)
+        found = yield from _read_version(exe.id, lost)
         stored = None if found is None else found.get("version")
+        if lost is not None:
+            if found is not None and found.get("commit_token") == plan.token:
+                return _landed(st, exe, plan)  # it was applied; only the reply was lost
+            if stored == (None if plan.insert is not None else plan.old_version) and retries_left:
+                retries_left -= 1
+                continue  # not applied: send it again
+            if stored == (None if plan.insert is not None else plan.old_version):
+                raise lost
         hi = None if found is None else found.get("seq_hi")
         if plan.insert is None and stored == plan.old_version and hi is not None and hi > floor:
             floor = hi  # our clock is behind this execution's last seq: mint above it, retry
             continue
         raise StoreConflict(exe.id, expected=plan.old_version, found=stored)
+
+
+def _landed(st: StoreState, exe: Execution, plan: CommitPlan) -> list[int]:
+    exe.version = plan.old_version + 1
+    st.remember({s: exe.id for s in plan.seqs + plan.spawn_seqs})
+    return plan.seqs
+
+
+def _read_version(execution_id: str, lost: Optional[PyMongoError]) -> Flow[Optional[dict[str, Any]]]:
+    """The stored version, seq floor and commit token. After a lost reply the server may
+    still be unreachable for a moment: try a few times before giving up with the original
+    error (the caller then knows nothing was confirmed, and harel redelivers)."""
+    attempts = UNKNOWN_OUTCOME_RETRIES + 1 if lost is not None else 1
+    for attempt in range(attempts):
+        try:
+            return (yield FindOne("executions", {"_id": execution_id}, projection(VersionView)))
+        except ConnectionFailure:
+            if attempt == attempts - 1:
+                raise lost if lost is not None else ConnectionFailure("lost") from None
+    return None
 
 
 def append_trace(st: StoreState, execution_id: str, entry: dict[str, Any]) -> Flow[None]:
