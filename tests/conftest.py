@@ -54,3 +54,11 @@ async def astore(mongo_url: str, db_name: str) -> AsyncIterator[AsyncMongoStore]
     s = AsyncMongoStore(pymongo.AsyncMongoClient(mongo_url), db_name)
     yield s
     await s.close()
+
+
+@pytest.fixture(params=["sync", "async"])
+def either(request: pytest.FixtureRequest, mongo_url: str, db_name: str) -> Iterator[Any]:
+    """The sync store, then the async one behind a blocking facade (tests/both.py)."""
+    from tests.both import stores
+
+    yield from stores(request.param, mongo_url, db_name)
