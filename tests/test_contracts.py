@@ -52,3 +52,27 @@ def test_contracts_share_one_database(store):
     assert_listing_contract(store, ordered=True, ns="a$")
     assert_outbox_contract(store, ns="b．")
     assert_purge_contract(store, ns="c\u00e9")
+
+
+async def test_async_contracts_through_a_motor_client(mongo_url, db_name):
+    # a drop-in for harel's AsyncMongoStore, which takes Motor's AsyncIOMotorClient
+    from harel_beanie import AsyncMongoStore
+    from motor.motor_asyncio import AsyncIOMotorClient
+
+    store = AsyncMongoStore(AsyncIOMotorClient(mongo_url), db_name)
+    await assert_async_listing_contract(store, ordered=True, ns="M-")
+    await assert_async_outbox_contract(store, ns="M-")
+    await assert_async_purge_contract(store, ns="M-")
+    await store.close()
+
+
+async def test_beanie_queries_see_what_the_store_wrote(astore):
+    # the store initialises the Beanie documents on its database: the app queries them
+    from harel.engine.execution import Execution, Status
+
+    from harel_beanie import ExecutionDocument
+
+    await astore.save(Execution(id="q1", definition_id="orders", status=Status.RUNNING))
+    await astore.save(Execution(id="q2", definition_id="orders", status=Status.FAILED))
+    failed = await ExecutionDocument.find(ExecutionDocument.status == "FAILED").to_list()
+    assert [d.id for d in failed] == ["q2"] and failed[0].definition_id == "orders"

@@ -310,7 +310,7 @@ def delete_timer(st: StoreState, execution_id: str, path: str, fire_at: float) -
     key = timer_field(path)
     guard = {"_id": require_str("execution id", execution_id), key: fire_at}
     earliest = {"$min": {"$map": {"input": {"$objectToArray": {"$ifNull": ["$timers", {}]}}, "in": "$$this.v"}}}
-    yield UpdateOne("executions", guard, [{"$unset": key}, {"$set": {"next_fire": earliest}}])
+    yield UpdateOne("executions", guard, [{"$project": {key: 0}}, {"$set": {"next_fire": earliest}}])
 
 
 def purge(st: StoreState, execution_id: str, expected_version: int) -> Flow[bool]:
