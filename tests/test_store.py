@@ -261,3 +261,24 @@ def test_a_commit_whose_reply_is_lost_is_resolved_by_its_token(mongo_url, db_nam
     assert doc["version"] == 2 and [e["seq"] for e in doc["outbox"]][-1] == seqs[0]
     assert len(doc["outbox"]) == 2 and doc["processed"] == ["ev"]  # nothing doubled
     store.close()
+
+
+def test_the_timer_sweep_finds_every_armed_timer_through_its_lifecycle(either, client, db_name):
+    exe = Execution(id="tl", definition_id="d")
+    either.commit(exe, [])  # created with no timer: no bound at all
+    assert "next_fire" not in raw(client, db_name, "tl")
+    either.commit(exe, [], timers=(TimerOp("schedule", "A", 10.0),))
+    assert either.due_timers(10.0) == [("tl", "A", 10.0)]
+    either.commit(exe, [], timers=(TimerOp("cancel", "A"), TimerOp("schedule", "B", 30.0)))
+    assert either.due_timers(20.0) == []  # A's stale bound is read once and repaired...
+    assert raw(client, db_name, "tl")["next_fire"] == 30.0
+    either.delete_timer("tl", "B", 30.0)  # ...and the last timer's removal drops the bound
+    assert "next_fire" not in raw(client, db_name, "tl")
+    either.commit(exe, [], timers=(TimerOp("schedule", "C", 40.0), TimerOp("schedule", "A", 50.0)))
+    assert either.due_timers(60.0) == [("tl", "C", 40.0), ("tl", "A", 50.0)]
+    either.delete_timer("tl", "C", 39.0)  # a stale sweep's delete leaves the timer alone
+    either.delete_timer("tl", "C", 40.0)
+    assert raw(client, db_name, "tl")["next_fire"] == 50.0
+    # re-arming the same node replaces its time
+    either.commit(exe, [], timers=(TimerOp("schedule", "A", 5.0),))
+    assert either.due_timers(60.0) == [("tl", "A", 5.0)]

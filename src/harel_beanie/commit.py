@@ -145,10 +145,14 @@ def plan_commit(
             "timers": {encode_path(p): at for p, at in schedules.items()},
             "trace": trace_items[-trace_max:] if trace_max else trace_items,
             "trace_n": len(trace_items),
-            "next_fire": min(schedules.values()) if schedules else None,
-            "seq_hi": max(minted) if minted else None,
             "commit_token": token,
         }
+        # absent rather than null when there is none: `$min`/`$max` keep a null (null sorts
+        # below every number), so a null bound would hide every later timer from the sweep
+        if schedules:
+            doc["next_fire"] = min(schedules.values())
+        if minted:
+            doc["seq_hi"] = max(minted)
         return CommitPlan(exe.id, old, {"_id": exe.id}, {}, doc, seqs, spawn_seqs, len(data.encode()), token)
 
     set_ops: dict[str, Any] = {"data": data, "version": new, **promoted, "commit_token": token}

@@ -78,7 +78,7 @@ class ExecutionDocument(Document):
     created_at: Optional[float] = None
     updated_at: Optional[float] = None
     finished_at: Optional[float] = None
-    next_fire: Optional[float] = None  # <= every armed timer's fire_at; None when none armed
+    next_fire: Optional[float] = None  # <= every armed timer's fire_at; absent (never null) when none
     trace_n: int = 0  # trace steps ever appended; stamps the 0-based index of a ring entry
     seq_hi: Optional[int] = None  # the highest outbox/spawn seq this execution has issued
     commit_token: Optional[str] = None  # random id of the last commit (see harel_beanie.commit)

@@ -309,7 +309,8 @@ def delete_timer(st: StoreState, execution_id: str, path: str, fire_at: float) -
     to its earliest remaining timer in the same write (an update pipeline)."""
     key = timer_field(path)
     guard = {"_id": require_str("execution id", execution_id), key: fire_at}
-    earliest = {"$min": {"$map": {"input": {"$objectToArray": {"$ifNull": ["$timers", {}]}}, "in": "$$this.v"}}}
+    earliest: dict[str, Any] = {"$min": {"$map": {"input": {"$objectToArray": {"$ifNull": ["$timers", {}]}}, "in": "$$this.v"}}}
+    earliest = {"$ifNull": [earliest, "$$REMOVE"]}  # none left: no bound at all, never a null one
     yield UpdateOne("executions", guard, [{"$project": {key: 0}}, {"$set": {"next_fire": earliest}}])
 
 

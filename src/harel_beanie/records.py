@@ -73,8 +73,10 @@ def due_timers(docs: Iterable[Mapping[str, Any]], now: float) -> tuple[list[tupl
         mine = [(doc["_id"], decode_path(k), float(at)) for k, at in timers.items() if at <= now]
         due += mine
         bound = doc.get("next_fire")
-        if not mine and bound is not None:
-            earliest = min(timers.values(), default=None)
+        earliest = min(timers.values(), default=None)
+        if not mine and bound != earliest:
+            # nothing due: the bound is stale (its timer was cancelled) or missing (a document
+            # harel's store wrote): set it to the earliest timer, or drop it if none is left
             guard = {"_id": doc["_id"], "version": doc.get("version"), "next_fire": bound}
             fix = {"$set": {"next_fire": earliest}} if earliest is not None else {"$unset": {"next_fire": ""}}
             repairs.append({"filter": guard, "update": fix})
@@ -106,7 +108,3 @@ def trace_steps(doc: Optional[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def _is_ours(item: Mapping[str, Any]) -> bool:
     return len(item) == 1 and isinstance(item.get("t"), str)
-
-
-def timer_fire_bound(remaining: Mapping[str, float]) -> Optional[float]:
-    return min(remaining.values(), default=None)
