@@ -79,3 +79,12 @@ class SeqMint:
 def node_of(seq: int) -> int:
     """The node number a seq was minted by (diagnostics, tests)."""
     return (seq >> SEQ_BITS) & (NODES - 1)
+
+
+def minted_at(seq: int) -> float | None:
+    """The epoch seconds a seq of this store was minted at; None for a seq harel's own
+    counter handed out (too small to carry a time)."""
+    ms = seq >> (NODE_BITS + SEQ_BITS)
+    if ms <= 0 or seq < 1 << 40:
+        return None
+    return (ms + EPOCH_MS) / 1000.0
