@@ -313,7 +313,8 @@ class AsyncWorkerDriver(_AsyncDriver):
     transport; `AsyncWorker` (`worker`) claims and processes them. Every call here ends by
     stepping the worker until nothing is claimable (`drain`), so, like the durable drivers,
     it returns once the work it caused is done. A message parked by the worker (an event for
-    a suspended execution) comes back once the clock passes `suspend_recheck`."""
+    a suspended execution) comes back once the clock passes `suspend_recheck` (see
+    `control`)."""
 
     def __init__(
         self,
@@ -329,6 +330,7 @@ class AsyncWorkerDriver(_AsyncDriver):
         self.store = store
         self.transport = transport
         self.clock = clock
+        self.suspend_recheck = suspend_recheck
         self.sender = AsyncDistributedRunner(store, transport, dict(definitions), clock=clock, trace=trace)
         self.worker: AsyncWorker = self.sender.worker(worker_id=worker_id, suspend_recheck=suspend_recheck)
 
@@ -355,7 +357,14 @@ class AsyncWorkerDriver(_AsyncDriver):
         return fired
 
     async def control(self, command: str, execution_id: str) -> Any:
+        """Run a control command. After `resume`, a second more than `suspend_recheck`
+        passes first: the worker parked what came for the execution while it was suspended
+        (events, fired timers), and that is when a real worker would see it again (harel's
+        in-memory transport releases a parked message only once its park has strictly
+        passed)."""
         result = await getattr(self.sender, command)(execution_id)
+        if command == "resume":
+            self.clock.advance(self.suspend_recheck + 1)
         await self.drain()
         return result
 
