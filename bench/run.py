@@ -1,0 +1,684 @@
+"""The benchmark: harel's own MongoStore / AsyncMongoStore against harel-beanie's, in one run.
+
+    python bench/run.py              # the full run; writes bench/RESULTS.md
+    python bench/run.py --quick      # a smoke run at tiny sizes (writes nothing unless --out)
+
+It runs on the embedded server (SecantusDB, started here as a child process) and, when
+MONGODB_URL is set (or --url is given), on that server too. For each server:
+
+- the ceiling: bare single-document `update_one` by `_id`, one at a time and 16 in flight,
+  measured at the start and at the end of the run;
+- events/s through harel's engine for both stores, interleaved (each round alternates which
+  store goes first): the sync `DurableRunner`, and `AsyncWorker` at concurrency 1 and 16 over
+  harel's `AsyncMongoTransport` (the pure-Mongo stack, built as `harel.worker` builds it);
+  each on an empty database and on one already holding --stored finished executions;
+- what each index of this store costs a commit: the commit rate with every index, with none,
+  and with all but that one.
+
+The workload is bench/parcel.stm: five events (Start, then four steps) take an execution from
+PENDING to DONE, each one engine step and one commit. For a worker the executions are created
+and their events queued first (timed separately, as "submit"), then the worker drains them.
+Speed is the embedded server's, a Python server far slower than mongod: compare the two stores
+side by side, and each with the ceiling measured in the same run, never across machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import importlib.metadata
+import logging
+import os
+import platform
+import statistics
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pymongo
+from harel.definition.model import Definition
+from harel.dsl import definition_from_dsl_file
+from harel.engine.aio.distributed import AsyncDistributedRunner, AsyncWorker
+from harel.engine.aio_store.mongo import AsyncMongoStore as HarelAsyncMongoStore
+from harel.engine.aio_transport.mongo import AsyncMongoTransport
+from harel.engine.durable import DurableRunner
+from harel.engine.execution import Execution, Status
+from harel.engine.schema import Names
+from harel.engine.store.mongo import MongoStore as HarelMongoStore
+from harel.spec.states import Event
+
+from harel_beanie import AsyncMongoStore, MongoStore
+from harel_beanie.documents import ExecutionDocument, index_models
+from harel_beanie.embedded import EmbeddedServer
+
+HERE = Path(__file__).resolve().parent
+MODEL = HERE / "parcel.stm"
+STEPS = ("Pay", "Pack", "Ship", "Deliver")
+EVENTS_PER_EXECUTION = 1 + len(STEPS)
+STORES = ("harel", "beanie")
+LABEL = {"harel": "harel MongoStore", "beanie": "harel-beanie"}
+RUNNERS = ("durable", "worker-1", "worker-16")
+RUNNER_LABEL = {
+    "durable": "DurableRunner (sync)",
+    "worker-1": "AsyncWorker, concurrency 1",
+    "worker-16": "AsyncWorker, concurrency 16",
+}
+STATES = ("empty", "stored")
+EXECUTIONS = Names("harel").executions
+
+# what each index declared in documents.py serves (the benchmark measures what it costs)
+INDEX_PURPOSE = {
+    "hb_definition": "list_executions(definition_id=...) keyset pages; dashboards per model",
+    "hb_status": "list_executions(status=...) keyset pages",
+    "hb_status_updated": "dashboard queries (harel_beanie.queries: failed since, running but silent); no store operation",
+    "hb_parent": "list_executions(roots_only=True); the children of an execution",
+    "hb_outbox_seq": "pending_outbox reads only documents holding entries; ack_outbox without an owner hint",
+    "hb_outbox_target": "purge pulls the entries addressed to the purged execution",
+    "hb_spawn_seq": "pending_spawns; ack_spawn without an owner hint",
+    "hb_next_fire": "due_timers reads only documents with a timer due",
+}
+
+log = logging.getLogger("bench")
+
+
+def load_definitions() -> dict[str, Definition]:
+    defn = definition_from_dsl_file(MODEL, "Parcel", validate=True)
+    return {defn.id: defn}
+
+
+# --- stores, as harel.worker and this package's from_url build them ------------------------
+
+
+def sync_store(kind: str, url: str, db: str) -> Any:
+    if kind == "harel":
+        return HarelMongoStore.from_url(url, db)
+    store = MongoStore.from_url(url, db)
+    store.init()
+    return store
+
+
+async def async_store(kind: str, url: str, db: str) -> Any:
+    if kind == "harel":
+        return await HarelAsyncMongoStore.from_url(url, db)
+    store = await AsyncMongoStore.from_url(url, db)
+    await store.init()
+    return store
+
+
+# --- results --------------------------------------------------------------------------------
+
+
+@dataclass
+class Cell:
+    runner: str
+    state: str
+    store: str
+    events: int
+    seconds: float
+    submit_events: int = 0  # worker: the create + send calls that queued the work
+    submit_seconds: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def submit_rate(self) -> float:
+        return self.submit_events / self.submit_seconds if self.submit_seconds > 0 else 0.0
+
+
+@dataclass
+class ServerRun:
+    name: str
+    url: str
+    info: dict[str, str] = field(default_factory=dict)
+    ceiling: list[tuple[float, float]] = field(default_factory=list)  # (sequential, 16 in flight)
+    cells: list[Cell] = field(default_factory=list)
+    index_costs: dict[str, dict[str, float]] = field(default_factory=dict)  # variant -> ms per op
+    stored: int = 0
+
+    def rates(self, runner: str, state: str, store: str) -> list[float]:
+        return [c.rate for c in self.cells if (c.runner, c.state, c.store) == (runner, state, store)]
+
+    def rate(self, runner: str, state: str, store: str) -> Optional[float]:
+        r = self.rates(runner, state, store)
+        return statistics.median(r) if r else None
+
+    def submit(self, runner: str, state: str, store: str) -> Optional[float]:
+        r = [c.submit_rate for c in self.cells if (c.runner, c.state, c.store) == (runner, state, store) and c.submit_seconds]
+        return statistics.median(r) if r else None
+
+
+# --- the server's ceiling ---------------------------------------------------------------------
+
+
+def ceiling(url: str, updates: int) -> tuple[float, float]:
+    """Bare `update_one` by `_id` per second: one at a time, and 16 in flight."""
+    db = "hbbench_ceiling_" + uuid.uuid4().hex[:6]
+    client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
+    coll = client[db]["docs"]
+    coll.insert_many([{"_id": i, "n": 0} for i in range(64)])
+    for i in range(min(50, updates)):  # warm-up
+        coll.update_one({"_id": i % 64}, {"$inc": {"n": 1}})
+    t = time.perf_counter()
+    for i in range(updates):
+        coll.update_one({"_id": i % 64}, {"$inc": {"n": 1}})
+    sequential = updates / (time.perf_counter() - t)
+
+    async def parallel() -> float:
+        aclient: pymongo.AsyncMongoClient[Any] = pymongo.AsyncMongoClient(url)
+        acoll = aclient[db]["docs"]
+        await acoll.update_one({"_id": 0}, {"$inc": {"n": 1}})
+        per = max(1, updates // 16)
+
+        async def one(k: int) -> None:
+            for i in range(per):
+                await acoll.update_one({"_id": k}, {"$inc": {"n": 1}})
+
+        t = time.perf_counter()
+        await asyncio.gather(*(one(k) for k in range(16)))
+        rate = per * 16 / (time.perf_counter() - t)
+        await aclient.close()
+        return rate
+
+    in_flight = asyncio.run(parallel())
+    client.drop_database(db)
+    client.close()
+    return sequential, in_flight
+
+
+# --- a database in use: finished executions, shaped as each store writes them ----------------
+
+
+def finished_template(kind: str, url: str, defs: dict[str, Definition]) -> dict[str, Any]:
+    """The document `kind`'s store leaves for a finished Parcel, written by harel's engine."""
+    db = "hbbench_tpl_" + uuid.uuid4().hex[:6]
+    store = sync_store(kind, url, db)
+    runner = DurableRunner(store, defs)
+    exe = runner.create("Parcel")
+    for step in STEPS:
+        runner.process(exe.id, Event(kind=step))
+    client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
+    doc = client[db][EXECUTIONS].find_one({"_id": exe.id})
+    assert doc is not None and Execution.model_validate_json(doc["data"]).status is Status.DONE
+    client.drop_database(db)
+    client.close()
+    store.close()
+    return doc
+
+
+def seed(kind: str, url: str, db: str, n: int, template: dict[str, Any]) -> float:
+    """`n` copies of a finished execution under new ids; the store's own set-up first (for
+    this package: its indexes), then insert_many. Returns the seconds it took."""
+    t = time.perf_counter()
+    store = sync_store(kind, url, db)
+    old = template["_id"]
+    client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
+    coll = client[db][EXECUTIONS]
+    batch = []
+    for _ in range(n):
+        new = uuid.uuid4().hex
+        batch.append({**template, "_id": new, "data": template["data"].replace(old, new)})
+        if len(batch) == 2_000:
+            coll.insert_many(batch, ordered=False)
+            batch = []
+    if batch:
+        coll.insert_many(batch, ordered=False)
+    assert coll.count_documents({}) == n
+    client.close()
+    store.close()
+    return time.perf_counter() - t
+
+
+# --- the measurements -------------------------------------------------------------------------
+
+
+def measure_durable(kind: str, url: str, db: str, defs: dict[str, Definition], cap: int, budget: float) -> tuple[Cell, list[str]]:
+    """Create and drive Parcels with the sync DurableRunner until `cap` events or `budget`
+    seconds; one execution first, untimed, as warm-up."""
+    store = sync_store(kind, url, db)
+    runner = DurableRunner(store, defs)
+    ids = []
+    warm = runner.create("Parcel")
+    ids.append(warm.id)
+    for step in STEPS:
+        runner.process(warm.id, Event(kind=step))
+    events = 0
+    t = time.perf_counter()
+    while events < cap and time.perf_counter() - t < budget:
+        exe = runner.create("Parcel")
+        ids.append(exe.id)
+        events += 1
+        for step in STEPS:
+            if events >= cap or time.perf_counter() - t >= budget:
+                break
+            runner.process(exe.id, Event(kind=step))
+            events += 1
+    seconds = time.perf_counter() - t
+    last = store.load(ids[-1])
+    assert last is not None and (last.status is Status.DONE or events % EVENTS_PER_EXECUTION), last
+    store.close()
+    return Cell("durable", "", kind, events, seconds), ids
+
+
+class CountingTransport:
+    """harel's transport, counting acks (a handled message is acked) to tell when the
+    queued work is done; everything else is passed through."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.acks = 0
+        self._target: Optional[int] = None
+        self._done: Optional[asyncio.Event] = None
+        self.done_at = 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def until(self, acks: int, done: asyncio.Event) -> None:
+        self._target, self._done = acks, done
+        if self.acks >= acks:
+            done.set()
+
+    async def publish(self, group_id: str, event: Event, priority: int = 0) -> None:
+        await self._inner.publish(group_id, event, priority=priority)
+
+    async def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Any:
+        return await self._inner.claim(worker_id, visibility, min_priority)
+
+    async def ack(self, lease: Any) -> None:
+        await self._inner.ack(lease)
+        self.acks += 1
+        if self._target is not None and self._done is not None and self.acks >= self._target and not self._done.is_set():
+            self.done_at = time.perf_counter()
+            self._done.set()
+
+    async def nack(self, lease: Any, delay: float = 0.0) -> None:
+        await self._inner.nack(lease, delay)
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+async def _drain(store: Any, transport: CountingTransport, defs: dict[str, Definition], concurrency: int, acks: int, budget: float) -> tuple[int, float]:
+    """Run an AsyncWorker until `acks` more messages are handled or `budget` seconds pass."""
+    stop = asyncio.Event()
+    base = transport.acks
+    worker = AsyncWorker(store, transport, defs, worker_id="bench", visibility=60.0, concurrency=concurrency)
+    t = time.perf_counter()
+    transport.until(base + acks, stop)
+    task = asyncio.create_task(worker.run(stop, idle_sleep=0.002))
+    try:
+        await asyncio.wait_for(stop.wait(), timeout=budget)
+        end = transport.done_at
+    except asyncio.TimeoutError:
+        end = time.perf_counter()
+        stop.set()
+    await task
+    return transport.acks - base, end - t
+
+
+async def _measure_worker(kind: str, url: str, db: str, defs: dict[str, Definition], concurrency: int, cap: int, budget: float) -> tuple[Cell, list[str]]:
+    store = await async_store(kind, url, db)
+    prefix = "hbq" + uuid.uuid4().hex[:8]  # a queue of its own: nothing left over from another cell
+    inner = await AsyncMongoTransport.from_url(url, db, prefix=prefix)
+    transport = CountingTransport(inner)
+    runner = AsyncDistributedRunner(store, transport, defs)
+    ids: list[str] = []
+    # warm-up, untimed: one execution through the whole path
+    warm = await runner.create("Parcel")
+    ids.append(warm.id)
+    for step in STEPS:
+        await runner.send(warm.id, Event(kind=step))
+    await _drain(store, transport, defs, concurrency, EVENTS_PER_EXECUTION, max(budget, 30.0))
+
+    # submit: create the executions (each queues its Start) and queue their four events
+    wanted = max(1, cap // EVENTS_PER_EXECUTION)
+    t = time.perf_counter()
+    mine: list[str] = []
+    while len(mine) < wanted and time.perf_counter() - t < budget:
+        mine.append((await runner.create("Parcel")).id)
+    for eid in mine:
+        for step in STEPS:
+            await runner.send(eid, Event(kind=step))
+    submit_seconds = time.perf_counter() - t
+    ids += mine
+
+    handled, seconds = await _drain(store, transport, defs, concurrency, EVENTS_PER_EXECUTION * len(mine), budget)
+    if handled == EVENTS_PER_EXECUTION * len(mine):
+        last = await store.load(mine[-1])
+        assert last is not None and last.status is Status.DONE, last
+    await store.close()
+    await transport.close()
+    client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
+    names = Names(prefix)
+    for coll in (names.messages, names.transport_locks, names.transport_counters):
+        client[db].drop_collection(coll)
+    client.close()
+    runner_name = f"worker-{concurrency}"
+    return Cell(runner_name, "", kind, handled, seconds, EVENTS_PER_EXECUTION * len(mine), submit_seconds), ids
+
+
+def measure(kind: str, runner: str, url: str, db: str, defs: dict[str, Definition], cap: int, budget: float) -> Cell:
+    if runner == "durable":
+        cell, ids = measure_durable(kind, url, db, defs, cap, budget)
+    else:
+        cell, ids = asyncio.run(_measure_worker(kind, url, db, defs, int(runner.split("-")[1]), cap, budget))
+    # leave the database as it was: drop the executions this cell created
+    client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
+    client[db][EXECUTIONS].delete_many({"_id": {"$in": ids}})
+    client.close()
+    return cell
+
+
+# --- what each index costs a commit ---------------------------------------------------------
+
+
+def _commit_costs(url: str, indexes: list[Any], commits: int) -> dict[str, float]:
+    """ms per state-only commit, and per commit-with-one-emit + its ack, on a store whose
+    collection has exactly `indexes` (plus `_id`)."""
+    db = "hbbench_ix_" + uuid.uuid4().hex[:6]
+    client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
+    if indexes:
+        client[db][EXECUTIONS].create_indexes(indexes)
+    store = MongoStore(pymongo.MongoClient(url), db, create_schema=False)
+    store.init()
+    exe = Execution(definition_id="Parcel", status=Status.RUNNING, active_path="Ordered")
+    store.commit(exe, [])
+    for _ in range(10):  # warm-up
+        store.commit(exe, [], processed_event_id=uuid.uuid4().hex)
+    t = time.perf_counter()
+    for _ in range(commits):
+        exe.updated_at = time.time()  # as harel's engine stamps every commit
+        store.commit(exe, [], processed_event_id=uuid.uuid4().hex)
+    state_only = (time.perf_counter() - t) / commits * 1000
+    pairs = max(1, commits // 2)
+    t = time.perf_counter()
+    for _ in range(pairs):
+        exe.updated_at = time.time()
+        seqs = store.commit(exe, [(exe.id, Event(kind="Pay"))], processed_event_id=uuid.uuid4().hex)
+        store.ack_outbox(seqs[0])
+    emit_ack = (time.perf_counter() - t) / pairs * 1000
+    store.close()
+    client.drop_database(db)
+    client.close()
+    return {"state": state_only, "emit_ack": emit_ack}
+
+
+def index_costs(url: str, commits: int, rounds: int) -> dict[str, dict[str, float]]:
+    declared = index_models(ExecutionDocument)
+    variants: list[tuple[str, list[Any]]] = [("all", declared), ("none", [])]
+    for ix in declared:
+        name = ix.document["name"]
+        variants.append((f"-{name}", [other for other in declared if other.document["name"] != name]))
+    samples: dict[str, list[dict[str, float]]] = {name: [] for name, _ in variants}
+    for r in range(rounds):
+        order = variants if r % 2 == 0 else list(reversed(variants))
+        for name, indexes in order:
+            samples[name].append(_commit_costs(url, indexes, commits))
+    return {
+        name: {k: statistics.median(s[k] for s in runs) for k in ("state", "emit_ack")} for name, runs in samples.items()
+    }
+
+
+# --- server and machine ---------------------------------------------------------------------
+
+
+def server_info(name: str, url: str) -> dict[str, str]:
+    client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
+    build = client.admin.command("buildInfo")
+    hello = client.admin.command("hello")
+    client.close()
+    info = {"reports": f"MongoDB {build.get('version', '?')}"}
+    if name == "embedded":
+        try:
+            info["server"] = f"SecantusDB {importlib.metadata.version('secantusdb')} (embedded, child process)"
+        except importlib.metadata.PackageNotFoundError:
+            info["server"] = "SecantusDB (embedded, child process)"
+    else:
+        info["server"] = f"MongoDB {build.get('version', '?')} (MONGODB_URL)"
+    info["topology"] = "replica set " + hello["setName"] if hello.get("setName") else "standalone"
+    return info
+
+
+def machine() -> dict[str, str]:
+    model = platform.processor() or "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    versions = {p: importlib.metadata.version(p) for p in ("harel", "pymongo", "motor", "beanie")}
+    return {
+        "cpus": str(os.cpu_count()),
+        "cpu": model,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        **versions,
+    }
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Options:
+    events: int
+    seconds: float
+    stored: int
+    rounds: int
+    ceiling_updates: int
+    index_commits: int
+    index_rounds: int
+    quick: bool
+
+
+def run_server(name: str, url: str, opts: Options, defs: dict[str, Definition]) -> ServerRun:
+    run = ServerRun(name, url, info=server_info(name, url), stored=opts.stored)
+    say = lambda msg: print(f"[{name}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    tag = uuid.uuid4().hex[:6]
+    say(f"{run.info['server']}; ceiling ...")
+    run.ceiling.append(ceiling(url, opts.ceiling_updates))
+    say(f"ceiling {run.ceiling[-1][0]:.0f} updates/s sequential, {run.ceiling[-1][1]:.0f} with 16 in flight")
+    stored_db = {}
+    for kind in STORES:
+        stored_db[kind] = f"hbbench_{tag}_{kind}_stored"
+        seconds = seed(kind, url, stored_db[kind], opts.stored, finished_template(kind, url, defs))
+        say(f"seeded {opts.stored} finished executions for {kind} in {seconds:.1f}s")
+    client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
+    try:
+        for r in range(opts.rounds):
+            for state in STATES:
+                for runner in RUNNERS:
+                    order = STORES if r % 2 == 0 else tuple(reversed(STORES))
+                    for kind in order:
+                        db = stored_db[kind] if state == "stored" else f"hbbench_{tag}_{kind}_empty_{uuid.uuid4().hex[:4]}"
+                        cell = measure(kind, runner, url, db, defs, opts.events, opts.seconds)
+                        cell.state = state
+                        run.cells.append(cell)
+                        if state == "empty":
+                            client.drop_database(db)
+                        say(f"round {r + 1} {runner:9s} {state:6s} {kind:6s} {cell.rate:8.1f} events/s ({cell.events} in {cell.seconds:.1f}s)")
+        run.ceiling.append(ceiling(url, opts.ceiling_updates))
+        say(f"ceiling again {run.ceiling[-1][0]:.0f} / {run.ceiling[-1][1]:.0f}")
+        if opts.index_commits:
+            say("index costs ...")
+            run.index_costs = index_costs(url, opts.index_commits, opts.index_rounds)
+    finally:
+        for db in stored_db.values():
+            client.drop_database(db)
+        client.close()
+    return run
+
+
+# --- the report -------------------------------------------------------------------------------
+
+
+def _f(x: Optional[float], digits: int = 1) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def _ratio(a: Optional[float], b: Optional[float]) -> str:
+    return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}x"
+
+
+def _pct(a: Optional[float], b: Optional[float]) -> str:
+    return "-" if a is None or b is None or b == 0 else f"{100 * a / b:.1f}%"
+
+
+def report_server(run: ServerRun) -> str:
+    seq = statistics.mean(c[0] for c in run.ceiling)
+    par = statistics.mean(c[1] for c in run.ceiling)
+    lines = [f"## {run.info['server']}", ""]
+    lines.append(f"Reports itself as {run.info['reports']}, {run.info['topology']}.")
+    lines.append("")
+    lines.append(
+        "Ceiling (bare `update_one` by `_id`, write concern w:1): "
+        + ", ".join(f"{s:,.0f}" for s, _ in run.ceiling) + " updates/s one at a time (start, end of run); "
+        + ", ".join(f"{p:,.0f}" for _, p in run.ceiling) + " with 16 in flight."
+    )  # fmt: skip
+    lines += ["", "### Events/s through harel's engine", ""]
+    lines.append(
+        f"Median of {len(run.rates(RUNNERS[0], 'empty', 'beanie'))} interleaved round(s). *stored*: the database "
+        f"already holds {run.stored:,} finished executions. *ceiling*: the event rate as a share of the bare "
+        "update rate (sequential ceiling for the DurableRunner and concurrency 1, 16-in-flight for concurrency 16)."
+    )
+    lines.append("")
+    lines.append("| runner | database | harel MongoStore | harel-beanie | ratio | harel-beanie stored / empty | ceiling: harel / harel-beanie |")
+    lines.append("|---|---|---:|---:|---:|---:|---:|")
+    for runner in RUNNERS:
+        roof = par if runner == "worker-16" else seq
+        for state in STATES:
+            h = run.rate(runner, state, "harel")
+            b = run.rate(runner, state, "beanie")
+            keep = _pct(b, run.rate(runner, "empty", "beanie")) if state == "stored" else ""
+            lines.append(
+                f"| {RUNNER_LABEL[runner]} | {state} | {_f(h)} | {_f(b)} | {_ratio(b, h)} | {keep} | {_pct(h, roof)} / {_pct(b, roof)} |"
+            )
+    lines += ["", "Every measurement, events/s (round by round, in run order):", ""]
+    lines.append("| runner | database | harel MongoStore | harel-beanie |")
+    lines.append("|---|---|---|---|")
+    for runner in RUNNERS:
+        for state in STATES:
+            h = ", ".join(f"{x:,.1f}" for x in run.rates(runner, state, "harel"))
+            b = ", ".join(f"{x:,.1f}" for x in run.rates(runner, state, "beanie"))
+            lines.append(f"| {RUNNER_LABEL[runner]} | {state} | {h} | {b} |")
+    lines += ["", "Submitting the worker's work (create + send, one at a time, not in the figures above), calls/s:", ""]
+    lines.append("| runner | database | harel MongoStore | harel-beanie | ratio |")
+    lines.append("|---|---|---:|---:|---:|")
+    for runner in RUNNERS[1:]:
+        for state in STATES:
+            h, b = run.submit(runner, state, "harel"), run.submit(runner, state, "beanie")
+            lines.append(f"| {RUNNER_LABEL[runner]} | {state} | {_f(h)} | {_f(b)} | {_ratio(b, h)} |")
+    lines += ["", "### Targets", ""]
+    for runner in RUNNERS:
+        h, b = run.rate(runner, "empty", "harel"), run.rate(runner, "empty", "beanie")
+        bs = run.rate(runner, "stored", "beanie")
+        ok1 = "met" if h and b and b >= 1.2 * h else "NOT met"
+        ok2 = "met" if b and bs and bs >= 0.8 * b else "NOT met"
+        lines.append(f"- {RUNNER_LABEL[runner]}: empty database {_ratio(b, h)} harel's (target 1.2x: {ok1}); "
+                     f"with {run.stored:,} stored {_pct(bs, b)} of its empty-database rate (target 80%: {ok2}).")  # fmt: skip
+    if run.index_costs:
+        lines += ["", "### What each index costs a commit", ""]
+        all_ = run.index_costs["all"]
+        none = run.index_costs["none"]
+        lines.append(
+            "harel-beanie's store committing directly (no engine), ms per operation, median of the rounds: a "
+            "state-only commit (what an event costs), and a commit with one emit plus its ack. "
+            f"All indexes: {all_['state']:.2f} / {all_['emit_ack']:.2f} ms; only `_id`: {none['state']:.2f} / "
+            f"{none['emit_ack']:.2f} ms. The cost of one index is the time with all of them minus the time "
+            "with all but that one."
+        )
+        lines.append("")
+        lines.append("| index | serves | state-only commit, ms | commit + emit + ack, ms |")
+        lines.append("|---|---|---:|---:|")
+        for ix in index_models(ExecutionDocument):
+            name = ix.document["name"]
+            without = run.index_costs.get(f"-{name}")
+            if without is None:
+                continue
+            lines.append(
+                f"| `{name}` {dict(ix.document['key'])} | {INDEX_PURPOSE.get(name, '(not described)')} | "
+                f"{all_['state'] - without['state']:+.2f} | {all_['emit_ack'] - without['emit_ack']:+.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def report(runs: list[ServerRun], opts: Options, started: datetime.datetime, wall: float) -> str:
+    m = machine()
+    lines = ["# Benchmark results", ""]
+    lines.append(f"Run {started:%Y-%m-%d %H:%M} UTC with `python bench/run.py"
+                 + (" --quick" if opts.quick else "") + f"` in {wall / 60:.1f} min.")  # fmt: skip
+    lines.append(
+        f"Machine: {m['cpus']} CPUs, {m['cpu']}; {m['os']}; Python {m['python']}; harel {m['harel']}, "
+        f"pymongo {m['pymongo']}, motor {m['motor']}, beanie {m['beanie']}."
+    )
+    lines.append(
+        f"Per measurement: up to {opts.events} events or {opts.seconds:g} s; {opts.rounds} round(s); "
+        f"workload bench/parcel.stm ({EVENTS_PER_EXECUTION} events per execution); each store built with "
+        "its own `from_url` and defaults (harel-beanie writes with w: majority, j: true; harel's store with "
+        "the client default)."
+    )
+    for run in runs:
+        lines += ["", report_server(run)]
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: Optional[list[str]] = None) -> tuple[Options, argparse.Namespace]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="a smoke run at tiny sizes (writes no RESULTS.md unless --out)")
+    p.add_argument("--events", type=int, help="events per measurement (default 400; quick 10)")
+    p.add_argument("--seconds", type=float, help="time budget per measurement (default 15; quick 5)")
+    p.add_argument("--stored", type=int, help="finished executions in the 'stored' database (default 20000; quick 100)")
+    p.add_argument("--rounds", type=int, help="interleaved rounds (default 2; quick 1)")
+    p.add_argument("--index-commits", type=int, help="commits per index variant (default 300; quick 10; 0 skips)")
+    p.add_argument("--url", default=os.environ.get("MONGODB_URL"), help="also run on this server (default $MONGODB_URL)")
+    p.add_argument("--no-embedded", action="store_true", help="skip the embedded server (needs --url)")
+    p.add_argument("--out", help="write the markdown here (default bench/RESULTS.md; quick: nowhere)")
+    a = p.parse_args(argv)
+    q = a.quick
+    opts = Options(
+        events=a.events or (10 if q else 400),
+        seconds=a.seconds or (5.0 if q else 15.0),
+        stored=a.stored if a.stored is not None else (100 if q else 20_000),
+        rounds=a.rounds or (1 if q else 2),
+        ceiling_updates=50 if q else 2_000,
+        index_commits=a.index_commits if a.index_commits is not None else (10 if q else 300),
+        index_rounds=1 if q else 2,
+        quick=q,
+    )
+    return opts, a
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    logging.basicConfig(level=logging.ERROR)
+    opts, a = parse_args(argv)
+    if a.no_embedded and not a.url:
+        print("--no-embedded needs --url or MONGODB_URL", file=sys.stderr)
+        return 2
+    defs = load_definitions()
+    started = datetime.datetime.now(datetime.timezone.utc)
+    t = time.perf_counter()
+    runs = []
+    if not a.no_embedded:
+        with EmbeddedServer() as server:
+            runs.append(run_server("embedded", server.url, opts, defs))
+    if a.url:
+        runs.append(run_server("url", a.url, opts, defs))
+    text = report(runs, opts, started.replace(tzinfo=None), time.perf_counter() - t)
+    print(text)
+    out = a.out or (None if opts.quick else str(HERE / "RESULTS.md"))
+    if out:
+        Path(out).write_text(text)
+        print(f"written to {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

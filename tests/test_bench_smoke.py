@@ -1,0 +1,33 @@
+"""The benchmark runs: `bench/run.py --quick` end to end, so it cannot rot unnoticed.
+
+It starts its own embedded server (and also uses MONGODB_URL when that is set), measures both
+stores through harel's runners at tiny sizes and writes its markdown report; the figures are
+not checked (speed lives in the benchmark, never in tests), the report's shape is.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_bench_quick_run_writes_a_report(tmp_path: Path) -> None:
+    out = tmp_path / "RESULTS.md"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    text = out.read_text()
+    assert "SecantusDB" in text or "MONGODB_URL" in text
+    for row in ("DurableRunner (sync)", "AsyncWorker, concurrency 1", "AsyncWorker, concurrency 16"):
+        for state in ("empty", "stored"):
+            line = next((ln for ln in text.splitlines() if ln.startswith(f"| {row} | {state} |")), None)
+            assert line is not None, f"no row for {row} / {state}"
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            assert all(c not in ("", "-") for c in cells[2:5]), line  # both stores measured, ratio
+    assert "Ceiling" in text and "### What each index costs a commit" in text
+    assert "`hb_outbox_seq`" in text
