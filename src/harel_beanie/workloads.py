@@ -176,8 +176,13 @@ def order_steps(
         Create(
             "Order",
             order_id,
-            {"order_id": order_id, "amount": amount, "lines": list(lines), "card": card,
-             "flaky_attempts": flaky_attempts},
+            {
+                "order_id": order_id,
+                "amount": amount,
+                "lines": list(lines),
+                "card": card,
+                "flaky_attempts": flaky_attempts,
+            },
         ),
         Timers(within=3600),  # payment retries + the 15-minute cooling-off
         Send(order_id, "ParcelSealed", f"{order_id}:sealed", {"weight_g": 250 * len(lines)}),
@@ -289,7 +294,9 @@ class _AsyncDriver:
 class AsyncDurable(_AsyncDriver):
     """harel's `AsyncDurableRunner` over an async store (same contract as `SyncDurable`)."""
 
-    def __init__(self, store: Any, definitions: dict[str, Definition], clock: ManualClock, *, trace: bool = True) -> None:
+    def __init__(
+        self, store: Any, definitions: dict[str, Definition], clock: ManualClock, *, trace: bool = True
+    ) -> None:
         self.store = store
         self.clock = clock
         self.runner = AsyncDurableRunner(store, dict(definitions), clock=clock, trace=trace)
@@ -369,9 +376,7 @@ class AsyncWorkerDriver(_AsyncDriver):
         return result
 
 
-async def open_mongo_transport(
-    url: str, db_name: str, *, clock: Any = None, prefix: str = DEFAULT_PREFIX
-) -> Any:
+async def open_mongo_transport(url: str, db_name: str, *, clock: Any = None, prefix: str = DEFAULT_PREFIX) -> Any:
     """harel's `AsyncMongoTransport` (what a deployment queues on, `harel[mongo]`) on a new
     Motor client for `url`, its claim index created. `clock` defaults to the wall clock;
     pass the run's `ManualClock` to replay a script. Close it with `await t.close()`."""
@@ -435,7 +440,9 @@ async def asnapshot(store: Any) -> dict[str, Any]:
     )
 
 
-def _assemble(executions: dict[str, Any], traces: dict[str, Any], timers: Any, outbox: Any, spawns: Any) -> dict[str, Any]:
+def _assemble(
+    executions: dict[str, Any], traces: dict[str, Any], timers: Any, outbox: Any, spawns: Any
+) -> dict[str, Any]:
     return {
         "executions": {i: e.model_dump(mode="json") for i, e in executions.items() if e is not None},
         "traces": traces,
