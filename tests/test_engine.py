@@ -75,13 +75,15 @@ class Scenario:
     drivers: tuple[str, ...] = ("sync", "async", "worker")
 
 
-def order_tree(oid: str, picks: int, *, regions: bool = True) -> list[str]:
+def order_tree(oid: str, picks: int) -> list[str]:
     """The ids of an order's executions: itself, its payment, its regions and pick lines."""
-    ids = [oid, f"{oid}:Paying:0"]
-    if regions:
-        ids += [f"{oid}:Fulfilment.Warehouse:0", f"{oid}:Fulfilment.Invoicing:0"]
-        ids += [f"{oid}:Fulfilment.Warehouse:0:Fulfilment.Warehouse.Picking:0:{i}" for i in range(picks)]
-    return ids
+    return [
+        oid,
+        f"{oid}:Paying:0",
+        f"{oid}:Fulfilment.Warehouse:0",
+        f"{oid}:Fulfilment.Invoicing:0",
+        *(f"{oid}:Fulfilment.Warehouse:0:Fulfilment.Warehouse.Picking:0:{i}" for i in range(picks)),
+    ]
 
 
 def done_order(oid: str, lines: int = 2) -> dict[str, tuple[str, Optional[str], Optional[str]]]:
