@@ -1,0 +1,98 @@
+"""Keeping harel's relay to the execution it belongs to, and sweeping what it leaves behind.
+
+Why this module exists. When a harel `AsyncWorker` handles an event whose commit queued
+outbox entries or child spawns, it relays them right after the commit: it reads *every*
+pending entry in the store (`pending_outbox()`, `pending_spawns()` take no argument) and
+creates each pending child with *the handled execution's* definition. With several events
+in flight (`concurrency` > 1, or several workers) that goes wrong in two ways, both seen
+when `harel-beanie demo` first ran the shop models:
+
+- two relays create the same child; the second commit is a `StoreConflict`, the worker
+  nacks the event, the redelivery finds it already processed and acks it, and the rest of
+  that relay is never done: entries stay pending until some later event happens to relay,
+  so the work stalls (an order waiting forever for its regions);
+- a relay running for one machine (say a `PickLine`) can create another machine's pending
+  orthogonal region (an `Order`'s `Fulfilment.Warehouse`) with the wrong definition.
+
+So the commands run each handler's relay over `ScopedStore`: the store as it is, except
+that the pending outbox and spawns it shows are those of the handled execution and its
+descendants (harel names a child `<parent id>:<path>:<n>`). What a relay still leaves
+behind (a crash, a conflict) is picked up by `sweep`, which relays each owner's entries
+with that owner's own definition. Nothing here changes what harel commits.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Any, Callable
+
+from harel.engine.aio.distributed import AsyncTransportDriver
+from harel.engine.store import StoreConflict
+
+from harel_beanie import records
+from harel_beanie.documents import OutboxView, SpawnView, projection
+
+log = logging.getLogger(__name__)
+
+_ANY_SEQ = {"$gte": -(2**63)}  # every number: selects the documents holding entries, on the index
+
+
+def scope_filter(execution_id: str) -> dict[str, Any]:
+    """The execution and its descendants (an `_id` range on the primary index)."""
+    return {"$or": [{"_id": execution_id}, {"_id": {"$regex": "^" + re.escape(execution_id + ":")}}]}
+
+
+class ScopedStore:
+    """`store`, with `pending_outbox` / `pending_spawns` narrowed to `execution_id` and its
+    descendants. `executions` is the executions collection on the store's client (async)."""
+
+    def __init__(self, store: Any, executions: Any, execution_id: str) -> None:
+        self._store = store
+        self._executions = executions
+        self._scope = scope_filter(execution_id)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def pending_outbox(self) -> list[Any]:
+        docs = await self._executions.find({**self._scope, "outbox.seq": _ANY_SEQ}, projection(OutboxView)).to_list(None)
+        return records.outbox_entries(docs)[0]
+
+    async def pending_spawns(self) -> list[Any]:
+        docs = await self._executions.find({**self._scope, "spawns.seq": _ANY_SEQ}, projection(SpawnView)).to_list(None)
+        return records.spawn_entries(docs)[0]
+
+
+async def sweep(
+    store: Any,
+    transport: Any,
+    executions: Any,
+    definitions: dict[str, Any],
+    clock: Callable[[], float] = time.time,
+) -> int:
+    """Relay every execution's pending outbox and spawns with its own definition. Returns
+    how many executions held any. A relay that conflicts with a handler doing the same is
+    left for the next sweep."""
+    owners = await executions.find(
+        {"$or": [{"outbox.seq": _ANY_SEQ}, {"spawns.seq": _ANY_SEQ}]}, {"definition_id": 1}
+    ).to_list(None)
+    for doc in owners:
+        defn = definitions.get(doc.get("definition_id"))
+        if defn is None:
+            log.warning("cannot relay the pending work of %s: no definition %r", doc["_id"], doc.get("definition_id"))
+            continue
+        driver = AsyncTransportDriver(
+            defn,
+            ScopedStore(store, executions, doc["_id"]),
+            transport,
+            clock,
+            definitions=definitions,
+            resolve_machine=definitions.__getitem__,
+        )
+        try:
+            await driver.recover()
+        except StoreConflict:
+            pass  # a handler is relaying it right now
+    return len(owners)

@@ -1,0 +1,214 @@
+"""Where a command's data lives: the server URL, database and prefix it was given, or the
+embedded server on the working directory's data folder.
+
+Every `harel-beanie` command needs the same answer, so it is worked out once here:
+
+- A URL from `--url`, else `HAREL_MONGO_URL` (what harel's own worker reads), else
+  `MONGODB_URL` (what the tests and `make` read). The database from `--db`, else
+  `HAREL_MONGO_DB`, else `harel`; the collection prefix from `--prefix`, else `HAREL_PREFIX`,
+  else `harel` — the same defaults as harel's worker, so both find the same data.
+- With no URL, `demo`, `status` and `monitor` use an embedded SecantusDB (a child process,
+  `harel_beanie.embedded`) whose storage is a folder under the working directory
+  (`./harel-beanie-data` unless `--data`). While a command owns that server it leaves a small
+  `server.json` in the folder, so a second command run meanwhile (say `status` beside a
+  running `demo`) joins the same server instead of starting another on the same files.
+- The CLI's connect policy is short (5 pings, 0.5 s apart, 1 s each) so an unreachable URL
+  gets an answer within seconds; `--connect-attempts` / `--connect-timeout` lengthen it.
+
+Anything wrong with these settings raises `ConfigError`, which the CLI prints as one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Optional
+
+from harel_beanie.connect import RetryPolicy, mask_url
+
+DEFAULT_DATA_DIR = "harel-beanie-data"
+HANDOFF_FILE = "server.json"
+CLI_RETRY = RetryPolicy(attempts=5, delay=0.5, timeout_ms=1000)
+
+
+class ConfigError(Exception):
+    """A setting a command cannot work with: printed as one line, exit code 2."""
+
+
+@dataclass
+class Target:
+    """The resolved place a command reads and writes."""
+
+    url: str
+    db: str
+    prefix: str
+    retry: RetryPolicy
+    source: str  # where the URL came from: "--url", an environment variable, or "embedded"
+    data_dir: Optional[Path] = None  # the embedded server's folder, when it is the embedded one
+
+    @property
+    def masked_url(self) -> str:
+        return mask_url(self.url)
+
+    @property
+    def embedded(self) -> bool:
+        return self.data_dir is not None
+
+
+def url_from(flag: Optional[str], env: Mapping[str, str]) -> tuple[Optional[str], str]:
+    """The URL and where it came from (`None, ""` when none is set)."""
+    if flag:
+        return flag, "--url"
+    for var in ("HAREL_MONGO_URL", "MONGODB_URL"):
+        if env.get(var):
+            return env[var], var
+    return None, ""
+
+
+def retry_policy(attempts: Optional[int], timeout: Optional[float]) -> RetryPolicy:
+    policy = CLI_RETRY
+    if attempts is not None:
+        if attempts < 1:
+            raise ConfigError(f"--connect-attempts must be at least 1, got {attempts}")
+        policy = RetryPolicy(attempts=attempts, delay=policy.delay, timeout_ms=policy.timeout_ms)
+    if timeout is not None:
+        if timeout <= 0:
+            raise ConfigError(f"--connect-timeout must be positive, got {timeout}")
+        policy = RetryPolicy(attempts=policy.attempts, delay=policy.delay, timeout_ms=max(1, int(timeout * 1000)))
+    return policy
+
+
+def db_and_prefix(db: Optional[str], prefix: Optional[str], env: Mapping[str, str]) -> tuple[str, str]:
+    """The database and prefix, checked the way the store checks them (so a bad name is one
+    line here, not an exception from deep inside the driver)."""
+    from harel.engine.schema import Names
+
+    db = db or env.get("HAREL_MONGO_DB") or "harel"
+    prefix = prefix or env.get("HAREL_PREFIX") or "harel"
+    if any(c in db for c in '/\\. "$\x00'):
+        raise ConfigError(f"{db!r} is not a MongoDB database name")
+    try:
+        Names(prefix)
+    except ValueError as exc:
+        raise ConfigError(f"prefix {prefix!r} is refused: {exc}") from None
+    return db, prefix
+
+
+# --- the embedded server on the data folder --------------------------------------------------
+
+
+class LocalServer:
+    """The embedded server for a data folder: started here (and stopped on `close`), or
+    joined if another command already runs one on that folder."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.url = ""
+        self.started = False  # True: this process started it (and stops it)
+        self._server: Optional[Any] = None  # an EmbeddedServer
+
+    @property
+    def handoff(self) -> Path:
+        return self.data_dir / HANDOFF_FILE
+
+    def open(self) -> str:
+        joined = self._running()
+        if joined is not None:
+            self.url = joined
+            return joined
+        from harel_beanie.embedded import EmbeddedServer
+
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        server = EmbeddedServer(self.data_dir / "db", log_path=self.data_dir / "server.log")
+        try:
+            server.start()
+        except FileNotFoundError as exc:  # secantusd-py is not installed
+            raise ConfigError(str(exc)) from None
+        except (RuntimeError, TimeoutError) as exc:
+            server.stop(kill=True)
+            raise ConfigError(f"the embedded server did not start: {exc}") from None
+        self._server = server
+        self.started = True
+        self.url = server.url
+        assert server.proc is not None
+        self.handoff.write_text(json.dumps({"port": server.port, "pid": server.proc.pid, "owner": os.getpid()}))
+        return self.url
+
+    def _running(self) -> Optional[str]:
+        """The URL of a server another live command runs on this folder, if any."""
+        try:
+            info = json.loads(self.handoff.read_text())
+            port, owner = int(info["port"]), int(info["owner"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if owner == os.getpid() or not _alive(owner):
+            return None
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return f"mongodb://127.0.0.1:{port}"
+        except OSError:
+            return None
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+            try:
+                self.handoff.unlink()
+            except OSError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextmanager
+def resolve(
+    *,
+    url: Optional[str],
+    db: Optional[str],
+    prefix: Optional[str],
+    attempts: Optional[int] = None,
+    timeout: Optional[float] = None,
+    data: Optional[str] = None,
+    embedded_ok: bool = True,
+    say: Callable[[str], None] = print,
+    env: Optional[Mapping[str, str]] = None,
+) -> Iterator[Target]:
+    """The command's `Target`. With no URL and `embedded_ok`, the embedded server on the
+    data folder (started, or joined if another command runs it), stopped on exit if this
+    started it; `say` announces which. With no URL and not `embedded_ok`, a `ConfigError`."""
+    env = os.environ if env is None else env
+    found, source = url_from(url, env)
+    db_name, prefix_name = db_and_prefix(db, prefix, env)
+    policy = retry_policy(attempts, timeout)
+    if found is not None:
+        yield Target(found, db_name, prefix_name, policy, source)
+        return
+    if not embedded_ok:
+        raise ConfigError("no MongoDB URL: pass --url or set HAREL_MONGO_URL (or MONGODB_URL)")
+    folder = Path(data or env.get("HAREL_BEANIE_DATA") or DEFAULT_DATA_DIR)
+    local = LocalServer(folder)
+    try:
+        joined = local._running()
+        if joined is None:
+            say(f"No MONGODB_URL set: starting the embedded MongoDB server (SecantusDB), data in {folder}/")
+        url_now = local.open()
+        if not local.started:
+            say(f"No MONGODB_URL set: using the embedded server another harel-beanie command runs on {folder}/")
+        yield Target(url_now, db_name, prefix_name, policy, "embedded", data_dir=folder)
+    finally:
+        if local.started:
+            say("Stopping the embedded server (its data stays in " + f"{folder}/).")
+        local.close()
