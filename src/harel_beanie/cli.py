@@ -1,0 +1,240 @@
+"""The `harel-beanie` command line (also `python -m harel_beanie`).
+
+Why this module exists: one entry point for running statechart workloads on the store
+(`demo`, `worker`), watching them (`status`, `monitor`) and evolving the schema (`migrate`,
+dispatched to `harel_beanie.migrate`). This module only parses flags and turns the errors a
+user can cause — a wrong flag, an unreachable server, a missing directory, a database in
+another layout — into one line on stderr and exit code 2. Each command lives in its own
+module, imported only when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Callable, NoReturn, Optional, Sequence
+
+PROG = "harel-beanie"
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (raised, printed by `main`)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected more than 0, got {value}")
+    return value
+
+
+def _connection(p: argparse.ArgumentParser, embedded: bool) -> None:
+    g = p.add_argument_group("where the data lives")
+    g.add_argument("--url", help="MongoDB URL (default: $HAREL_MONGO_URL, then $MONGODB_URL"
+                   + (", else the embedded server)" if embedded else ")"))  # fmt: skip
+    g.add_argument("--db", help="database (default: $HAREL_MONGO_DB, else harel)")
+    g.add_argument("--prefix", help="collection prefix (default: $HAREL_PREFIX, else harel)")
+    if embedded:
+        g.add_argument("--data", metavar="DIR",
+                       help="the embedded server's folder when no URL is set (default: ./harel-beanie-data)")  # fmt: skip
+    g.add_argument("--connect-attempts", type=_positive_int, metavar="N",
+                   help="pings before giving up on the server (default 5, 0.5 s apart)")  # fmt: skip
+    g.add_argument("--connect-timeout", type=_positive_float, metavar="SECONDS",
+                   help="how long each ping waits for an answer (default 1)")  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="Run harel statecharts on MongoDB with harel-beanie's store, watch them, query them.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    demo = sub.add_parser("demo", help="run the shop models in models/ through harel's engine on the store",
+                          description="Run the statechart workloads in models/ (orders, payments, pickers) "
+                          "through harel's AsyncWorker and Mongo transport on the store, then summarise. "
+                          "With no URL, starts an embedded server whose data stays in ./harel-beanie-data.")  # fmt: skip
+    demo.add_argument("-n", "--executions", type=_positive_int, default=300, metavar="N",
+                      help="about how many executions to run (default 300)")  # fmt: skip
+    demo.add_argument("--workers", type=_positive_int, default=2, help="AsyncWorker loops (default 2)")
+    demo.add_argument("--concurrency", type=_positive_int, default=16,
+                      help="events in flight per worker (default 16)")  # fmt: skip
+    demo.add_argument("--models", metavar="DIR", help="the models directory (default: models/ of this checkout)")
+    demo.add_argument("--no-trace", action="store_true", help="do not record the execution timelines")
+    _connection(demo, embedded=True)
+    demo.set_defaults(handler=_demo)
+
+    worker = sub.add_parser("worker", help="a long-running harel AsyncWorker on the store",
+                            description="Claim and process the events queued on harel's Mongo transport, "
+                            "with the store on the same server, until SIGINT or SIGTERM (in-flight events "
+                            "finish first). Flags override harel's HAREL_* variables.")  # fmt: skip
+    worker.add_argument("--definitions", metavar="DIR", help="directory of *.stm machines (default: $HAREL_DEFINITIONS_DIR)")
+    worker.add_argument("--concurrency", type=_positive_int, help="events in flight (default: $HAREL_CONCURRENCY, else 256)")
+    worker.add_argument("--worker-id", help="this worker's id (default: $HAREL_WORKER_ID, else host-pid)")
+    worker.add_argument("--visibility", type=_positive_float, metavar="SECONDS",
+                        help="lease of an event in flight (default: $HAREL_VISIBILITY, else 30)")  # fmt: skip
+    worker.add_argument("--trace", action=argparse.BooleanOptionalAction, default=None,
+                        help="record execution timelines (default: $HAREL_TRACE, else off)")  # fmt: skip
+    worker.add_argument("--sweep-every", type=_positive_float, default=5.0, metavar="SECONDS",
+                        help="relay outbox entries and spawns no handler relayed, this often (default 5)")  # fmt: skip
+    _connection(worker, embedded=False)
+    worker.set_defaults(handler=_worker)
+
+    status = sub.add_parser("status", help="backlog and health: counts, pending work, timers, stuck executions",
+                            description="What is pending and what is stuck: executions by definition and "
+                            "status, pending outbox and spawns, due and next timers, RUNNING executions "
+                            "silent for longer than --stuck-after.")  # fmt: skip
+    status.add_argument("--json", action="store_true", help="print JSON (for scripts) instead of tables")
+    status.add_argument("--stuck-after", type=_positive_float, default=300.0, metavar="SECONDS",
+                        help="a RUNNING execution not updated for this long is stuck (default 300)")  # fmt: skip
+    status.add_argument("--show", type=_positive_int, default=10, metavar="N",
+                        help="list at most N next timers and stuck executions (default 10)")  # fmt: skip
+    _connection(status, embedded=True)
+    status.set_defaults(handler=_status)
+
+    monitor = sub.add_parser("monitor", help="harel's monitoring TUI over the store",
+                             description="harel's monitoring TUI (list, detail, control plane) over the store.")
+    monitor.add_argument("--definitions", metavar="DIR",
+                         help="*.stm directory for the statechart view (default: $HAREL_DEFINITIONS_DIR; none: data only)")
+    monitor.add_argument("--interval", type=_positive_float, default=None, metavar="SECONDS",
+                         help="refresh interval (default: $HAREL_TUI_INTERVAL_MS, else 1 s)")  # fmt: skip
+    monitor.add_argument("--theme", default=None, help="a Textual theme (default: $HAREL_TUI_THEME, else nord)")
+    _connection(monitor, embedded=True)
+    monitor.set_defaults(handler=_monitor)
+
+    sub.add_parser("migrate", help="bring a database's layout up to date (harel-beanie migrate --help)", add_help=False)
+    return parser
+
+
+# --- handlers -----------------------------------------------------------------------------
+
+
+def _target(args: Any, *, embedded_ok: bool, say: Callable[[str], None]) -> Any:
+    from harel_beanie.where import resolve
+
+    return resolve(
+        url=args.url,
+        db=args.db,
+        prefix=args.prefix,
+        attempts=args.connect_attempts,
+        timeout=args.connect_timeout,
+        data=getattr(args, "data", None),
+        embedded_ok=embedded_ok,
+        say=say,
+    )
+
+
+def _stdout(line: str) -> None:
+    print(line, flush=True)
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _demo(args: Any) -> int:
+    from harel_beanie import demo
+
+    with _target(args, embedded_ok=True, say=_stdout) as target:
+        return demo.main(args, target)
+
+
+def _worker(args: Any) -> int:
+    from harel_beanie import worker
+
+    with _target(args, embedded_ok=False, say=_stderr) as target:
+        return worker.main(args, target)
+
+
+def _status(args: Any) -> int:
+    from harel_beanie import status
+
+    with _target(args, embedded_ok=True, say=_stderr) as target:
+        return status.main(args, target)
+
+
+def _monitor(args: Any) -> int:
+    from harel_beanie import monitor
+
+    with _target(args, embedded_ok=True, say=_stderr) as target:
+        return monitor.main(args, target)
+
+
+def _migrate(argv: Sequence[str]) -> int:
+    try:
+        from harel_beanie import migrate  # type: ignore[attr-defined]
+    except ImportError as exc:
+        if exc.name != "harel_beanie.migrate":
+            raise
+        _stderr(f"{PROG} migrate: not available in this version (no harel_beanie.migrate module)")
+        return 2
+    return int(migrate.main(list(argv)) or 0)
+
+
+# --- entry point --------------------------------------------------------------------------
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "migrate":
+        return _migrate(argv[1:])
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        _stderr(str(exc))
+        return 2
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    from harel.engine.execution import Execution  # noqa: F401  (fail here, not mid-command, if harel is broken)
+
+    from harel_beanie.errors import SchemaMismatch, StoreUnavailable
+    from harel_beanie.where import ConfigError
+
+    where = f"{PROG} {args.command}"
+    try:
+        return int(args.handler(args))
+    except (ConfigError, StoreUnavailable, SchemaMismatch) as exc:
+        _stderr(f"{where}: {_one_line(exc)}")
+        return 2
+    except KeyboardInterrupt:
+        _stderr(f"{where}: interrupted")
+        return 130
+    except Exception as exc:  # a bug or an outage mid-run: one line, the traceback on request
+        if os.environ.get("HAREL_BEANIE_DEBUG"):
+            raise
+        _stderr(f"{where}: failed: {type(exc).__name__}: {_one_line(exc)} (HAREL_BEANIE_DEBUG=1 shows the traceback)")
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,501 @@
+"""`harel-beanie demo`: the shop workloads in `models/` run on the store as a deployment runs
+them, so a newcomer sees the store do its job within a minute of cloning.
+
+Why this module exists: the issue's "done when" is a fresh clone where `make demo` sets up,
+runs a few hundred executions through harel's engine on our store, and shows what happened
+and where it is kept. It runs the pure-Mongo stack: our `AsyncMongoStore`, harel's
+`AsyncMongoTransport` on the same server, harel's `AsyncDistributedRunner` queueing the
+work and real `AsyncWorker.run` loops claiming it with `--concurrency` events in flight.
+
+What it runs (a mix, cycled until it has about `--executions` executions):
+
+- orders that are paid, cool off for 15 minutes, fan their lines out to pickers, join,
+  are sealed, scanned twice and delivered (`Completed`);
+- orders whose gateway fails a few times first (retries with exponential backoff on
+  durable timers), refused cards (`PaymentFailed`), out-of-stock lines (`Unfulfilled`),
+  orders cancelled while cooling off (`Cancelled`), parcels never delivered (`Lost` after
+  a 7-day timer), and standalone payments whose gateway never answers (`GaveUp` when the
+  2-minute budget runs out).
+
+Timers: the run's clock is simulated — a `ManualClock` shared by the runner, the workers
+and the transport, advanced by the demo to each next timer once the work before it is done.
+It replays about eight days of shop time, ending at the real time now, so a 15-minute or a
+7-day timer fires at once and the timestamps stored are plausible.
+
+With no URL (`--url`, `HAREL_MONGO_URL`, `MONGODB_URL`) it starts the embedded server on
+`./harel-beanie-data` (see `harel_beanie.where`), so a second run finds the first run's
+executions; every run's ids start with its own run id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from harel.engine.aio.distributed import AsyncDistributedRunner
+from harel.engine.schema import Names
+from harel.spec.states import Event
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from harel_beanie.async_store import AsyncMongoStore
+from harel_beanie.relay import sweep
+from harel_beanie.stack import LABEL, CommandCounter, CountingWorker, open_client, open_transport, transport_collections
+from harel_beanie.where import ConfigError, LocalServer, Target
+from harel_beanie.workloads import ManualClock, default_models_dir, load_models
+
+FINISHED = ("DONE", "FAILED", "CANCELLED")
+DAY = 86_400.0
+# the simulated windows: payments (retries, budget), cooling-off and picking, then a week
+# and a day for the lost parcels' timers
+PAY_WINDOW, FULFIL_WINDOW, LOST_WINDOW = 300.0, 3_600.0, 8 * DAY
+SPAN = PAY_WINDOW + FULFIL_WINDOW + LOST_WINDOW
+
+
+# --- the workload -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One root execution of the mix: what it is created with, what the demo does to it,
+    and the final state the model must end it in."""
+
+    name: str
+    definition_id: str
+    lines: tuple[str, ...] = ()
+    card: str = "visa"
+    flaky: int = 0
+    cancel: bool = False  # cancelled while cooling off
+    seal: bool = False  # the packing bench reports the parcel sealed
+    deliver: bool = False  # carrier scans and delivery
+    expect: str = ""
+
+    @property
+    def executions(self) -> int:
+        """How many executions it creates: an order that reaches fulfilment has its payment,
+        two regions and one picker per line."""
+        if self.definition_id == "Payment":
+            return 1
+        if self.card == "blocked" or self.cancel:
+            return 2
+        return 4 + len(self.lines)
+
+    def context(self, root_id: str) -> dict[str, Any]:
+        if self.definition_id == "Payment":
+            return {"order_id": root_id, "amount": 42.0, "card": self.card, "flaky_attempts": self.flaky}
+        amount = round(19.9 * max(1, len(self.lines)), 2)
+        return {"order_id": root_id, "amount": amount, "lines": list(self.lines), "card": self.card,
+                "flaky_attempts": self.flaky}  # fmt: skip
+
+
+MIX: tuple[Scenario, ...] = (
+    Scenario("delivered", "Order", ("SKU-1", "SKU-2"), seal=True, deliver=True, expect="Completed"),
+    Scenario("gateway retried", "Order", ("SKU-3",), flaky=2, seal=True, deliver=True, expect="Completed"),
+    Scenario("delivered", "Order", ("SKU-4", "SKU-5", "SKU-6"), seal=True, deliver=True, expect="Completed"),
+    Scenario("card declined", "Order", ("SKU-1",), card="blocked", expect="PaymentFailed"),
+    Scenario("delivered", "Order", ("SKU-7",), seal=True, deliver=True, expect="Completed"),
+    Scenario("out of stock", "Order", ("SKU-2", "OOS-9"), expect="Unfulfilled"),
+    Scenario("gateway retried", "Order", ("SKU-8", "SKU-9"), flaky=3, seal=True, deliver=True, expect="Completed"),
+    Scenario("cancelled", "Order", ("SKU-1", "SKU-2"), cancel=True, expect="Cancelled"),
+    Scenario("parcel lost", "Order", ("SKU-5",), seal=True, expect="Lost"),
+    Scenario("payment gave up", "Payment", flaky=99, expect="GaveUp"),
+)
+
+
+def plan(executions: int) -> list[Scenario]:
+    """The mix, cycled until it creates at least `executions` executions (at least one)."""
+    out: list[Scenario] = []
+    total = 0
+    while total < executions or not out:
+        s = MIX[len(out) % len(MIX)]
+        out.append(s)
+        total += s.executions
+    return out
+
+
+def root_id(run_id: str, i: int, s: Scenario) -> str:
+    return f"{run_id}-{'order' if s.definition_id == 'Order' else 'payment'}-{i:04d}"
+
+
+# --- the run ------------------------------------------------------------------------------
+
+
+class DemoStalled(RuntimeError):
+    pass
+
+
+@dataclass
+class Result:
+    run_id: str
+    elapsed: float
+    earlier: int
+    earlier_runs: list[str]
+    per_model: dict[str, dict[str, Any]]
+    endings: list[tuple[str, str, str, int, bool]]  # scenario, expected, ended in, n, ok
+    events: int
+    store_rt: Counter[Optional[str]] = field(default_factory=Counter)
+    store_rt_events: int = 0
+    transport_rt: int = 0
+    collections: dict[str, int] = field(default_factory=dict)
+
+
+class Demo:
+    def __init__(self, target: Target, models: Path, executions: int, workers: int, concurrency: int,
+                 console: Console, trace: bool = True) -> None:  # fmt: skip
+        self.target = target
+        self.models = models
+        self.scenarios = plan(executions)
+        self.workers_n = workers
+        self.concurrency = concurrency
+        self.console = console
+        self.trace = trace
+        self.run_id = f"demo-{secrets.token_hex(3)}"
+        self.clock = ManualClock(start=time.time() - SPAN)
+        self.store_counter = CommandCounter()
+        self.transport_counter = CommandCounter()
+        self.roots = [(root_id(self.run_id, i, s), s) for i, s in enumerate(self.scenarios)]
+        self.planned = sum(s.executions for s in self.scenarios)
+        self.swept = 0
+
+    async def run(self) -> Result:
+        try:
+            definitions = load_models(self.models)
+        except FileNotFoundError as exc:
+            raise ConfigError(f"{exc} (pass --models DIR)") from None
+        missing = {"Order", "Payment"} - set(definitions)
+        if missing:
+            raise ConfigError(f"the demo needs the machines {sorted(missing)} of models/ in {self.models}")
+        store_client = await open_client(self.target, listeners=[self.store_counter])
+        store = AsyncMongoStore(store_client, self.target.db, prefix=self.target.prefix)
+        self.store_executions = store_client[self.target.db][Names(self.target.prefix).executions]
+        # the demo's own looking (progress, settling) goes through a client of its own, uncounted
+        self.client = await open_client(self.target)
+        poll = AsyncMongoStore(self.client, self.target.db, prefix=self.target.prefix, beanie=False)
+        transport = None
+        try:
+            await store.init()
+            await poll.init()
+            transport = await open_transport(self.target, clock=self.clock, listeners=[self.transport_counter])
+            return await self._run(store, poll, transport, definitions)
+        finally:
+            await store.close()
+            await poll.close()
+            if transport is not None:
+                await transport.close()
+
+    async def _run(self, store: Any, poll: Any, transport: Any, definitions: dict[str, Any]) -> Result:
+        db = self.client[self.target.db]
+        self.executions = db[Names(self.target.prefix).executions]
+        self.messages = db[transport_collections(self.target.prefix)[0]]
+        self.poll = poll
+        earlier = await self.executions.count_documents({})
+        earlier_runs = await self._earlier_runs() if earlier else []
+
+        sender = AsyncDistributedRunner(store, transport, definitions, clock=self.clock, trace=self.trace)
+        workers = [
+            CountingWorker(store, transport, definitions, worker_id=f"{self.run_id}-w{k + 1}", clock=self.clock,
+                           concurrency=self.concurrency, trace=self.trace, executions=self.store_executions)  # fmt: skip
+            for k in range(self.workers_n)
+        ]
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(w.run(stop)) for w in workers]  # created before LABEL is set
+        started = time.perf_counter()
+        self.workers = workers
+        self.relay = lambda: sweep(store, transport, self.store_executions, workers[0].definitions, self.clock)
+        progress = Progress(
+            TextColumn("[bold]{task.description:<26}"),
+            BarColumn(bar_width=18),
+            MofNCompleteColumn(),
+            TextColumn("executions done · {task.fields[events]} events"),
+            console=self.console,
+        )
+        LABEL.set("driver")
+        try:
+            with progress:
+                self.progress = progress
+                self.bar = progress.add_task("creating orders", total=self.planned, events=0)
+                ticker = asyncio.create_task(self._tick())
+                try:
+                    await self._script(sender)
+                finally:
+                    ticker.cancel()
+                    await self._refresh()
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for t in tasks:
+            if t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]
+        elapsed = time.perf_counter() - started
+        return await self._result(elapsed, earlier, earlier_runs)
+
+    async def _script(self, sender: AsyncDistributedRunner) -> None:
+        gate = asyncio.Semaphore(16)
+
+        async def each(items: list[tuple[str, Scenario]], fn: Any) -> None:
+            async def one(eid: str, s: Scenario) -> None:
+                async with gate:
+                    await fn(eid, s)
+
+            await asyncio.gather(*(one(eid, s) for eid, s in items))
+
+        async def create(eid: str, s: Scenario) -> None:
+            await sender.create(s.definition_id, s.context(eid), execution_id=eid)
+
+        async def seal(eid: str, s: Scenario) -> None:
+            await sender.send(eid, Event(id=f"{eid}:sealed", kind="ParcelSealed", data={"weight_g": 250 * len(s.lines)}))
+
+        async def deliver(eid: str, s: Scenario) -> None:
+            for k in range(2):
+                await sender.send(eid, Event(id=f"{eid}:scan:{k}", kind="Scan", data={"hub": f"HUB-{k + 1}"}))
+            await sender.send(eid, Event(id=f"{eid}:delivered", kind="Delivered", data={"signed_by": "front desk"}))
+
+        async def cancel(eid: str, s: Scenario) -> None:
+            await sender.cancel(eid)
+
+        self._phase("creating orders")
+        await each(self.roots, create)
+        self._phase("paying (retries on timers)")
+        await self.timers(PAY_WINDOW)
+        self._phase("cancelling some")
+        for eid, s in self.roots:  # one at a time: a cancel relays inline, on this runner
+            if s.cancel:
+                await cancel(eid, s)
+        self._phase("cooling off, picking")
+        await self.timers(FULFIL_WINDOW)
+        self._phase("packing")
+        await each([r for r in self.roots if r[1].seal], seal)
+        await self.settle()
+        self._phase("shipping, delivering")
+        await each([r for r in self.roots if r[1].deliver], deliver)
+        await self.settle()
+        self._phase("a week later: lost parcels")
+        await self.timers(LOST_WINDOW)
+        self._phase("done")
+
+    def _phase(self, text: str) -> None:
+        self.progress.update(self.bar, description=text)
+
+    async def timers(self, within: float) -> None:
+        """Let `within` seconds of shop time pass: settle, jump the clock to the next armed
+        timer in the window (a worker's idle sweep fires it), settle, and so on."""
+        horizon = self.clock() + within
+        while True:
+            await self.settle()
+            due = await self.poll.due_timers(horizon)
+            ahead = [fire_at for _eid, _path, fire_at in due if fire_at > self.clock()]
+            if not ahead:
+                self.clock.set(horizon)
+                await self.settle()
+                return
+            self.clock.set(min(ahead))
+
+    async def _pending(self) -> tuple[int, int, int, int]:
+        return (
+            await self.messages.count_documents({}),
+            len(await self.poll.pending_outbox()),
+            len(await self.poll.pending_spawns()),
+            len(await self.poll.due_timers(self.clock())),
+        )
+
+    async def settle(self, stall: float = 20.0) -> None:
+        """Wait until nothing is queued, pending or due. A message parked for later (the
+        worker's `suspend_recheck`) comes back when the clock moves, so a queue that stops
+        moving gets the clock nudged; one that still does not move is a stall."""
+        last: Any = None
+        since = time.monotonic()
+        nudged = 0
+        while True:
+            now = await self._pending()
+            if now == (0, 0, 0, 0):
+                await asyncio.sleep(0.02)
+                if await self._pending() == (0, 0, 0, 0):
+                    return
+            if now != last:
+                last, since = now, time.monotonic()
+            elif not now[0] and (now[1] or now[2]) and time.monotonic() - since > 0.3:
+                # entries no relay is working on (see harel_beanie.relay): relay them
+                token = LABEL.set("sweep")
+                try:
+                    await self.relay()
+                finally:
+                    LABEL.reset(token)
+                self.swept += 1
+                last = None
+            elif time.monotonic() - since > stall / 4 and now[0] and nudged < 4:
+                self.clock.advance(5.0)
+                nudged += 1
+                since = time.monotonic()
+            elif time.monotonic() - since > stall:
+                raise DemoStalled(f"the work stopped moving (queued, outbox, spawns, due timers: {now})")
+            await asyncio.sleep(0.05)
+
+    async def _tick(self) -> None:
+        while True:
+            await self._refresh()
+            await asyncio.sleep(0.25)
+
+    async def _refresh(self) -> None:
+        mine = {"_id": {"$regex": f"^{self.run_id}-"}}
+        seen = await self.executions.count_documents(mine)
+        done = await self.executions.count_documents({**mine, "status": {"$in": list(FINISHED)}})
+        events = sum(w.handled for w in self.workers)
+        self.progress.update(self.bar, total=max(self.planned, seen), completed=done, events=events)
+
+    async def _earlier_runs(self) -> list[str]:
+        rows = await (await self.executions.aggregate([
+            {"$match": {"_id": {"$regex": "^demo-"}, "parent_id": None}},
+            {"$group": {"_id": {"$substrCP": ["$_id", 0, 11]}, "at": {"$min": "$created_at"}}},
+            {"$sort": {"at": 1}},
+        ])).to_list(None)  # fmt: skip
+        return [r["_id"] for r in rows]
+
+    async def _result(self, elapsed: float, earlier: int, earlier_runs: list[str]) -> Result:
+        docs = await self.executions.find(
+            {"_id": {"$regex": f"^{self.run_id}-"}},
+            {"definition_id": 1, "status": 1, "outcome": 1, "active_path": 1, "parent_id": 1},
+        ).to_list(None)
+        model_of = {d["_id"]: d["definition_id"] for d in docs}
+        events: Counter[str] = Counter()
+        for w in self.workers:
+            events.update(w.events)
+        per_model: dict[str, dict[str, Any]] = defaultdict(lambda: {"executions": 0, "statuses": Counter(), "events": 0, "rt": 0})
+        for d in docs:
+            row = per_model[d["definition_id"]]
+            row["executions"] += 1
+            status = d.get("status") or "?"
+            label = d["outcome"] if status == "DONE" and d.get("outcome") else status.lower()
+            row["statuses"][label] += 1
+        for eid, n in events.items():
+            per_model[model_of.get(eid, "?")]["events"] += n
+        rt_events = 0
+        for label, n in self.store_counter.by_label.items():
+            if label in model_of:
+                per_model[model_of[label]]["rt"] += n
+                rt_events += n
+        by_id = {d["_id"]: d for d in docs}
+        endings: Counter[tuple[str, str, str]] = Counter()
+        for eid, s in self.roots:
+            d = by_id.get(eid, {})
+            ended = (d.get("active_path") or d.get("status") or "missing").rsplit(".", 1)[-1]
+            endings[(s.name, s.expect, ended)] += 1
+        names = await self.executions.database.list_collection_names()
+        collections = {}
+        for name in sorted(names):
+            if name.startswith(self.target.prefix + "_"):
+                collections[name] = await self.executions.database[name].estimated_document_count()
+        return Result(
+            run_id=self.run_id,
+            elapsed=elapsed,
+            earlier=earlier,
+            earlier_runs=earlier_runs,
+            per_model=dict(per_model),
+            endings=[(n, e, got, k, got == e) for (n, e, got), k in sorted(endings.items())],
+            events=sum(events.values()),
+            store_rt=self.store_counter.by_label,
+            store_rt_events=rt_events,
+            transport_rt=self.transport_counter.total,
+            collections=collections,
+        )
+
+
+# --- the report ---------------------------------------------------------------------------
+
+
+def report(console: Console, target: Target, result: Result, workers: int, concurrency: int) -> None:
+    r = result
+    secs = max(r.elapsed, 1e-9)
+    table = Table(box=box.SIMPLE_HEAD, title=f"Run {r.run_id}: {sum(m['executions'] for m in r.per_model.values())} executions "
+                  f"in {r.elapsed:.1f}s", title_justify="left")  # fmt: skip
+    table.add_column("model")
+    table.add_column("executions", justify="right")
+    table.add_column("ended")
+    table.add_column("events", justify="right")
+    table.add_column("events/s", justify="right")
+    table.add_column("round trips/event", justify="right")
+    for model in sorted(r.per_model, key=lambda m: (-r.per_model[m]["executions"], m)):
+        m = r.per_model[model]
+        statuses = ", ".join(f"{v} {k}" for k, v in sorted(m["statuses"].items(), key=lambda kv: -kv[1]))
+        per_event = f"{m['rt'] / m['events']:.1f}" if m["events"] else "-"
+        table.add_row(model, str(m["executions"]), statuses, str(m["events"]), f"{m['events'] / secs:.0f}", per_event)
+    rt_per = f"{r.store_rt_events / r.events:.1f}" if r.events else "-"
+    table.add_section()
+    table.add_row("all", str(sum(m["executions"] for m in r.per_model.values())), "", str(r.events),
+                  f"{r.events / secs:.0f}", rt_per, style="bold")  # fmt: skip
+    console.print()
+    console.print(table)
+
+    ends = Table(box=box.SIMPLE_HEAD, title="How the orders and payments ended", title_justify="left")
+    ends.add_column("scenario")
+    ends.add_column("n", justify="right")
+    ends.add_column("ended in")
+    ends.add_column("as the model says?")
+    for name, expect, got, n, ok in r.endings:
+        ends.add_row(name, str(n), got, "[green]yes[/]" if ok else f"[red]no, expected {expect}[/]")
+    console.print(ends)
+
+    per_event = f"{r.transport_rt / r.events:.1f} per event" if r.events else ""
+    console.print("[bold]Round trips[/] (commands sent to the server)")
+    console.print(f"  store, handling events   {r.store_rt_events:>7}   {rt_per} per event: load, commit, relay")
+    console.print(f"  store, the demo's runner {r.store_rt.get('driver', 0):>7}   creates, sends, cancels")
+    console.print(f"  store, idle workers      {r.store_rt.get(None, 0):>7}   due-timer sweeps between events")
+    if r.store_rt.get("sweep"):
+        console.print(f"  store, relay sweeps      {r.store_rt['sweep']:>7}   entries no handler relayed")
+    console.print(f"  harel's transport        {r.transport_rt:>7}   {per_event}: publish, claim, ack")
+    console.print(
+        f"Worked by {workers} harel AsyncWorker loop(s), up to {concurrency} events in flight each; timers fired "
+        "on a simulated clock (8 days of shop time, ending now). Children started inside their parent's "
+        "relay (pickers, most payments) count their round trips under the parent."
+    )
+    console.print()
+    console.print("[bold]Where the data lives[/]")
+    where = f"  server     {target.masked_url}"
+    if target.embedded:
+        where += f"  (embedded SecantusDB, files in {target.data_dir}/db, stopped on exit)"
+    console.print(where)
+    console.print(f"  database   {target.db}")
+    for name, n in r.collections.items():
+        console.print(f"  {name:<32} {n} documents")
+    if r.earlier:
+        runs = ", ".join(r.earlier_runs[-5:]) + (" …" if len(r.earlier_runs) > 5 else "")
+        console.print(f"  found {r.earlier} executions from earlier runs" + (f" ({runs})" if runs else "") + "; still there")
+    else:
+        console.print("  no executions from earlier runs: this is the first")
+    console.print(f"  this run's ids start with {r.run_id}-")
+    console.print()
+    flags = "" if target.source == "embedded" else f" --url '{target.masked_url}'"
+    flags += "" if target.db == "harel" else f" --db {target.db}"
+    console.print(f"Look at them: harel-beanie status{flags}    harel-beanie monitor{flags} --definitions models")
+
+
+def main(args: Any, target: Target) -> int:
+    """Run the demo against `target` (see `harel_beanie.cli` for the flags)."""
+    console = Console(highlight=False)
+    if not console.is_terminal:  # piped or captured: room for the tables, unwrapped
+        console.width = max(console.width, 110)
+    models = Path(args.models) if args.models else default_models_dir()
+    if not models.is_dir():
+        raise ConfigError(f"no models directory at {models} (pass --models DIR)")
+    demo = Demo(target, models, args.executions, args.workers, args.concurrency, console, trace=not args.no_trace)
+    console.print(
+        f"[bold]harel-beanie demo[/]: about {demo.planned} executions of the shop models in {_short(models)} "
+        f"(run {demo.run_id}) on {target.masked_url}, database {target.db}"
+    )
+    result = asyncio.run(demo.run())
+    report(console, target, result, args.workers, args.concurrency)
+    return 0 if all(ok for *_, ok in result.endings) else 1
+
+
+def _short(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path(os.getcwd()).resolve())) + "/"
+    except ValueError:
+        return str(path)
