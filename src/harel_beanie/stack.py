@@ -126,7 +126,8 @@ async def open_client(target: Target, *, listeners: Sequence[Any] = ()) -> Any:
             await client.close()
             continue
         return client
-    raise StoreUnavailable(unreachable_message(target.url, target.retry, last))
+    message = unreachable_message(target.url, target.retry, last)
+    raise StoreUnavailable(message if len(message) <= 240 else message[:239] + "…")  # one readable line
 
 
 async def open_store(

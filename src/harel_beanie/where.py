@@ -61,12 +61,18 @@ class Target:
 
 def url_from(flag: Optional[str], env: Mapping[str, str]) -> tuple[Optional[str], str]:
     """The URL and where it came from (`None, ""` when none is set)."""
+    found: tuple[Optional[str], str] = (None, "")
     if flag:
-        return flag, "--url"
-    for var in ("HAREL_MONGO_URL", "MONGODB_URL"):
-        if env.get(var):
-            return env[var], var
-    return None, ""
+        found = flag, "--url"
+    else:
+        for var in ("HAREL_MONGO_URL", "MONGODB_URL"):
+            if env.get(var):
+                found = env[var], var
+                break
+    url, source = found
+    if url is not None and not url.lower().startswith(("mongodb://", "mongodb+srv://")):
+        raise ConfigError(f"{mask_url(url)} (from {source}) is not a MongoDB URL: expected mongodb://host[:port]")
+    return found
 
 
 def retry_policy(attempts: Optional[int], timeout: Optional[float]) -> RetryPolicy:

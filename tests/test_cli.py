@@ -1,0 +1,227 @@
+"""The `harel-beanie` command line: refusals (one line, exit 2), `status` on a backlog the
+test really creates, `monitor` driven through Textual's pilot, `migrate` dispatch.
+
+Commands run as a user runs them: `python -m harel_beanie ...` in a child process, pointed
+at the session's server with `--url`. The helpers here are shared by the other CLI tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+from harel.engine.execution import Execution, Status
+from harel.engine.store.base import TimerOp
+from harel.spec.states import Event
+
+from harel_beanie import cli
+from harel_beanie.embedded import free_port
+from harel_beanie.where import CLI_RETRY, Target
+
+MODELS = Path(__file__).resolve().parents[1] / "models"
+
+# what a command could otherwise pick up from the developer's environment
+_SCRUB = ("MONGODB_URL", "HAREL_MONGO_URL", "HAREL_MONGO_DB", "HAREL_PREFIX", "HAREL_DEFINITIONS_DIR",
+          "HAREL_CONCURRENCY", "HAREL_WORKER_ID", "HAREL_BEANIE_DATA", "HAREL_BEANIE_DEBUG")  # fmt: skip
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    env.update(extra)
+    return env
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 120, env: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harel_beanie", *args],
+        cwd=cwd,
+        env=env if env is not None else cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
+    """The single stderr line of a refused command (asserting exit 2, one line, no traceback)."""
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+# --- refusals -----------------------------------------------------------------------------
+
+
+def test_wrong_flags_unreachable_urls_and_missing_directories_get_one_line_each(tmp_path, mongo_url):
+    dead = f"mongodb://user:s3cret@127.0.0.1:{free_port()}"
+    quick = ["--connect-attempts", "2", "--connect-timeout", "0.3"]
+    cases = [
+        (["demo", "--bogus"], "unrecognized arguments: --bogus"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (["demo", "-n", "lots"], "expected a whole number"),
+        (["status", "--stuck-after", "-5"], "expected more than 0"),
+        (["status", "--url", dead, *quick], "did not answer a ping after 2 attempts"),
+        (["worker", "--url", dead, "--definitions", str(MODELS), *quick], "did not answer"),
+        (["status", "--url", "not-a-url"], "not-a-url (from --url) is not a MongoDB URL"),
+        (["status", "--url", "mongodb://h:notaport"], "cannot use mongodb://h:notaport"),
+        (["status", "--url", mongo_url, "--db", "bad.name"], "is not a MongoDB database name"),
+        (["status", "--url", mongo_url, "--prefix", "9-bad"], "prefix '9-bad' is refused"),
+        (["worker", "--url", mongo_url, "--definitions", str(tmp_path / "nope")], "no definitions directory at"),
+        (["worker", "--url", mongo_url], "no definitions: pass --definitions DIR or set HAREL_DEFINITIONS_DIR"),
+        (["worker", "--definitions", str(MODELS)], "no MongoDB URL: pass --url"),
+        (["worker", "--url", mongo_url, "--definitions", str(tmp_path)], "no machines in"),
+        (["monitor", "--url", mongo_url, "--definitions", str(tmp_path / "nope")], "no definitions directory at"),
+        (["demo", "--url", mongo_url, "--models", str(tmp_path / "nope")], "no models directory at"),
+    ]
+    for args, expected in cases:
+        line = one_line_error(run_cli(*args, cwd=tmp_path, timeout=60))
+        assert expected in line, (args, line)
+        assert line.startswith("harel-beanie"), line
+        assert "s3cret" not in line  # the password is masked
+    # a HAREL_* variable the worker reads, malformed
+    proc = run_cli("worker", "--url", mongo_url, "--definitions", str(MODELS), cwd=tmp_path,
+                   env=cli_env(HAREL_CONCURRENCY="many"))  # fmt: skip
+    assert "not a number" in one_line_error(proc)
+
+
+def test_help_lists_every_command(tmp_path):
+    proc = run_cli("--help", cwd=tmp_path)
+    assert proc.returncode == 0
+    for command in ("demo", "worker", "status", "monitor", "migrate"):
+        assert command in proc.stdout
+
+
+def test_migrate_is_dispatched_to_its_module_or_refused_in_one_line(monkeypatch, capsys):
+    seen: list[list[str]] = []
+    stub = types.ModuleType("harel_beanie.migrate")
+    stub.main = lambda argv: seen.append(argv) or 0  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "harel_beanie.migrate", stub)
+    assert cli.main(["migrate", "up", "--url", "mongodb://x"]) == 0
+    assert seen == [["up", "--url", "mongodb://x"]]
+
+    monkeypatch.setitem(sys.modules, "harel_beanie.migrate", None)  # the module is not there
+    assert cli.main(["migrate", "up"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["harel-beanie migrate: not available in this version (no harel_beanie.migrate module)"]
+
+
+# --- status -------------------------------------------------------------------------------
+
+
+async def seed_backlog(astore: Any, now: float) -> None:
+    """A backlog that is really there: a pending outbox entry, a pending spawn, a due timer
+    and a timer ahead, a RUNNING execution silent for an hour, and some finished ones."""
+
+    def exe(i: str, definition: str, status: Status, updated: float) -> Execution:
+        return Execution(id=i, definition_id=definition, status=status, updated_at=updated)
+
+    await astore.save(exe("silent", "Order", Status.RUNNING, now - 3600))
+    for i in range(3):
+        await astore.save(exe(f"done-{i}", "Order", Status.DONE, now - 60))
+    await astore.save(exe("failed", "Payment", Status.FAILED, now - 60))
+    await astore.commit(exe("emitter", "Order", Status.RUNNING, now - 5), [("silent", Event(kind="Ping"))],
+                        timers=(TimerOp("schedule", "CoolingOff", now + 600),))  # fmt: skip
+    await astore.commit(exe("forker", "Order", Status.RUNNING, now - 5), [],
+                        timers=(TimerOp("schedule", "Charging", now - 30),),
+                        spawns=(("forker:Fulfilment.Warehouse:0", "Fulfilment.Warehouse", {}),))  # fmt: skip
+
+
+async def test_status_reports_the_backlog_that_is_there(astore, mongo_url, db_name, tmp_path):
+    now = time.time()
+    await seed_backlog(astore, now)
+    where = ["--url", mongo_url, "--db", db_name]
+
+    proc = run_cli("status", *where, "--json", "--stuck-after", "600", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["counts"] == {"Order": {"RUNNING": 3, "DONE": 3}, "Payment": {"FAILED": 1}}
+    assert data["totals"] == {"RUNNING": 3, "DONE": 3, "FAILED": 1} and data["executions"] == 7
+    assert data["pending_outbox"] == 1 and data["pending_spawns"] == 1
+    assert data["oldest_outbox_age"] is not None and 0 <= data["oldest_outbox_age"] < 120
+    assert data["due_timers"] == 1
+    assert [(t["id"], t["path"]) for t in data["next_timers"]] == [("forker", "Charging"), ("emitter", "CoolingOff")]
+    assert [s["id"] for s in data["stuck"]] == ["silent"] and data["stuck"][0]["silent_for"] >= 3600
+    assert data["stuck_after"] == 600
+    assert data["transport"] == {"queued": 0, "leased": 0}
+    assert data["where"] == {"url": mongo_url, "db": db_name, "prefix": "harel"}
+
+    # a longer threshold: nothing is stuck
+    relaxed = json.loads(run_cli("status", *where, "--json", "--stuck-after", "7200", cwd=tmp_path).stdout)
+    assert relaxed["stuck"] == []
+
+    table = run_cli("status", *where, "--stuck-after", "600", cwd=tmp_path, env=cli_env(COLUMNS="120"))
+    assert table.returncode == 0, table.stderr
+    out = table.stdout
+    for text in ("Executions", "Order", "Payment", "Pending work", "outbox entries", "oldest",
+                 "Next timers", "Charging", "due", "Stuck", "silent", "60m"):  # fmt: skip
+        assert text in out, (text, out)
+
+
+def test_status_on_an_empty_database_says_so(mongo_url, db_name, tmp_path):
+    proc = run_cli("status", "--url", mongo_url, "--db", db_name, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "No executions in harel_executions" in proc.stdout
+    assert "Nothing stuck" in proc.stdout
+
+
+# --- monitor ------------------------------------------------------------------------------
+
+
+async def test_monitor_starts_and_lists_the_executions(astore, mongo_url, db_name):
+    from textual.widgets import DataTable
+
+    from harel_beanie.monitor import build_app
+
+    ids = ["order-a", "order-b", "payment-c"]
+    for i in ids:
+        await astore.save(Execution(id=i, definition_id="Order" if i.startswith("order") else "Payment",
+                                    status=Status.RUNNING, updated_at=time.time()))  # fmt: skip
+    app = build_app(Target(mongo_url, db_name, "harel", CLI_RETRY, "--url"), str(MODELS), interval=0.25)
+    try:
+        async with app.run_test(size=(140, 40)) as pilot:
+            table = app.screen.query_one("#executions", DataTable)
+            for _ in range(40):
+                await pilot.pause(0.1)
+                if table.row_count >= len(ids):
+                    break
+            assert sorted(str(k.value) for k in table.rows) == ids
+            assert "3 executions" in app.screen.sub_title
+            await pilot.press("enter")  # the detail screen of the first row opens
+            await pilot.pause(0.5)
+            assert type(app.screen).__name__ == "DetailScreen"
+            await pilot.press("escape")
+            await pilot.press("q")
+    finally:
+        app.model.close()
+
+
+def test_monitor_refuses_a_missing_url_server_quickly(tmp_path):
+    dead = f"mongodb://127.0.0.1:{free_port()}"
+    line = one_line_error(run_cli("monitor", "--url", dead, "--connect-attempts", "1", "--connect-timeout", "0.3", cwd=tmp_path))
+    assert "did not answer" in line
+
+
+@pytest.mark.parametrize("command", ["status", "monitor"])
+def test_commands_without_a_url_use_the_embedded_data_folder(tmp_path, command):
+    """No URL anywhere: `status` starts the embedded server on ./harel-beanie-data (and says
+    so on stderr, so --json stays parseable); `monitor` refuses a bad flag before starting it."""
+    if command == "status":
+        proc = run_cli("status", "--json", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["executions"] == 0
+        assert "starting the embedded MongoDB server" in proc.stderr
+        assert (tmp_path / "harel-beanie-data" / "db").is_dir()
+        assert not (tmp_path / "harel-beanie-data" / "server.json").exists()  # stopped, handed back
+    else:
+        line = one_line_error(run_cli("monitor", "--interval", "0", cwd=tmp_path))
+        assert "expected more than 0" in line
+        assert not (tmp_path / "harel-beanie-data").exists()

@@ -1,0 +1,130 @@
+"""`harel-beanie worker` drains the work another process publishes onto harel's Mongo
+transport, and stops on SIGTERM without losing what was in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from harel.engine.aio.distributed import AsyncDistributedRunner
+from harel.engine.schema import Names
+
+from harel_beanie.workloads import load_models, open_mongo_transport
+from tests.test_cli import MODELS, cli_env
+
+
+async def start_worker(mongo_url: str, db_name: str, worker_id: str, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harel_beanie", "worker", "--url", mongo_url, "--db", db_name,
+         "--definitions", str(MODELS), "--worker-id", worker_id, *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
+    )  # fmt: skip
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), timeout=60)
+    if "ready" not in line:
+        proc.kill()
+        raise AssertionError(f"no ready line: {line!r} {proc.stderr.read() if proc.stderr else ''}")
+    return proc, line
+
+
+def stop(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, (out, err)
+    assert "Traceback" not in err, err
+    return out, err
+
+
+async def wait_for(predicate: Any, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await predicate():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.1)
+
+
+async def test_worker_drains_published_work_and_stops_cleanly(mongo_url, db_name, astore):
+    proc, ready = await start_worker(mongo_url, db_name, "w-drain", "--concurrency", "8")
+    try:
+        assert ready.startswith(f"worker w-drain ready: {mongo_url} database {db_name} prefix harel")
+        assert "3 machines" in ready and "Order, Payment, PickLine" in ready
+        transport = await open_mongo_transport(mongo_url, db_name)
+        sender = AsyncDistributedRunner(astore, transport, load_models(MODELS))
+        expected = {}
+        for i in range(4):
+            await sender.create("Payment", {"order_id": f"p{i}", "amount": 5.0}, execution_id=f"pay-{i}")
+            expected[f"pay-{i}"] = "Captured"
+        await sender.create("Payment", {"order_id": "b", "card": "blocked"}, execution_id="pay-blocked")
+        expected["pay-blocked"] = "Declined"
+        await sender.create("PickLine", {"sku": "OOS-1"}, execution_id="pick-short")
+        expected["pick-short"] = "Short"
+        # an order pays through its invoked Payment child (an event relayed between two
+        # executions), then waits 15 minutes of real time cooling off: RUNNING, timer armed
+        await sender.create("Order", {"order_id": "o1", "amount": 9.5, "lines": ["SKU-1"]}, execution_id="order-1")
+        messages = transport._db[Names("harel").messages]
+
+        async def drained() -> bool:
+            loaded = {i: await astore.load(i) for i in [*expected, "order-1"]}
+            if any(e is None for e in loaded.values()):
+                return False
+            ended = all(loaded[i].status.value == "DONE" for i in expected)
+            cooling = loaded["order-1"].active_path == "CoolingOff"
+            return ended and cooling and await messages.count_documents({}) == 0
+
+        await wait_for(drained)
+        for i, state in expected.items():
+            assert (await astore.load(i)).active_path == state
+        assert [t[:2] for t in await astore.due_timers(float("inf"))] == [("order-1", "CoolingOff")]
+        assert await astore.pending_outbox() == [] and await astore.pending_spawns() == []
+        await transport.close()
+    finally:
+        out, err = stop(proc)
+    assert "worker w-drain stopping (SIGTERM)" in out
+    handled = int(out.split("stopped: ")[1].split()[0])
+    assert handled >= len(expected) + 1  # every Start, plus the order's Returned
+
+
+async def test_sigterm_with_events_in_flight_loses_nothing(mongo_url, db_name, astore):
+    """Stopped mid-stream, the worker finishes what it holds and releases the rest: every
+    execution is done or still queued, no lease is left held, and a second worker finishes."""
+    transport = await open_mongo_transport(mongo_url, db_name)
+    sender = AsyncDistributedRunner(astore, transport, load_models(MODELS))
+    ids = [f"pay-{i:02d}" for i in range(40)]
+    for i in ids:  # queued before any worker runs
+        await sender.create("Payment", {"order_id": i, "amount": 1.0}, execution_id=i)
+    proc, _ = await start_worker(mongo_url, db_name, "w-first", "--concurrency", "4")
+    try:
+
+        async def some_done() -> bool:
+            loaded = [await astore.load(i) for i in ids]
+            return any(e is not None and e.status.value == "DONE" for e in loaded)
+
+        await wait_for(some_done)
+    finally:
+        out, _ = stop(proc)
+    assert "stopped:" in out
+    db = transport._db
+    names = Names("harel")
+    assert await db[names.transport_locks].count_documents({"token": {"$ne": None}}) == 0  # nothing held
+    queued = {m["group_id"] for m in await db[names.messages].find({}, {"group_id": 1}).to_list(None)}
+    done = 0
+    for i in ids:
+        e = await astore.load(i)
+        assert e.status.value == "DONE" or i in queued, (i, e.status)
+        done += e.status.value == "DONE"
+    assert 0 < done < len(ids) and queued  # it really stopped mid-stream
+
+    second, _ = await start_worker(mongo_url, db_name, "w-second")
+    try:
+
+        async def all_done() -> bool:
+            loaded = [await astore.load(i) for i in ids]
+            return all(e is not None and e.active_path == "Captured" for e in loaded)
+
+        await wait_for(all_done)
+    finally:
+        stop(second)
+    await transport.close()
