@@ -16,8 +16,9 @@ MONGODB_URL is set (or --url is given), on that server too. For each server:
   and with all but that one.
 
 The workload is bench/parcel.stm: five events (Start, then four steps) take an execution from
-PENDING to DONE, each one engine step and one commit. For a worker the executions are created
-and their events queued first (timed separately, as "submit"), then the worker drains them.
+PENDING to DONE, each one engine step and one commit. For a worker, work goes in waves of
+max(4, concurrency) executions: a wave is created and its events queued (timed apart, as
+"submit"), then the worker drains it (the figure), so the queue is equally short for both stores.
 Speed is the embedded server's, a Python server far slower than mongod: compare the two stores
 side by side, and each with the ceiling measured in the same run, never across machines.
 """
@@ -136,10 +137,11 @@ class ServerRun:
     name: str
     url: str
     info: dict[str, str] = field(default_factory=dict)
-    ceiling: list[tuple[float, float]] = field(default_factory=list)  # (sequential, 16 in flight)
+    ceiling: list[tuple[float, float, float]] = field(default_factory=list)  # sequential, 16 in flight, indexed
     cells: list[Cell] = field(default_factory=list)
     index_costs: dict[str, dict[str, float]] = field(default_factory=dict)  # variant -> ms per op
     stored: int = 0
+    load: list[tuple[float, float, float]] = field(default_factory=list)  # os.getloadavg() at start, end
 
     def rates(self, runner: str, state: str, store: str) -> list[float]:
         return [c.rate for c in self.cells if (c.runner, c.state, c.store) == (runner, state, store)]
@@ -156,18 +158,28 @@ class ServerRun:
 # --- the server's ceiling ---------------------------------------------------------------------
 
 
-def ceiling(url: str, updates: int) -> tuple[float, float]:
-    """Bare `update_one` by `_id` per second: one at a time, and 16 in flight."""
-    db = "hbbench_ceiling_" + uuid.uuid4().hex[:6]
-    client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
-    coll = client[db]["docs"]
-    coll.insert_many([{"_id": i, "n": 0} for i in range(64)])
+def _bare_updates(coll: Any, updates: int) -> float:
     for i in range(min(50, updates)):  # warm-up
         coll.update_one({"_id": i % 64}, {"$inc": {"n": 1}})
     t = time.perf_counter()
     for i in range(updates):
         coll.update_one({"_id": i % 64}, {"$inc": {"n": 1}})
-    sequential = updates / (time.perf_counter() - t)
+    return updates / (time.perf_counter() - t)
+
+
+def ceiling(url: str, updates: int) -> tuple[float, float, float]:
+    """Bare `update_one` by `_id` per second: one at a time, 16 in flight, and one at a time
+    on a collection carrying this store's indexes (the update changes no indexed field: a
+    server that only maintains the keys an update changes runs it as fast as the first)."""
+    db = "hbbench_ceiling_" + uuid.uuid4().hex[:6]
+    client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
+    coll = client[db]["docs"]
+    coll.insert_many([{"_id": i, "n": 0} for i in range(64)])
+    indexed = client[db]["indexed"]
+    indexed.create_indexes(index_models(ExecutionDocument))
+    indexed.insert_many([{"_id": i, "n": 0, "definition_id": "D", "status": "RUNNING", "parent_id": None} for i in range(64)])
+    sequential = _bare_updates(coll, updates)
+    with_indexes = _bare_updates(indexed, updates)
 
     async def parallel() -> float:
         aclient: pymongo.AsyncMongoClient[Any] = pymongo.AsyncMongoClient(url)
@@ -188,7 +200,7 @@ def ceiling(url: str, updates: int) -> tuple[float, float]:
     in_flight = asyncio.run(parallel())
     client.drop_database(db)
     client.close()
-    return sequential, in_flight
+    return sequential, in_flight, with_indexes
 
 
 # --- a database in use: finished executions, shaped as each store writes them ----------------
@@ -336,20 +348,31 @@ async def _measure_worker(kind: str, url: str, db: str, defs: dict[str, Definiti
         await runner.send(warm.id, Event(kind=step))
     await _drain(store, transport, defs, concurrency, EVENTS_PER_EXECUTION, max(budget, 30.0))
 
-    # submit: create the executions (each queues its Start) and queue their four events
-    wanted = max(1, cap // EVENTS_PER_EXECUTION)
-    t = time.perf_counter()
+    # in waves, so the queue stays as short for one store as for the other: submit a wave
+    # (create the executions, each queueing its Start, and queue their four events; timed
+    # apart), then let the worker drain it (the figure). A wave holds max(4, concurrency)
+    # executions, enough to keep every slot of the worker busy.
+    wave = max(4, concurrency)
+    handled = submitted = 0
+    drain_seconds = submit_seconds = 0.0
     mine: list[str] = []
-    while len(mine) < wanted and time.perf_counter() - t < budget:
-        mine.append((await runner.create("Parcel")).id)
-    for eid in mine:
-        for step in STEPS:
-            await runner.send(eid, Event(kind=step))
-    submit_seconds = time.perf_counter() - t
-    ids += mine
-
-    handled, seconds = await _drain(store, transport, defs, concurrency, EVENTS_PER_EXECUTION * len(mine), budget)
-    if handled == EVENTS_PER_EXECUTION * len(mine):
+    while handled < cap and drain_seconds + submit_seconds < budget:
+        n = min(wave, -(-(cap - handled) // EVENTS_PER_EXECUTION))
+        t = time.perf_counter()
+        batch = [(await runner.create("Parcel")).id for _ in range(n)]
+        for eid in batch:
+            for step in STEPS:
+                await runner.send(eid, Event(kind=step))
+        submit_seconds += time.perf_counter() - t
+        submitted += EVENTS_PER_EXECUTION * n
+        mine += batch
+        ids += batch
+        got, seconds = await _drain(store, transport, defs, concurrency, EVENTS_PER_EXECUTION * n, budget)
+        handled += got
+        drain_seconds += seconds
+        if got < EVENTS_PER_EXECUTION * n:
+            break  # out of time inside a drain
+    if handled == submitted:
         last = await store.load(mine[-1])
         assert last is not None and last.status is Status.DONE, last
     await store.close()
@@ -360,7 +383,7 @@ async def _measure_worker(kind: str, url: str, db: str, defs: dict[str, Definiti
         client[db].drop_collection(coll)
     client.close()
     runner_name = f"worker-{concurrency}"
-    return Cell(runner_name, "", kind, handled, seconds, EVENTS_PER_EXECUTION * len(mine), submit_seconds), ids
+    return Cell(runner_name, "", kind, handled, drain_seconds, submitted, submit_seconds), ids
 
 
 def measure(kind: str, runner: str, url: str, db: str, defs: dict[str, Definition], cap: int, budget: float) -> Cell:
@@ -378,51 +401,80 @@ def measure(kind: str, runner: str, url: str, db: str, defs: dict[str, Definitio
 # --- what each index costs a commit ---------------------------------------------------------
 
 
-def _commit_costs(url: str, indexes: list[Any], commits: int) -> dict[str, float]:
-    """ms per state-only commit, and per commit-with-one-emit + its ack, on a store whose
-    collection has exactly `indexes` (plus `_id`)."""
-    db = "hbbench_ix_" + uuid.uuid4().hex[:6]
-    client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
-    if indexes:
-        client[db][EXECUTIONS].create_indexes(indexes)
-    store = MongoStore(pymongo.MongoClient(url), db, create_schema=False)
-    store.init()
-    exe = Execution(definition_id="Parcel", status=Status.RUNNING, active_path="Ordered")
-    store.commit(exe, [])
-    for _ in range(10):  # warm-up
-        store.commit(exe, [], processed_event_id=uuid.uuid4().hex)
-    t = time.perf_counter()
-    for _ in range(commits):
-        exe.updated_at = time.time()  # as harel's engine stamps every commit
-        store.commit(exe, [], processed_event_id=uuid.uuid4().hex)
-    state_only = (time.perf_counter() - t) / commits * 1000
-    pairs = max(1, commits // 2)
-    t = time.perf_counter()
-    for _ in range(pairs):
-        exe.updated_at = time.time()
-        seqs = store.commit(exe, [(exe.id, Event(kind="Pay"))], processed_event_id=uuid.uuid4().hex)
-        store.ack_outbox(seqs[0])
-    emit_ack = (time.perf_counter() - t) / pairs * 1000
-    store.close()
-    client.drop_database(db)
-    client.close()
-    return {"state": state_only, "emit_ack": emit_ack}
+class _Variant:
+    """A store on a collection holding exactly `indexes` (plus `_id`), with one running
+    execution whose dedupe window is already full, so every block measures the same work."""
+
+    WINDOW = 100  # a short window, filled in the warm-up: array sizes stay constant
+
+    def __init__(self, url: str, indexes: list[Any]) -> None:
+        self.db = "hbbench_ix_" + uuid.uuid4().hex[:6]
+        self.client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
+        if indexes:
+            self.client[self.db][EXECUTIONS].create_indexes(indexes)
+        self.store = MongoStore(pymongo.MongoClient(url), self.db, create_schema=False, dedupe_window=self.WINDOW)
+        self.store.init()
+        self.exe = Execution(definition_id="Parcel", status=Status.RUNNING, active_path="Ordered")
+        self.store.commit(self.exe, [])
+        for _ in range(self.WINDOW + 10):
+            self.store.commit(self.exe, [], processed_event_id=uuid.uuid4().hex)
+
+    def block(self, commits: int) -> tuple[float, float]:
+        """ms per state-only commit, and per commit-with-one-emit plus its ack."""
+        t = time.perf_counter()
+        for _ in range(commits):
+            self.exe.updated_at = time.time()  # as harel's engine stamps every commit
+            self.store.commit(self.exe, [], processed_event_id=uuid.uuid4().hex)
+        state_only = (time.perf_counter() - t) / commits * 1000
+        pairs = max(1, commits // 2)
+        t = time.perf_counter()
+        for _ in range(pairs):
+            self.exe.updated_at = time.time()
+            seqs = self.store.commit(self.exe, [(self.exe.id, Event(kind="Pay"))], processed_event_id=uuid.uuid4().hex)
+            self.store.ack_outbox(seqs[0])
+        return state_only, (time.perf_counter() - t) / pairs * 1000
+
+    def close(self) -> None:
+        self.store.close()
+        self.client.drop_database(self.db)
+        self.client.close()
 
 
-def index_costs(url: str, commits: int, rounds: int) -> dict[str, dict[str, float]]:
+def index_costs(url: str, commits: int, blocks: int) -> dict[str, dict[str, float]]:
+    """Per variant (every index, none, all but one), ms per operation; and per index, what it
+    adds: the median over blocks of (all - all but it), the two measured back to back in the
+    same block (the order turning each block), so drift and the machine's other load cancel."""
     declared = index_models(ExecutionDocument)
-    variants: list[tuple[str, list[Any]]] = [("all", declared), ("none", [])]
-    for ix in declared:
-        name = ix.document["name"]
-        variants.append((f"-{name}", [other for other in declared if other.document["name"] != name]))
-    samples: dict[str, list[dict[str, float]]] = {name: [] for name, _ in variants}
-    for r in range(rounds):
-        order = variants if r % 2 == 0 else list(reversed(variants))
-        for name, indexes in order:
-            samples[name].append(_commit_costs(url, indexes, commits))
-    return {
-        name: {k: statistics.median(s[k] for s in runs) for k in ("state", "emit_ack")} for name, runs in samples.items()
+    names = [ix.document["name"] for ix in declared]
+    variants = {"all": _Variant(url, declared), "none": _Variant(url, [])}
+    for name in names:
+        variants[f"-{name}"] = _Variant(url, [ix for ix in declared if ix.document["name"] != name])
+    keys = list(variants)
+    per: dict[str, list[tuple[float, float]]] = {k: [] for k in keys}
+    try:
+        for b in range(blocks):
+            order = keys[b % len(keys):] + keys[: b % len(keys)]
+            if b % 2:
+                order.reverse()
+            for k in order:
+                per[k].append(variants[k].block(commits))
+    finally:
+        for v in variants.values():
+            v.close()
+    out: dict[str, dict[str, float]] = {}
+    for k in keys:
+        out[k] = {"state": statistics.median(x[0] for x in per[k]), "emit_ack": statistics.median(x[1] for x in per[k])}
+    for k in keys:
+        if k.startswith("-"):
+            out["cost" + k] = {
+                "state": statistics.median(a[0] - m[0] for a, m in zip(per["all"], per[k])),
+                "emit_ack": statistics.median(a[1] - m[1] for a, m in zip(per["all"], per[k])),
+            }
+    out["cost_all"] = {
+        "state": statistics.median(a[0] - m[0] for a, m in zip(per["all"], per["none"])),
+        "emit_ack": statistics.median(a[1] - m[1] for a, m in zip(per["all"], per["none"])),
     }
+    return out
 
 
 # --- server and machine ---------------------------------------------------------------------
@@ -475,7 +527,7 @@ class Options:
     rounds: int
     ceiling_updates: int
     index_commits: int
-    index_rounds: int
+    index_blocks: int
     quick: bool
 
 
@@ -483,9 +535,11 @@ def run_server(name: str, url: str, opts: Options, defs: dict[str, Definition]) 
     run = ServerRun(name, url, info=server_info(name, url), stored=opts.stored)
     say = lambda msg: print(f"[{name}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     tag = uuid.uuid4().hex[:6]
+    run.load.append(os.getloadavg())
     say(f"{run.info['server']}; ceiling ...")
     run.ceiling.append(ceiling(url, opts.ceiling_updates))
-    say(f"ceiling {run.ceiling[-1][0]:.0f} updates/s sequential, {run.ceiling[-1][1]:.0f} with 16 in flight")
+    say(f"ceiling {run.ceiling[-1][0]:.0f} updates/s sequential, {run.ceiling[-1][1]:.0f} with 16 in flight, "
+        f"{run.ceiling[-1][2]:.0f} on an indexed collection")
     stored_db = {}
     for kind in STORES:
         stored_db[kind] = f"hbbench_{tag}_{kind}_stored"
@@ -506,10 +560,11 @@ def run_server(name: str, url: str, opts: Options, defs: dict[str, Definition]) 
                             client.drop_database(db)
                         say(f"round {r + 1} {runner:9s} {state:6s} {kind:6s} {cell.rate:8.1f} events/s ({cell.events} in {cell.seconds:.1f}s)")
         run.ceiling.append(ceiling(url, opts.ceiling_updates))
+        run.load.append(os.getloadavg())
         say(f"ceiling again {run.ceiling[-1][0]:.0f} / {run.ceiling[-1][1]:.0f}")
         if opts.index_commits:
             say("index costs ...")
-            run.index_costs = index_costs(url, opts.index_commits, opts.index_rounds)
+            run.index_costs = index_costs(url, opts.index_commits, opts.index_blocks)
     finally:
         for db in stored_db.values():
             client.drop_database(db)
@@ -536,12 +591,17 @@ def report_server(run: ServerRun) -> str:
     seq = statistics.mean(c[0] for c in run.ceiling)
     par = statistics.mean(c[1] for c in run.ceiling)
     lines = [f"## {run.info['server']}", ""]
-    lines.append(f"Reports itself as {run.info['reports']}, {run.info['topology']}.")
+    lines.append(f"Reports itself as {run.info['reports']}, {run.info['topology']}. Load average (1/5/15 min) "
+                 + " at the start, ".join("/".join(f"{x:.2f}" for x in la) for la in run.load)
+                 + " at the end of the measurements (the machine's other work shares its CPUs).")  # fmt: skip
     lines.append("")
     lines.append(
         "Ceiling (bare `update_one` by `_id`, write concern w:1): "
-        + ", ".join(f"{s:,.0f}" for s, _ in run.ceiling) + " updates/s one at a time (start, end of run); "
-        + ", ".join(f"{p:,.0f}" for _, p in run.ceiling) + " with 16 in flight."
+        + ", ".join(f"{s:,.0f}" for s, _, _ in run.ceiling) + " updates/s one at a time (start, end of run); "
+        + ", ".join(f"{p:,.0f}" for _, p, _ in run.ceiling) + " with 16 in flight. The same update one at a "
+        f"time on a collection carrying this store's {len(index_models(ExecutionDocument))} indexes (it changes no "
+        "indexed field): "
+        + ", ".join(f"{x:,.0f}" for _, _, x in run.ceiling) + " updates/s."
     )  # fmt: skip
     lines += ["", "### Events/s through harel's engine", ""]
     lines.append(
@@ -586,26 +646,28 @@ def report_server(run: ServerRun) -> str:
                      f"with {run.stored:,} stored {_pct(bs, b)} of its empty-database rate (target 80%: {ok2}).")  # fmt: skip
     if run.index_costs:
         lines += ["", "### What each index costs a commit", ""]
-        all_ = run.index_costs["all"]
-        none = run.index_costs["none"]
+        all_, none, every = run.index_costs["all"], run.index_costs["none"], run.index_costs["cost_all"]
         lines.append(
-            "harel-beanie's store committing directly (no engine), ms per operation, median of the rounds: a "
-            "state-only commit (what an event costs), and a commit with one emit plus its ack. "
-            f"All indexes: {all_['state']:.2f} / {all_['emit_ack']:.2f} ms; only `_id`: {none['state']:.2f} / "
-            f"{none['emit_ack']:.2f} ms. The cost of one index is the time with all of them minus the time "
-            "with all but that one."
+            "harel-beanie's store committing directly (no engine; a dedupe window of 100, full), ms per "
+            "operation: a state-only commit (what an event costs) and a commit with one emit plus its ack. "
+            f"With every index {all_['state']:.2f} / {all_['emit_ack']:.2f} ms, with only `_id` "
+            f"{none['state']:.2f} / {none['emit_ack']:.2f} ms: the index set costs {every['state']:+.2f} / "
+            f"{every['emit_ack']:+.2f} ms. One index's cost is the median, over blocks, of the time with every "
+            "index minus the time with all but that one, measured back to back in each block."
         )
         lines.append("")
         lines.append("| index | serves | state-only commit, ms | commit + emit + ack, ms |")
         lines.append("|---|---|---:|---:|")
         for ix in index_models(ExecutionDocument):
             name = ix.document["name"]
-            without = run.index_costs.get(f"-{name}")
-            if without is None:
+            cost = run.index_costs.get(f"cost-{name}")
+            if cost is None:
                 continue
+            keys = ", ".join(f"{k} {v}" for k, v in dict(ix.document["key"]).items())
+            extra = " sparse" if ix.document.get("sparse") else ""
             lines.append(
-                f"| `{name}` {dict(ix.document['key'])} | {INDEX_PURPOSE.get(name, '(not described)')} | "
-                f"{all_['state'] - without['state']:+.2f} | {all_['emit_ack'] - without['emit_ack']:+.2f} |"
+                f"| `{name}` ({keys}){extra} | {INDEX_PURPOSE.get(name, '(not described)')} | "
+                f"{cost['state']:+.2f} | {cost['emit_ack']:+.2f} |"
             )
     return "\n".join(lines)
 
@@ -636,8 +698,8 @@ def parse_args(argv: Optional[list[str]] = None) -> tuple[Options, argparse.Name
     p.add_argument("--events", type=int, help="events per measurement (default 400; quick 10)")
     p.add_argument("--seconds", type=float, help="time budget per measurement (default 15; quick 5)")
     p.add_argument("--stored", type=int, help="finished executions in the 'stored' database (default 20000; quick 100)")
-    p.add_argument("--rounds", type=int, help="interleaved rounds (default 2; quick 1)")
-    p.add_argument("--index-commits", type=int, help="commits per index variant (default 300; quick 10; 0 skips)")
+    p.add_argument("--rounds", type=int, help="interleaved rounds (default 3; quick 1)")
+    p.add_argument("--index-commits", type=int, help="commits per index variant and block (default 40; quick 4; 0 skips)")
     p.add_argument("--url", default=os.environ.get("MONGODB_URL"), help="also run on this server (default $MONGODB_URL)")
     p.add_argument("--no-embedded", action="store_true", help="skip the embedded server (needs --url)")
     p.add_argument("--out", help="write the markdown here (default bench/RESULTS.md; quick: nowhere)")
@@ -647,10 +709,10 @@ def parse_args(argv: Optional[list[str]] = None) -> tuple[Options, argparse.Name
         events=a.events or (10 if q else 400),
         seconds=a.seconds or (5.0 if q else 15.0),
         stored=a.stored if a.stored is not None else (100 if q else 20_000),
-        rounds=a.rounds or (1 if q else 2),
+        rounds=a.rounds or (1 if q else 3),
         ceiling_updates=50 if q else 2_000,
-        index_commits=a.index_commits if a.index_commits is not None else (10 if q else 300),
-        index_rounds=1 if q else 2,
+        index_commits=a.index_commits if a.index_commits is not None else (4 if q else 40),
+        index_blocks=2 if q else 12,
         quick=q,
     )
     return opts, a
