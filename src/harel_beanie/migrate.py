@@ -11,8 +11,9 @@ database one version up or down. Steps are written once, here, and run two ways:
 
 How a step stays safe without transactions (a standalone server has none):
 
-- it reads the executions in batches ordered by `_id` (`_id > last`, `batch_size` at a time),
-  so memory holds one batch, never the collection;
+- it reads the executions through one cursor in `_id` order, `batch_size` documents a round
+  trip, and converts and writes them a batch at a time, so memory holds a batch or two,
+  never the collection;
 - each document is rewritten by one conditional update guarded on the `version` it was read
   at, so a concurrent commit is never overwritten with stale values: a document that moved
   is read again and re-planned;
@@ -34,8 +35,8 @@ Version 1 (step `0001_adopt_harel_mongostore`) over harel's layout:
 - down: converts what harel's store cannot read back to its forms (spawn contexts as
   dicts, trace steps as dicts with their index, harel's timer keys), raises harel's
   outbox/spawn counters to at least every pending seq (so harel hands out larger, unique
-  seqs) and its trace counters to each `trace_n`, removes the added fields, drops the
-  indexes and the recorded version.
+  seqs) and its trace counters to each `trace_n`, removes the added fields; the recorded
+  version and the indexes go first.
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ from typing import Any, Awaitable, Callable, Optional, Sequence
 
 from harel.engine.execution import Execution
 from harel.engine.schema import DEFAULT_PREFIX, Names
-from pymongo import UpdateOne
-from pymongo.errors import ConfigurationError, InvalidURI, PyMongoError
+from pymongo import DeleteOne, UpdateOne
+from pymongo.errors import ConfigurationError, CursorNotFound, InvalidURI, PyMongoError
 
 from harel_beanie import records
 from harel_beanie.commit import summary_fields
@@ -73,6 +74,8 @@ PREFIX_ENV = "HAREL_PREFIX"
 BATCH_ENV = "HAREL_MIGRATE_BATCH_SIZE"
 #: How many times a batch re-reads documents a concurrent writer moved before giving up.
 GUARD_ATTEMPTS = 5
+#: How many times a step opens a new cursor after the server dropped one.
+CURSOR_REOPENS = 10
 
 UP, DOWN = "up", "down"
 
@@ -279,18 +282,37 @@ class Migrator:
             await step.before_down(self)
         projection = step.up_projection if direction == UP else step.down_projection
         convert = step.up_batch if direction == UP else step.down_batch
-        while True:
-            query = {} if after is None else {"_id": {"$gt": after}}
-            docs = await self.exes.find(query, projection).sort("_id", 1).limit(self.batch_size).to_list(None)
-            if not docs:
-                break
-            report.updated += await convert(self, docs)
-            report.read += len(docs)
+
+        async def done(batch: list[dict[str, Any]]) -> Any:
+            report.updated += await convert(self, batch)
+            report.read += len(batch)
             report.batches += 1
-            after = docs[-1]["_id"]
-            await self.counters.update_one({"_id": PROGRESS_ID}, {"$set": {"after": after}})
+            last = batch[-1]["_id"]
+            await self.counters.update_one({"_id": PROGRESS_ID}, {"$set": {"after": last}})
             if self.on_batch is not None:
                 self.on_batch(version, direction, report.batches)
+            return last
+
+        # one cursor in `_id` order, `batch_size` documents a round trip; a server that drops
+        # it (an idle timeout) gets a new one from the last batch written
+        for _ in range(CURSOR_REOPENS):
+            query = {} if after is None else {"_id": {"$gt": after}}
+            cursor = self.exes.find(query, projection).sort("_id", 1).batch_size(self.batch_size)
+            try:
+                batch: list[dict[str, Any]] = []
+                async for doc in cursor:
+                    batch.append(doc)
+                    if len(batch) == self.batch_size:
+                        after, batch = await done(batch), []
+                if batch:
+                    after = await done(batch)
+                break
+            except CursorNotFound:
+                continue
+            finally:
+                await cursor.close()
+        else:
+            raise MigrationError(f"the server kept dropping the migration's cursor on {self.where}; run it again")
         if direction == UP:
             await step.after_up(self)
         else:
@@ -428,7 +450,7 @@ class AdoptHarelLayout(Step):
         updated = await m.write_guarded(docs, lambda d: adopt_update(d, trace_counters.get(d["_id"])), self.up_projection)
         if trace_counters:
             # folded into `trace_n`; a re-run without them keeps it (`trace_n` only grows)
-            await m.counters.delete_many({"_id": {"$in": [_HAREL_TRACE_COUNTER + i for i in trace_counters]}})
+            await m.counters.bulk_write([DeleteOne({"_id": _HAREL_TRACE_COUNTER + i}) for i in trace_counters], ordered=False)
         return updated
 
     async def after_up(self, m: Migrator) -> None:
@@ -440,8 +462,10 @@ class AdoptHarelLayout(Step):
 
     async def before_down(self, m: Migrator) -> None:
         # no record = version 0, which this store serves in compatibility mode: it reads both
-        # layouts, so it stays correct on a half-converted database
+        # layouts, so it stays correct on a half-converted database, and needs none of the
+        # indexes (dropped first: every rewrite below would otherwise update them)
         await m.counters.delete_one({"_id": SCHEMA_MARKER_ID})
+        await _drop_indexes(m)
 
     async def down_batch(self, m: Migrator, docs: list[dict[str, Any]]) -> int:
         async def raise_counters(batch: list[dict[str, Any]]) -> None:
@@ -459,11 +483,14 @@ class AdoptHarelLayout(Step):
         return await m.write_guarded(docs, restore_update, self.down_projection, before=raise_counters)
 
     async def after_down(self, m: Migrator) -> None:
-        names = {ix.document["name"] for ix in m.indexes}
-        existing = [ix["name"] async for ix in await m.exes.list_indexes()]
-        for name in existing:
-            if name in names:
-                await m.exes.drop_index(name)
+        await _drop_indexes(m)  # a store started meanwhile creates them again
+
+
+async def _drop_indexes(m: Migrator) -> None:
+    names = {ix.document["name"] for ix in m.indexes}
+    for name in [ix["name"] async for ix in await m.exes.list_indexes()]:
+        if name in names:
+            await m.exes.drop_index(name)
 
 
 def adopt_update(doc: dict[str, Any], trace_counter: Optional[int]) -> Optional[dict[str, Any]]:
