@@ -218,7 +218,7 @@ def test_commands_without_a_url_use_the_embedded_data_folder(tmp_path, command):
         proc = run_cli("status", "--json", cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["executions"] == 0
-        assert "starting the embedded MongoDB server" in proc.stderr
+        assert "started the embedded MongoDB server" in proc.stderr
         assert (tmp_path / "harel-beanie-data" / "db").is_dir()
         assert not (tmp_path / "harel-beanie-data" / "server.json").exists()  # stopped, handed back
     else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
@@ -142,6 +143,7 @@ def _target(args: Any, *, embedded_ok: bool, say: Callable[[str], None]) -> Any:
         data=getattr(args, "data", None),
         embedded_ok=embedded_ok,
         say=say,
+        command=args.command,
     )
 
 
@@ -195,6 +197,11 @@ def _migrate(argv: Sequence[str]) -> int:
 # --- entry point --------------------------------------------------------------------------
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    # SIGTERM unwinds like Ctrl-C, so an embedded server this command started is stopped
+    raise KeyboardInterrupt
+
+
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text or type(exc).__name__
@@ -221,6 +228,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from harel_beanie.where import ConfigError
 
     where = f"{PROG} {args.command}"
+    if args.command != "worker":  # the worker stops on SIGTERM its own way
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         return int(args.handler(args))
     except (ConfigError, StoreUnavailable, SchemaMismatch) as exc:

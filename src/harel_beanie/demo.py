@@ -32,6 +32,8 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import shutil
+import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -427,7 +429,8 @@ def report(console: Console, target: Target, result: Result, workers: int, concu
         m = r.per_model[model]
         statuses = ", ".join(f"{v} {k}" for k, v in sorted(m["statuses"].items(), key=lambda kv: -kv[1]))
         per_event = f"{m['rt'] / m['events']:.1f}" if m["events"] else "-"
-        table.add_row(model, str(m["executions"]), statuses, str(m["events"]), f"{m['events'] / secs:.0f}", per_event)
+        rate = f"{m['events'] / secs:.0f}" if m["events"] else "-"
+        table.add_row(model, str(m["executions"]), statuses, str(m["events"]), rate, per_event)
     rt_per = f"{r.store_rt_events / r.events:.1f}" if r.events else "-"
     table.add_section()
     table.add_row("all", str(sum(m["executions"] for m in r.per_model.values())), "", str(r.events),
@@ -475,9 +478,10 @@ def report(console: Console, target: Target, result: Result, workers: int, concu
     console.print()
     flags = "" if target.source == "embedded" else f" --url '{target.masked_url}'"
     flags += "" if target.db == "harel" else f" --db {target.db}"
+    command = _command()
     console.print("Look at them:")
-    console.print(f"  harel-beanie status{flags}")
-    console.print(f"  harel-beanie monitor{flags} --definitions models")
+    console.print(f"  {command} status{flags}")
+    console.print(f"  {command} monitor{flags} --definitions models")
 
 
 def main(args: Any, target: Target) -> int:
@@ -494,6 +498,20 @@ def main(args: Any, target: Target) -> int:
     result = asyncio.run(demo.run())
     report(console, target, result, args.workers, args.concurrency)
     return 0 if all(ok for *_, ok in result.endings) else 1
+
+
+def _command() -> str:
+    """How the user can run `harel-beanie` from here: by name if it is on PATH, else by the
+    path of the script beside this interpreter (`.venv/bin/harel-beanie` after `make demo`)."""
+    if shutil.which("harel-beanie"):
+        return "harel-beanie"
+    beside = Path(sys.executable).parent / "harel-beanie"
+    if not beside.exists():
+        return "python -m harel_beanie"
+    try:
+        return str(beside.relative_to(Path(os.getcwd())))
+    except ValueError:
+        return str(beside)
 
 
 def _short(path: Path) -> str:

@@ -109,23 +109,42 @@ def db_and_prefix(db: Optional[str], prefix: Optional[str], env: Mapping[str, st
 
 class LocalServer:
     """The embedded server for a data folder: started here (and stopped on `close`), or
-    joined if another command already runs one on that folder."""
+    joined if another command already runs one on that folder. A server whose owner died
+    without stopping it (killed) is adopted: used, and stopped on `close`. `command` names
+    the command, so two demos never share one server (their clocks would disagree)."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, command: str = "") -> None:
         self.data_dir = data_dir
+        self.command = command
         self.url = ""
-        self.started = False  # True: this process started it (and stops it)
+        self.mode = ""  # "started", "joined" or "adopted"
         self._server: Optional[Any] = None  # an EmbeddedServer
+        self._adopted: Optional[int] = None  # the pid of an adopted server
 
     @property
     def handoff(self) -> Path:
         return self.data_dir / HANDOFF_FILE
 
+    @property
+    def owns(self) -> bool:
+        return self.mode in ("started", "adopted")
+
     def open(self) -> str:
-        joined = self._running()
-        if joined is not None:
-            self.url = joined
-            return joined
+        info = self._live_server()
+        if info is not None:
+            self.url = f"mongodb://127.0.0.1:{info['port']}"
+            if _alive(info["owner"]):
+                if self.command == "demo" and info.get("command") == "demo":
+                    raise ConfigError(
+                        f"another demo (pid {info['owner']}) is running on {self.data_dir}/: "
+                        "wait for it, or pass --data DIR"
+                    )
+                self.mode = "joined"
+            else:
+                self.mode = "adopted"
+                self._adopted = info["pid"]
+                self._write(info["port"], info["pid"])
+            return self.url
         from harel_beanie.embedded import EmbeddedServer
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -138,24 +157,27 @@ class LocalServer:
             server.stop(kill=True)
             raise ConfigError(f"the embedded server did not start: {exc}") from None
         self._server = server
-        self.started = True
+        self.mode = "started"
         self.url = server.url
         assert server.proc is not None
-        self.handoff.write_text(json.dumps({"port": server.port, "pid": server.proc.pid, "owner": os.getpid()}))
+        self._write(server.port, server.proc.pid)
         return self.url
 
-    def _running(self) -> Optional[str]:
-        """The URL of a server another live command runs on this folder, if any."""
+    def _write(self, port: int, pid: int) -> None:
+        self.handoff.write_text(json.dumps({"port": port, "pid": pid, "owner": os.getpid(), "command": self.command}))
+
+    def _live_server(self) -> Optional[dict[str, Any]]:
+        """The handoff record of a server that still answers on this folder, if any."""
         try:
             info = json.loads(self.handoff.read_text())
-            port, owner = int(info["port"]), int(info["owner"])
+            info["port"], info["pid"], info["owner"] = int(info["port"]), int(info["pid"]), int(info["owner"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        if owner == os.getpid() or not _alive(owner):
+        if info["owner"] == os.getpid() or not _is_embedded_server(info["pid"]):
             return None
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return f"mongodb://127.0.0.1:{port}"
+            with socket.create_connection(("127.0.0.1", info["port"]), timeout=0.5):
+                return dict(info)
         except OSError:
             return None
 
@@ -163,20 +185,57 @@ class LocalServer:
         if self._server is not None:
             self._server.stop()
             self._server = None
-            try:
-                self.handoff.unlink()
-            except OSError:
-                pass
+        elif self._adopted is not None:
+            _stop_pid(self._adopted)
+            self._adopted = None
+        else:
+            return
+        try:
+            self.handoff.unlink()
+        except OSError:
+            pass
+
+
+def _is_embedded_server(pid: int) -> bool:
+    """Whether `pid` is a running `secantusd-py` (what the handoff file says it is)."""
+    try:
+        return b"secantusd" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return _alive(pid)  # no /proc: trust the record if the process exists
+
+
+def _stop_pid(pid: int, grace: float = 15.0) -> None:
+    """Stop an adopted server and what it forked (it leads its own process group)."""
+    import signal
+    import time
+
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.1)
+    if _alive(pid):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _alive(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (killed, not yet reaped)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 @contextmanager
@@ -191,10 +250,11 @@ def resolve(
     embedded_ok: bool = True,
     say: Callable[[str], None] = print,
     env: Optional[Mapping[str, str]] = None,
+    command: str = "",
 ) -> Iterator[Target]:
     """The command's `Target`. With no URL and `embedded_ok`, the embedded server on the
-    data folder (started, or joined if another command runs it), stopped on exit if this
-    started it; `say` announces which. With no URL and not `embedded_ok`, a `ConfigError`."""
+    data folder (started, joined or adopted: see `LocalServer`), stopped on exit if this
+    command owns it; `say` announces which. With no URL and not `embedded_ok`, a `ConfigError`."""
     env = os.environ if env is None else env
     found, source = url_from(url, env)
     db_name, prefix_name = db_and_prefix(db, prefix, env)
@@ -205,16 +265,17 @@ def resolve(
     if not embedded_ok:
         raise ConfigError("no MongoDB URL: pass --url or set HAREL_MONGO_URL (or MONGODB_URL)")
     folder = Path(data or env.get("HAREL_BEANIE_DATA") or DEFAULT_DATA_DIR)
-    local = LocalServer(folder)
+    local = LocalServer(folder, command)
     try:
-        joined = local._running()
-        if joined is None:
-            say(f"No MONGODB_URL set: starting the embedded MongoDB server (SecantusDB), data in {folder}/")
         url_now = local.open()
-        if not local.started:
+        if local.mode == "started":
+            say(f"No MONGODB_URL set: started the embedded MongoDB server (SecantusDB), data in {folder}/")
+        elif local.mode == "joined":
             say(f"No MONGODB_URL set: using the embedded server another harel-beanie command runs on {folder}/")
+        else:
+            say(f"No MONGODB_URL set: taking over the embedded server left running on {folder}/")
         yield Target(url_now, db_name, prefix_name, policy, "embedded", data_dir=folder)
     finally:
-        if local.started:
-            say("Stopping the embedded server (its data stays in " + f"{folder}/).")
+        if local.owns:
+            say(f"Stopping the embedded server (its data stays in {folder}/).")
         local.close()
