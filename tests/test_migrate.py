@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import pymongo
 import pytest
+from pydantic.errors import PydanticUserError
 from harel import DurableRunner, Event, definition_from_dsl
 from harel.engine.store import MongoStore as HarelMongoStore
 from harel.engine.schema import DEFAULT_PREFIX, Names
@@ -127,6 +128,7 @@ class World:
         self.client, self.url, self.db, self.prefix = client, url, db, prefix
         self.now = 1000.0
         self.processed: list[tuple[str, str]] = []
+        self.calls_from = len(migrate_actions.CALLS)  # the action calls of this world's run
 
     def harel(self) -> Recorder:
         return Recorder(HarelMongoStore(self.client, self.db, prefix=self.prefix), self.processed)
@@ -236,8 +238,8 @@ def outcome(w: World, store: Recorder) -> dict[str, Any]:
 
 def assert_nothing_twice(w: World) -> None:
     assert len(set(w.processed)) == len(w.processed), "an event was processed twice"
-    calls = migrate_actions.CALLS
-    assert len(set(calls)) == len(calls), "a step's actions ran twice"
+    calls = migrate_actions.CALLS[w.calls_from :]
+    assert calls and len(set(calls)) == len(calls), "a step's actions ran twice"
 
 
 def pending(store: Recorder) -> dict[str, Any]:
@@ -250,7 +252,6 @@ def pending(store: Recorder) -> dict[str, Any]:
 
 @pytest.fixture
 def world(client: pymongo.MongoClient[Any], mongo_url: str, db_name: str) -> World:
-    migrate_actions.CALLS.clear()
     return World(client, mongo_url, db_name)
 
 
@@ -259,7 +260,6 @@ def reference(client: pymongo.MongoClient[Any], mongo_url: str) -> Iterator[dict
     """The whole scenario on harel's store alone."""
     w = World(client, mongo_url, "hbt_migrate_reference")
     client.drop_database(w.db)
-    migrate_actions.CALLS.clear()
     populate(w, w.harel())
     advance(w, w.harel())
     finish(w, w.harel())
@@ -509,6 +509,7 @@ def test_beanies_cli_runs_the_migration_files(client: pymongo.MongoClient[Any], 
 
 
 @pytest.mark.xfail(
+    raises=PydanticUserError,
     reason="documents.bind() fails for a prefix other than harel's default (pydantic refuses the "
     "generated Settings class), so this store cannot open it yet; the migration itself works",
     strict=False,
