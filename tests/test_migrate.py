@@ -454,6 +454,17 @@ def test_migrate_command(world: World, capsys: pytest.CaptureFixture[str]) -> No
     world.harel().load("t1")  # harel's store reads it again
 
 
+def test_a_document_that_is_not_an_execution_stops_up_naming_it(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    populate(world, world.harel())
+    world.executions.update_one({"_id": "s1"}, {"$set": {"data": "{not json"}})
+    assert main(["up", "--url", world.url, "--db", world.db, "--prefix", PREFIX]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'s1'" in err[0] and "not an Execution" in err[0]
+    assert world.counters.find_one({"_id": SCHEMA_MARKER_ID}) is None  # not recorded as migrated
+    assert main(["status", "--url", world.url, "--db", world.db, "--prefix", PREFIX]) == 0
+    assert "interrupted: 0001_adopt_harel_mongostore up" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

@@ -52,6 +52,7 @@ from typing import Any, Awaitable, Callable, Optional, Sequence
 
 from harel.engine.execution import Execution
 from harel.engine.schema import DEFAULT_PREFIX, Names
+from pydantic import ValidationError
 from pymongo import DeleteOne, UpdateOne
 from pymongo.errors import ConfigurationError, CursorNotFound, InvalidURI, PyMongoError
 
@@ -497,7 +498,12 @@ def adopt_update(doc: dict[str, Any], trace_counter: Optional[int]) -> Optional[
     """The update bringing one harel-layout document to version 1 (None: already there)."""
     want: dict[str, Any] = {}
     if doc.get("data") is not None:
-        want.update(summary_fields(Execution.model_validate_json(doc["data"])))
+        try:
+            exe = Execution.model_validate_json(doc["data"])
+        except ValidationError as err:
+            why = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'data'}: {e['msg']}" for e in err.errors()[:3])
+            raise MigrationError(f"execution {doc['_id']!r}: its `data` is not an Execution ({why})") from None
+        want.update(summary_fields(exe))
     timers = doc.get("timers") or {}
     # steps ever written: harel's counter, or this store's count, or what the ring shows
     want["trace_n"] = max(doc.get("trace_n") or 0, trace_counter or 0, _ring_count(doc.get("trace") or []))
@@ -650,7 +656,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _fail(f"--to must be a layout version from 0 to {SCHEMA_VERSION}, got {args.to}", 2)
     if args.timeout <= 0:
         return _fail(f"--timeout must be positive, got {args.timeout}", 2)
-    return asyncio.run(_main(args))
+    try:
+        return asyncio.run(_main(args))
+    except KeyboardInterrupt:
+        return _fail("interrupted; run the same command again to resume", 130)
 
 
 async def _main(args: argparse.Namespace) -> int:
@@ -679,6 +688,7 @@ async def _main(args: argparse.Namespace) -> int:
                 print(f"{m.where}: at layout version {(await m.status()).version}")
         except MigrationError as err:
             return _fail(str(err), 1)
+
         except PyMongoError as err:
             return _fail(
                 f"the server failed during the migration ({type(err).__name__}: {_first_line(err)}); "
