@@ -61,36 +61,59 @@ def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
 # --- refusals -----------------------------------------------------------------------------
 
 
-def test_wrong_flags_unreachable_urls_and_missing_directories_get_one_line_each(tmp_path, mongo_url):
+def test_the_console_script_refuses_in_one_line(tmp_path, mongo_url):
+    """Through the real entry point: a wrong flag, an unreachable server (password masked),
+    a missing definitions directory."""
     dead = f"mongodb://user:s3cret@127.0.0.1:{free_port()}"
-    quick = ["--connect-attempts", "2", "--connect-timeout", "0.3"]
     cases = [
-        (["demo", "--bogus"], "unrecognized arguments: --bogus"),
-        (["frobnicate"], "invalid choice: 'frobnicate'"),
-        (["demo", "-n", "lots"], "expected a whole number"),
-        (["status", "--stuck-after", "-5"], "expected more than 0"),
-        (["status", "--url", dead, *quick], "did not answer a ping after 2 attempts"),
-        (["worker", "--url", dead, "--definitions", str(MODELS), *quick], "did not answer"),
-        (["status", "--url", "not-a-url"], "not-a-url (from --url) is not a MongoDB URL"),
-        (["status", "--url", "mongodb://h:notaport"], "cannot use mongodb://h:notaport"),
-        (["status", "--url", mongo_url, "--db", "bad.name"], "is not a MongoDB database name"),
-        (["status", "--url", mongo_url, "--prefix", "9-bad"], "prefix '9-bad' is refused"),
-        (["worker", "--url", mongo_url, "--definitions", str(tmp_path / "nope")], "no definitions directory at"),
-        (["worker", "--url", mongo_url], "no definitions: pass --definitions DIR or set HAREL_DEFINITIONS_DIR"),
-        (["worker", "--definitions", str(MODELS)], "no MongoDB URL: pass --url"),
-        (["worker", "--url", mongo_url, "--definitions", str(tmp_path)], "no machines in"),
-        (["monitor", "--url", mongo_url, "--definitions", str(tmp_path / "nope")], "no definitions directory at"),
-        (["demo", "--url", mongo_url, "--models", str(tmp_path / "nope")], "no models directory at"),
-    ]
+        (["demo", "--bogus"], "harel-beanie demo: unrecognized arguments: --bogus"),
+        (["status", "--url", dead, "--connect-attempts", "2", "--connect-timeout", "0.3"],
+         f"harel-beanie status: MongoDB at mongodb://user:***@127.0.0.1:{dead.rsplit(':', 1)[1]} did not answer a ping after 2 attempts"),
+        (["worker", "--url", mongo_url, "--definitions", str(tmp_path / "nope")],
+         f"harel-beanie worker: no definitions directory at {tmp_path / 'nope'}"),
+    ]  # fmt: skip
     for args, expected in cases:
         line = one_line_error(run_cli(*args, cwd=tmp_path, timeout=60))
-        assert expected in line, (args, line)
-        assert line.startswith("harel-beanie"), line
-        assert "s3cret" not in line  # the password is masked
-    # a HAREL_* variable the worker reads, malformed
-    proc = run_cli("worker", "--url", mongo_url, "--definitions", str(MODELS), cwd=tmp_path,
-                   env=cli_env(HAREL_CONCURRENCY="many"))  # fmt: skip
-    assert "not a number" in one_line_error(proc)
+        assert line.startswith(expected), (args, line)
+        assert "s3cret" not in line
+
+
+_REFUSALS = [
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+    (["demo", "-n", "lots"], "expected a whole number"),
+    (["demo", "--workers", "0"], "expected at least 1"),
+    (["status", "--stuck-after", "-5"], "expected more than 0"),
+    (["worker", "--url", "{dead}", "--definitions", "{models}", "--connect-attempts", "1", "--connect-timeout", "0.2"],
+     "did not answer a ping after 1 attempts"),
+    (["status", "--url", "not-a-url"], "not-a-url (from --url) is not a MongoDB URL"),
+    (["status", "--url", "mongodb://h:notaport"], "cannot use mongodb://h:notaport"),
+    (["status", "--url", "{url}", "--db", "bad.name"], "is not a MongoDB database name"),
+    (["status", "--url", "{url}", "--prefix", "9-bad"], "prefix '9-bad' is refused"),
+    (["worker", "--url", "{url}"], "no definitions: pass --definitions DIR or set HAREL_DEFINITIONS_DIR"),
+    (["worker", "--definitions", "{models}"], "no MongoDB URL: pass --url"),
+    (["worker", "--url", "{url}", "--definitions", "{tmp}"], "no machines in"),
+    (["monitor", "--url", "{url}", "--definitions", "{tmp}/nope"], "no definitions directory at"),
+    (["monitor", "--url", "{dead}", "--connect-attempts", "1", "--connect-timeout", "0.2"], "did not answer"),
+    (["demo", "--url", "{url}", "--models", "{tmp}/nope"], "no models directory at"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("args,expected", _REFUSALS, ids=[" ".join(a[:2]) + f"-{i}" for i, (a, _) in enumerate(_REFUSALS)])
+def test_each_refusal_is_one_line_and_exit_2(args, expected, tmp_path, mongo_url, monkeypatch, capsys):
+    for var in _SCRUB:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    values = {"url": mongo_url, "dead": f"mongodb://127.0.0.1:{free_port()}", "models": str(MODELS), "tmp": str(tmp_path)}
+    assert cli.main([a.format(**values) for a in args]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and expected in err[0] and err[0].startswith("harel-beanie"), err
+
+
+def test_a_malformed_harel_variable_is_one_line(tmp_path, mongo_url, monkeypatch, capsys):
+    monkeypatch.setenv("HAREL_CONCURRENCY", "many")
+    assert cli.main(["worker", "--url", mongo_url, "--definitions", str(MODELS)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a number" in err[0]
 
 
 def test_help_lists_every_command(tmp_path):
@@ -98,6 +121,9 @@ def test_help_lists_every_command(tmp_path):
     assert proc.returncode == 0
     for command in ("demo", "worker", "status", "monitor", "migrate"):
         assert command in proc.stdout
+    for command in ("demo", "worker", "status", "monitor"):
+        sub = run_cli(command, "--help", cwd=tmp_path)
+        assert sub.returncode == 0 and "--url" in sub.stdout, sub.stderr
 
 
 def test_migrate_is_dispatched_to_its_module_or_refused_in_one_line(monkeypatch, capsys):
@@ -225,3 +251,36 @@ def test_commands_without_a_url_use_the_embedded_data_folder(tmp_path, command):
         line = one_line_error(run_cli("monitor", "--interval", "0", cwd=tmp_path))
         assert "expected more than 0" in line
         assert not (tmp_path / "harel-beanie-data").exists()
+
+
+def test_the_embedded_server_is_joined_taken_over_or_refused_to_a_second_demo(tmp_path):
+    """The data folder's `server.json` says which command runs its server: a live owner's
+    server is joined (and left running), a dead owner's is taken over (and stopped), and a
+    demo does not share a running demo's server."""
+    from harel_beanie.embedded import EmbeddedServer
+
+    data = tmp_path / "harel-beanie-data"
+    server = EmbeddedServer(data / "db", log_path=tmp_path / "server.log").start()
+    try:
+        assert server.proc is not None
+        record = {"port": server.port, "pid": server.proc.pid, "command": "demo"}
+
+        (data / "server.json").write_text(json.dumps({**record, "owner": os.getpid()}))  # a live demo
+        joined = run_cli("status", "--json", cwd=tmp_path)
+        assert joined.returncode == 0, joined.stderr
+        assert "using the embedded server another harel-beanie command runs" in joined.stderr
+        assert json.loads(joined.stdout)["where"]["url"] == server.url
+        assert server.proc.poll() is None and (data / "server.json").exists()  # left to its owner
+        line = one_line_error(run_cli("demo", "-n", "5", cwd=tmp_path))
+        assert "another demo" in line and "--data DIR" in line
+
+        dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+        (data / "server.json").write_text(json.dumps({**record, "owner": int(dead.stdout)}))  # killed
+        adopted = run_cli("status", "--json", cwd=tmp_path)
+        assert adopted.returncode == 0, adopted.stderr
+        assert "taking over the embedded server left running" in adopted.stderr
+        assert "Stopping the embedded server" in adopted.stderr
+        server.proc.wait(timeout=30)  # it stopped the server it took over
+        assert not (data / "server.json").exists()
+    finally:
+        server.stop(kill=True)

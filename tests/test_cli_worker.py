@@ -24,11 +24,15 @@ async def start_worker(mongo_url: str, db_name: str, worker_id: str, *extra: str
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
     )  # fmt: skip
     assert proc.stdout is not None
-    line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), timeout=60)
-    if "ready" not in line:
-        proc.kill()
-        raise AssertionError(f"no ready line: {line!r} {proc.stderr.read() if proc.stderr else ''}")
-    return proc, line
+    before = ""
+    while True:  # the ready line, after whatever it says while starting
+        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), timeout=60)
+        if " ready: " in line:
+            return proc, before + line
+        before += line
+        if not line:
+            proc.kill()
+            raise AssertionError(f"no ready line: {before!r} {proc.stderr.read() if proc.stderr else ''}")
 
 
 def stop(proc: subprocess.Popen[str]) -> tuple[str, str]:
@@ -127,4 +131,32 @@ async def test_sigterm_with_events_in_flight_loses_nothing(mongo_url, db_name, a
         await wait_for(all_done)
     finally:
         stop(second)
+    await transport.close()
+
+
+async def test_worker_relays_what_an_earlier_worker_left_pending(mongo_url, db_name, astore):
+    """An outbox entry committed but never relayed (its worker died in between) is relayed
+    when a worker starts: the event reaches its target."""
+    from harel.engine.execution import Execution, Status
+    from harel.spec.states import Event
+
+    transport = await open_mongo_transport(mongo_url, db_name)
+    sender = AsyncDistributedRunner(astore, transport, load_models(MODELS))
+    # the target will wait on its gateway's 1-minute retry timer; the orphan cancels it
+    await sender.create("Payment", {"order_id": "t", "flaky_attempts": 9}, execution_id="target")
+    orphan = Execution(id="emitter", definition_id="Payment", status=Status.RUNNING, updated_at=time.time())
+    await astore.commit(orphan, [("target", Event(id="left-behind", kind="Cancel"))])
+    assert len(await astore.pending_outbox()) == 1
+    proc, started = await start_worker(mongo_url, db_name, "w-sweep")
+    try:
+        assert "relayed the pending work of 1 execution(s) left by earlier workers" in started
+
+        async def relayed() -> bool:
+            target = await astore.load("target")
+            return not await astore.pending_outbox() and target is not None and target.active_path == "Voided"
+
+        await wait_for(relayed)
+        assert await astore.is_processed("target", "left-behind")
+    finally:
+        stop(proc)
     await transport.close()

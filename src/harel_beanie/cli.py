@@ -213,7 +213,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _migrate(argv[1:])
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # name the command they were given to
+            where = f"{PROG} {args.command}" if getattr(args, "command", None) else PROG
+            raise UsageError(f"{where}: unrecognized arguments: {' '.join(extra)} (see `{where} --help`)")
     except UsageError as exc:
         _stderr(str(exc))
         return 2
@@ -222,14 +225,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    from harel.engine.execution import Execution  # noqa: F401  (fail here, not mid-command, if harel is broken)
-
     from harel_beanie.errors import SchemaMismatch, StoreUnavailable
     from harel_beanie.where import ConfigError
 
     where = f"{PROG} {args.command}"
+    previous = None
     if args.command != "worker":  # the worker stops on SIGTERM its own way
-        signal.signal(signal.SIGTERM, _interrupt)
+        previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         return int(args.handler(args))
     except (ConfigError, StoreUnavailable, SchemaMismatch) as exc:
@@ -243,6 +245,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise
         _stderr(f"{where}: failed: {type(exc).__name__}: {_one_line(exc)} (HAREL_BEANIE_DEBUG=1 shows the traceback)")
         return 1
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":  # pragma: no cover
