@@ -407,13 +407,17 @@ class _Variant:
 
     WINDOW = 100  # a short window, filled in the warm-up: array sizes stay constant
 
-    def __init__(self, url: str, indexes: list[Any]) -> None:
+    def __init__(self, url: str, indexes: list[Any], harel: bool = False) -> None:
         self.db = "hbbench_ix_" + uuid.uuid4().hex[:6]
         self.client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
         if indexes:
             self.client[self.db][EXECUTIONS].create_indexes(indexes)
-        self.store = MongoStore(pymongo.MongoClient(url), self.db, create_schema=False, dedupe_window=self.WINDOW)
-        self.store.init()
+        self.store: Any
+        if harel:  # the reference: harel's own store (its dedupe set is not a window: it grows)
+            self.store = HarelMongoStore(pymongo.MongoClient(url), self.db)
+        else:
+            self.store = MongoStore(pymongo.MongoClient(url), self.db, create_schema=False, dedupe_window=self.WINDOW)
+            self.store.init()
         self.exe = Execution(definition_id="Parcel", status=Status.RUNNING, active_path="Ordered")
         self.store.commit(self.exe, [])
         for _ in range(self.WINDOW + 10):
@@ -446,7 +450,7 @@ def index_costs(url: str, commits: int, blocks: int) -> dict[str, dict[str, floa
     same block (the order turning each block), so drift and the machine's other load cancel."""
     declared = index_models(ExecutionDocument)
     names = [ix.document["name"] for ix in declared]
-    variants = {"all": _Variant(url, declared), "none": _Variant(url, [])}
+    variants = {"all": _Variant(url, declared), "none": _Variant(url, []), "harel": _Variant(url, [], harel=True)}
     for name in names:
         variants[f"-{name}"] = _Variant(url, [ix for ix in declared if ix.document["name"] != name])
     keys = list(variants)
@@ -652,8 +656,10 @@ def report_server(run: ServerRun) -> str:
             "operation: a state-only commit (what an event costs) and a commit with one emit plus its ack. "
             f"With every index {all_['state']:.2f} / {all_['emit_ack']:.2f} ms, with only `_id` "
             f"{none['state']:.2f} / {none['emit_ack']:.2f} ms: the index set costs {every['state']:+.2f} / "
-            f"{every['emit_ack']:+.2f} ms. One index's cost is the median, over blocks, of the time with every "
-            "index minus the time with all but that one, measured back to back in each block."
+            f"{every['emit_ack']:+.2f} ms. harel's MongoStore, measured in the same blocks: "
+            f"{run.index_costs['harel']['state']:.2f} / {run.index_costs['harel']['emit_ack']:.2f} ms. One index's "
+            "cost is the median, over blocks, of the time with every index minus the time with all but that "
+            "one, measured back to back in each block."
         )
         lines.append("")
         lines.append("| index | serves | state-only commit, ms | commit + emit + ack, ms |")
