@@ -152,6 +152,8 @@ class Result:
 
 
 class Demo:
+    """One run: the planned mix, its run id, the shared clock, the round-trip counters."""
+
     def __init__(self, target: Target, models: Path, executions: int, workers: int, concurrency: int,
                  console: Console, trace: bool = True) -> None:  # fmt: skip
         self.target = target
@@ -167,7 +169,6 @@ class Demo:
         self.transport_counter = CommandCounter()
         self.roots = [(root_id(self.run_id, i, s), s) for i, s in enumerate(self.scenarios)]
         self.planned = sum(s.executions for s in self.scenarios)
-        self.swept = 0
 
     async def run(self) -> Result:
         try:
@@ -180,18 +181,19 @@ class Demo:
         store_client = await open_client(self.target, listeners=[self.store_counter])
         store = AsyncMongoStore(store_client, self.target.db, prefix=self.target.prefix)
         self.store_executions = store_client[self.target.db][Names(self.target.prefix).executions]
-        # the demo's own looking (progress, settling) goes through a client of its own, uncounted
-        self.client = await open_client(self.target)
-        poll = AsyncMongoStore(self.client, self.target.db, prefix=self.target.prefix, beanie=False)
-        transport = None
+        transport = poll = None
         try:
+            # the demo's own looking (progress, settling) goes through a client of its own, uncounted
+            self.client = await open_client(self.target)
+            poll = AsyncMongoStore(self.client, self.target.db, prefix=self.target.prefix, beanie=False)
             await store.init()
             await poll.init()
             transport = await open_transport(self.target, clock=self.clock, listeners=[self.transport_counter])
             return await self._run(store, poll, transport, definitions)
         finally:
             await store.close()
-            await poll.close()
+            if poll is not None:
+                await poll.close()
             if transport is not None:
                 await transport.close()
 
@@ -332,7 +334,6 @@ class Demo:
                     await self.relay()
                 finally:
                     LABEL.reset(token)
-                self.swept += 1
                 last = None
             elif time.monotonic() - since > stall / 4 and now[0] and nudged < 4:
                 self.clock.advance(5.0)
