@@ -41,7 +41,7 @@ def test_a_second_demo_run_finds_the_first_runs_executions(tmp_path):
     """No URL: the embedded server, data in ./harel-beanie-data, stopped on exit."""
     first = run_cli("demo", "-n", "12", cwd=tmp_path)
     assert first.returncode == 0, (first.stdout, first.stderr)
-    assert "No MONGODB_URL set: starting the embedded MongoDB server" in first.stdout
+    assert "No MONGODB_URL set: started the embedded MongoDB server" in first.stdout
     assert "no executions from earlier runs" in first.stdout
     assert "embedded SecantusDB" in first.stdout and "Stopping the embedded server" in first.stdout
     run1, n1 = re.search(r"Run (demo-[0-9a-f]{6}): (\d+) executions", first.stdout).groups()  # type: ignore[union-attr]
