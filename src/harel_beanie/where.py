@@ -11,7 +11,9 @@ Every `harel-beanie` command needs the same answer, so it is worked out once her
   `harel_beanie.embedded`) whose storage is a folder under the working directory
   (`./harel-beanie-data` unless `--data`). While a command owns that server it leaves a small
   `server.json` in the folder, so a second command run meanwhile (say `status` beside a
-  running `demo`) joins the same server instead of starting another on the same files.
+  running `demo`) joins the same server instead of starting another on the same files; a
+  server whose command was killed is taken over (and stopped when done); two demos never
+  share one (each runs its own simulated clock).
 - The CLI's connect policy is short (5 pings, 0.5 s apart, 1 s each) so an unreachable URL
   gets an answer within seconds; `--connect-attempts` / `--connect-timeout` lengthen it.
 
