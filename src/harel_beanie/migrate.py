@@ -674,7 +674,7 @@ async def _main(args: argparse.Namespace) -> int:
         try:
             await client.admin.command("ping")
         except PyMongoError as err:
-            return _fail(f"cannot reach MongoDB at {where}: {type(err).__name__}: {_first_line(err)}", 2)
+            return _fail(f"cannot reach MongoDB at {where} within {args.timeout:g}s: {_first_line(err)}", 2)
         m = Migrator(client[args.db], args.prefix, batch_size=args.batch_size, say=print)
         try:
             if args.action == "status":
@@ -701,8 +701,12 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def _first_line(err: BaseException) -> str:
+    """The driver's message without its timeout settings and topology dump."""
     text = str(err).strip()
-    return text.splitlines()[0] if text else ""
+    text = text.splitlines()[0] if text else type(err).__name__
+    for tail in (" (configured timeouts", ", Timeout:", ", full error:"):
+        text = text.split(tail, 1)[0]
+    return text
 
 
 def _fail(message: str, code: int) -> int:
