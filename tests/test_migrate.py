@@ -22,7 +22,6 @@ from typing import Any, Callable, Iterator, Optional
 
 import pymongo
 import pytest
-from pydantic.errors import PydanticUserError
 from harel import DurableRunner, Event, definition_from_dsl
 from harel.engine.store import MongoStore as HarelMongoStore
 from harel.engine.schema import DEFAULT_PREFIX, Names
@@ -519,12 +518,6 @@ def test_beanies_cli_runs_the_migration_files(client: pymongo.MongoClient[Any], 
     assert world.harel().load("o1").status.value == "DONE"
 
 
-@pytest.mark.xfail(
-    raises=PydanticUserError,
-    reason="documents.bind() fails for a prefix other than harel's default (pydantic refuses the "
-    "generated Settings class), so this store cannot open it yet; the migration itself works",
-    strict=False,
-)
 def test_this_store_finishes_a_database_migrated_under_another_prefix(
     client: pymongo.MongoClient[Any], mongo_url: str, db_name: str
 ) -> None:

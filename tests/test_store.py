@@ -282,3 +282,28 @@ def test_the_timer_sweep_finds_every_armed_timer_through_its_lifecycle(either, c
     # re-arming the same node replaces its time
     either.commit(exe, [], timers=(TimerOp("schedule", "A", 5.0),))
     assert either.due_timers(60.0) == [("tl", "A", 5.0)]
+
+
+def test_another_prefix_gets_its_own_collections(mongo_url, db_name, client):
+    from harel.testing import assert_listing_contract, assert_outbox_contract
+
+    store = MongoStore(pymongo.MongoClient(mongo_url), db_name, prefix="legacy")
+    assert_listing_contract(store, ordered=True)
+    assert_outbox_contract(store)
+    assert client[db_name]["legacy_executions"].count_documents({}) == 12
+    assert "harel_executions" not in client[db_name].list_collection_names()
+    store.close()
+
+
+def test_unmigrated_harel_documents_keep_their_timers_and_trace_order(mongo_url, db_name):
+    from harel.engine.store import MongoStore as HarelMongoStore
+
+    theirs = HarelMongoStore(pymongo.MongoClient(mongo_url), db_name)
+    exe = Execution(id="h", definition_id="d")
+    theirs.commit(exe, [], timers=(TimerOp("schedule", "Old", 1060.0),), trace={"step": "a"})
+    theirs.commit(exe, [], trace={"step": "b"})
+    ours = MongoStore(pymongo.MongoClient(mongo_url), db_name)
+    mine = ours.load("h")
+    ours.commit(mine, [], timers=(TimerOp("schedule", "New", 2000.0),), trace={"step": "c"})
+    assert ours.due_timers(1100.0) == [("h", "Old", 1060.0)]  # not hidden behind New's bound
+    assert [(s["step"], s["index"]) for s in ours.read_trace("h")] == [("a", 0), ("b", 1), ("c", 2)]

@@ -201,8 +201,14 @@ def bind(prefix: str = DEFAULT_PREFIX) -> tuple[type[ExecutionDocument], type[Co
     stem = "".join(part.capitalize() for part in prefix.split("_")) or "Prefixed"
 
     def subclass(base: type[Document], collection: str) -> Any:
-        settings = type("Settings", (base.Settings,), {"name": collection})  # type: ignore[attr-defined]
-        return type(f"{stem}{base.__name__}", (base,), {"Settings": settings, "__module__": __name__})
+        cls_name = f"{stem}{base.__name__}"
+        # pydantic wants nested classes to look as if declared in the class body
+        settings = type(
+            "Settings",
+            (base.Settings,),  # type: ignore[attr-defined]
+            {"name": collection, "__qualname__": f"{cls_name}.Settings", "__module__": __name__},
+        )
+        return type(cls_name, (base,), {"Settings": settings, "__module__": __name__, "__qualname__": cls_name})
 
     return subclass(ExecutionDocument, names.executions), subclass(CounterDocument, names.counters)
 

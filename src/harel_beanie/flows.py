@@ -295,8 +295,10 @@ def _by_entry(st: StoreState, array: str, seq: int) -> dict[str, Any]:
 
 def due_timers(st: StoreState, now: float) -> Flow[list[tuple[str, str, float]]]:
     due_now: dict[str, Any] = {"next_fire": {"$lte": now}}
-    if st.compat:  # harel's documents carry no bound yet
-        due_now = {"$or": [due_now, {"next_fire": None, "timers": {"$nin": [{}, None]}}]}
+    if st.compat:
+        # harel's documents carry no bound, and a commit of ours sets one from its own
+        # timers only: until the database is migrated, every document with a timer is read
+        due_now = {"$or": [due_now, {"timers": {"$nin": [{}, None]}}]}
     docs = yield Find("executions", due_now, projection(TimerView))
     due, repairs = records.due_timers(docs, now)
     for fix in repairs:

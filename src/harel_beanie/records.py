@@ -95,6 +95,10 @@ def trace_steps(doc: Optional[Mapping[str, Any]]) -> list[dict[str, Any]]:
     items = list(doc.get("trace") or ())
     ours = [i for i, item in enumerate(items) if _is_ours(item)]
     first = (doc.get("trace_n") or len(ours)) - len(ours)
+    theirs = [item.get("index") for item in items if not _is_ours(item)]
+    if theirs and isinstance(theirs[-1], int):
+        # a document harel's store wrote, not migrated: `trace_n` counts only our steps
+        first = max(first, theirs[-1] + 1)
     out = []
     for item in items:
         if _is_ours(item):
