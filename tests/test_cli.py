@@ -215,14 +215,17 @@ async def test_monitor_starts_and_lists_the_executions(astore, mongo_url, db_nam
     try:
         async with app.run_test(size=(140, 40)) as pilot:
             table = app.screen.query_one("#executions", DataTable)
-            for _ in range(40):
+            for _ in range(150):  # the list loads on a worker thread
                 await pilot.pause(0.1)
                 if table.row_count >= len(ids):
                     break
             assert sorted(str(k.value) for k in table.rows) == ids
             assert "3 executions" in app.screen.sub_title
             await pilot.press("enter")  # the detail screen of the first row opens
-            await pilot.pause(0.5)
+            for _ in range(50):
+                await pilot.pause(0.1)
+                if type(app.screen).__name__ == "DetailScreen":
+                    break
             assert type(app.screen).__name__ == "DetailScreen"
             await pilot.press("escape")
             await pilot.press("q")
