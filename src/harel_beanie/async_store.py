@@ -19,9 +19,8 @@ from pymongo.errors import PyMongoError
 from harel_beanie import calls, flows
 from harel_beanie.calls import Flow, T
 from harel_beanie.commit import DEFAULT_DEDUPE_WINDOW
-from harel_beanie.connect import RetryPolicy, unreachable_message
+from harel_beanie.connect import RetryPolicy, await_server
 from harel_beanie.documents import bind
-from harel_beanie.errors import StoreUnavailable
 from harel_beanie.settings import StoreSettings, collections_for
 
 
@@ -65,24 +64,22 @@ class AsyncMongoStore:
 
     @classmethod
     async def from_url(
-        cls, url: str, db_name: str = "harel", *, retry: RetryPolicy = RetryPolicy(), **options: Any
+        cls,
+        url: str,
+        db_name: str = "harel",
+        *,
+        retry: RetryPolicy = RetryPolicy(),
+        client_options: Optional[dict[str, Any]] = None,
+        **options: Any,
     ) -> "AsyncMongoStore":
         """Build an `AsyncMongoClient` for `url`, wait until the server answers a ping
-        (retrying per `retry`), and return a store on it. Raises `StoreUnavailable` naming
-        the URL, password masked, if it never does."""
+        (retrying per `retry`), and return a store on it. `client_options` go to the
+        client (e.g. `event_listeners`, `tls`); `options` to the store. Raises
+        `StoreUnavailable` naming the URL, password masked, if it never does."""
         from pymongo import AsyncMongoClient
 
-        last: Optional[BaseException] = None
-        for pause in retry.pauses():
-            await asyncio.sleep(pause)
-            client: Any = AsyncMongoClient(url, serverSelectionTimeoutMS=retry.timeout_ms)
-            try:
-                await client.admin.command("ping")
-                return cls(client, db_name, **options)
-            except PyMongoError as exc:
-                last = exc
-                await client.close()
-        raise StoreUnavailable(unreachable_message(url, retry, last))
+        settings = {"serverSelectionTimeoutMS": retry.timeout_ms, **(client_options or {})}
+        return cls(await await_server(lambda: AsyncMongoClient(url, **settings), url, retry), db_name, **options)
 
     async def init(self) -> None:
         """Set the store up now instead of on first use: Beanie's init of the document

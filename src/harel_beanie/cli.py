@@ -184,13 +184,8 @@ def _monitor(args: Any) -> int:
 
 
 def _migrate(argv: Sequence[str]) -> int:
-    try:
-        from harel_beanie import migrate  # type: ignore[attr-defined]
-    except ImportError as exc:
-        if exc.name != "harel_beanie.migrate":
-            raise
-        _stderr(f"{PROG} migrate: not available in this version (no harel_beanie.migrate module)")
-        return 2
+    from harel_beanie import migrate
+
     return int(migrate.main(list(argv)) or 0)
 
 

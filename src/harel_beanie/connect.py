@@ -6,9 +6,16 @@ crash, and an error must name the server without leaking the password in the URL
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import re
+import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Callable, Iterator, Optional
+
+from pymongo.errors import ConfigurationError, PyMongoError
+
+from harel_beanie.errors import StoreUnavailable
 
 _CREDENTIALS = re.compile(r"^(?P<scheme>mongodb(?:\+srv)?://)(?P<userinfo>[^@/]*)@", re.IGNORECASE)
 
@@ -38,8 +45,56 @@ class RetryPolicy:
 
 
 def unreachable_message(url: str, policy: RetryPolicy, last: BaseException | None) -> str:
+    reason = "no reply"
+    if last is not None:
+        # the driver appends its whole topology description: keep the first clause, which
+        # says what went wrong (refused, unknown host, authentication failed, ...)
+        detail = str(last).split(", Timeout:")[0].split(" (configured timeouts")[0]
+        reason = f"{type(last).__name__}: {mask_url(detail)[:240]}"
     return (
         f"MongoDB at {mask_url(url)} did not answer a ping after {policy.attempts} attempts "
-        f"over about {policy.delay * (policy.attempts - 1):.0f}s: {type(last).__name__ if last else 'no reply'}"
-        + (f": {last}" if last else "")
+        f"over about {policy.delay * (policy.attempts - 1):.0f}s: {reason}"
     )
+
+
+def wait_for_server(make_client: Callable[[], Any], url: str, retry: RetryPolicy) -> Any:
+    """A client from `make_client()` once its server answers a ping, retried per `retry`.
+    A malformed URL (ConfigurationError) is raised at once: retrying cannot fix it."""
+    last: Optional[BaseException] = None
+    for pause in retry.pauses():
+        time.sleep(pause)
+        client = make_client()
+        try:
+            client.admin.command("ping")
+            return client
+        except ConfigurationError:
+            client.close()
+            raise
+        except PyMongoError as exc:
+            last = exc
+            client.close()
+    raise StoreUnavailable(unreachable_message(url, retry, last))
+
+
+async def await_server(make_client: Callable[[], Any], url: str, retry: RetryPolicy) -> Any:
+    """`wait_for_server` for an async client (PyMongo's or Motor's)."""
+    last: Optional[BaseException] = None
+    for pause in retry.pauses():
+        await asyncio.sleep(pause)
+        client = make_client()
+        try:
+            await client.admin.command("ping")
+            return client
+        except ConfigurationError:
+            await _close(client)
+            raise
+        except PyMongoError as exc:
+            last = exc
+            await _close(client)
+    raise StoreUnavailable(unreachable_message(url, retry, last))
+
+
+async def _close(client: Any) -> None:
+    closing = client.close()  # a coroutine on PyMongo's async client, None on Motor's
+    if inspect.isawaitable(closing):
+        await closing

@@ -45,13 +45,13 @@ from harel.engine.schema import Names
 from harel.spec.states import Event
 from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from harel_beanie.async_store import AsyncMongoStore
 from harel_beanie.relay import sweep
 from harel_beanie.stack import LABEL, CommandCounter, CountingWorker, open_client, open_transport, transport_collections
-from harel_beanie.where import ConfigError, LocalServer, Target
+from harel_beanie.where import ConfigError, Target
 from harel_beanie.workloads import ManualClock, default_models_dir, load_models
 
 FINISHED = ("DONE", "FAILED", "CANCELLED")

@@ -19,7 +19,6 @@ and want to know what the run cost in round trips. `AsyncMongoStore.from_url` an
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import threading
 import time
@@ -30,11 +29,10 @@ from harel.engine.aio.distributed import AsyncWorker
 from harel.engine.flow import run_async
 from harel.engine.schema import Names
 from pymongo import monitoring
-from pymongo.errors import ConfigurationError, PyMongoError
+from pymongo.errors import ConfigurationError
 
 from harel_beanie.async_store import AsyncMongoStore
-from harel_beanie.connect import unreachable_message
-from harel_beanie.errors import StoreUnavailable
+from harel_beanie.connect import await_server
 from harel_beanie.relay import ScopedStore
 from harel_beanie.where import ConfigError, Target
 
@@ -110,24 +108,13 @@ async def open_client(target: Target, *, listeners: Sequence[Any] = ()) -> Any:
     (retried per `target.retry`; `StoreUnavailable` naming the masked URL if it never does)."""
     from pymongo import AsyncMongoClient
 
-    last: Optional[BaseException] = None
-    for pause in target.retry.pauses():
-        await asyncio.sleep(pause)
-        try:
-            client: Any = AsyncMongoClient(
-                target.url, serverSelectionTimeoutMS=target.retry.timeout_ms, event_listeners=list(listeners)
-            )
-        except (ConfigurationError, ValueError, TypeError) as exc:  # a malformed URL: no point retrying
-            raise _client_error(target, exc) from None
-        try:
-            await client.admin.command("ping")
-        except PyMongoError as exc:
-            last = exc
-            await client.close()
-            continue
-        return client
-    message = unreachable_message(target.url, target.retry, last)
-    raise StoreUnavailable(message if len(message) <= 240 else message[:239] + "…")  # one readable line
+    def make() -> Any:
+        return AsyncMongoClient(target.url, serverSelectionTimeoutMS=target.retry.timeout_ms, event_listeners=list(listeners))
+
+    try:
+        return await await_server(make, target.url, target.retry)
+    except (ConfigurationError, ValueError, TypeError) as exc:  # a malformed URL: no point retrying
+        raise _client_error(target, exc) from None
 
 
 async def open_store(

@@ -6,7 +6,6 @@ ask for and nothing else.
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any, Iterable, Optional
 
 from harel.engine.execution import Execution, ExecutionPage, Status
@@ -19,8 +18,7 @@ from pymongo.errors import PyMongoError
 from harel_beanie import calls, flows
 from harel_beanie.calls import Flow, T
 from harel_beanie.commit import DEFAULT_DEDUPE_WINDOW
-from harel_beanie.connect import RetryPolicy, unreachable_message
-from harel_beanie.errors import StoreUnavailable
+from harel_beanie.connect import RetryPolicy, wait_for_server
 from harel_beanie.settings import StoreSettings, collections_for
 
 
@@ -53,23 +51,23 @@ class MongoStore:
         return self._state.trace_max
 
     @classmethod
-    def from_url(cls, url: str, db_name: str = "harel", *, retry: RetryPolicy = RetryPolicy(), **options: Any) -> "MongoStore":
+    def from_url(
+        cls,
+        url: str,
+        db_name: str = "harel",
+        *,
+        retry: RetryPolicy = RetryPolicy(),
+        client_options: Optional[dict[str, Any]] = None,
+        **options: Any,
+    ) -> "MongoStore":
         """Build a `MongoClient` for `url`, wait until the server answers a ping (retrying
-        per `retry`), and return a store on it. Raises `StoreUnavailable` naming the URL,
+        per `retry`), and return a store on it. `client_options` go to the client (e.g.
+        `event_listeners`, `tls`); `options` to the store. Raises `StoreUnavailable` naming the URL,
         password masked, if it never does."""
         from pymongo import MongoClient
 
-        last: Optional[BaseException] = None
-        for pause in retry.pauses():
-            time.sleep(pause)
-            client: Any = MongoClient(url, serverSelectionTimeoutMS=retry.timeout_ms)
-            try:
-                client.admin.command("ping")
-                return cls(client, db_name, **options)
-            except PyMongoError as exc:
-                last = exc
-                client.close()
-        raise StoreUnavailable(unreachable_message(url, retry, last))
+        settings = {"serverSelectionTimeoutMS": retry.timeout_ms, **(client_options or {})}
+        return cls(wait_for_server(lambda: MongoClient(url, **settings), url, retry), db_name, **options)
 
     # --- the driver: make each call a flow asks for ----------------------------------------
 
