@@ -307,3 +307,13 @@ def test_unmigrated_harel_documents_keep_their_timers_and_trace_order(mongo_url,
     ours.commit(mine, [], timers=(TimerOp("schedule", "New", 2000.0),), trace={"step": "c"})
     assert ours.due_timers(1100.0) == [("h", "Old", 1060.0)]  # not hidden behind New's bound
     assert [(s["step"], s["index"]) for s in ours.read_trace("h")] == [("a", 0), ("b", 1), ("c", 2)]
+
+
+def test_pending_work_within_one_execution_tree(either):
+    for i in ("o1", "o1:Fork.A:0", "o1:Fork.A:0:Pick:1", "o10", "o2"):
+        either.commit(Execution(id=i, definition_id="d"), [(None, Event(kind=i))], spawns=((i + ":c", "C", {}),))
+    tree = {"o1", "o1:Fork.A:0", "o1:Fork.A:0:Pick:1"}
+    assert {e.event.kind for e in either.pending_outbox(within="o1")} == tree
+    assert {s.parent_id for s in either.pending_spawns(within="o1")} == tree
+    assert {e.event.kind for e in either.pending_outbox(within="o1:Fork.A:0")} == tree - {"o1"}
+    assert len(either.pending_outbox()) == 5 and either.pending_spawns(within="nobody") == []

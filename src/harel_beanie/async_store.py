@@ -193,14 +193,18 @@ class AsyncMongoStore:
     async def read_trace(self, execution_id: str) -> list[dict[str, Any]]:
         return await self._run(flows.read_trace(self._state, execution_id))
 
-    async def pending_outbox(self) -> list[OutboxEntry]:
-        return await self._run(flows.pending_outbox(self._state))
+    async def pending_outbox(self, *, within: Optional[str] = None) -> list[OutboxEntry]:
+        """Pending entries, oldest first; `within` an execution id: only those of that
+        execution and its descendants (what one execution's relay should see)."""
+        return await self._run(flows.pending_outbox(self._state, within))
 
     async def ack_outbox(self, seq: int) -> None:
         await self._run(flows.ack_outbox(self._state, seq))
 
-    async def pending_spawns(self) -> list[SpawnEntry]:
-        return await self._run(flows.pending_spawns(self._state))
+    async def pending_spawns(self, *, within: Optional[str] = None) -> list[SpawnEntry]:
+        """Pending entries, oldest first; `within` an execution id: only those of that
+        execution and its descendants (what one execution's relay should see)."""
+        return await self._run(flows.pending_spawns(self._state, within))
 
     async def ack_spawn(self, seq: int) -> None:
         await self._run(flows.ack_spawn(self._state, seq))

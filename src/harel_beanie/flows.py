@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from harel.engine.execution import Execution, ExecutionPage, Status
 from harel.engine.store.base import OutboxEntry, SpawnEntry, Step, StoreConflict, TimerOp
@@ -263,9 +263,19 @@ def append_trace(st: StoreState, execution_id: str, entry: dict[str, Any]) -> Fl
 # --- relays and sweeps --------------------------------------------------------------------
 
 
-def pending_outbox(st: StoreState) -> Flow[list[OutboxEntry]]:
+def in_tree(execution_id: Optional[str]) -> Callable[[Mapping[str, Any]], bool]:
+    """Whether a document is `execution_id` or one of its descendants (harel names a child
+    `<parent id>:<path>:<n>`); every document for None. Applied to what the pending-entry
+    index returned (a few documents), which beats an `_id` range that some servers scan."""
+    if execution_id is None:
+        return lambda doc: True
+    below = require_str("execution id", execution_id) + ":"
+    return lambda doc: doc["_id"] == execution_id or str(doc["_id"]).startswith(below)
+
+
+def pending_outbox(st: StoreState, within: Optional[str] = None) -> Flow[list[OutboxEntry]]:
     docs = yield Find("executions", {"outbox.seq": _ANY_SEQ}, projection(OutboxView))
-    entries, owners = records.outbox_entries(docs)
+    entries, owners = records.outbox_entries(filter(in_tree(within), docs))
     st.remember(owners)
     return entries
 
@@ -274,9 +284,9 @@ def ack_outbox(st: StoreState, seq: int) -> Flow[None]:
     yield UpdateOne("executions", _by_entry(st, "outbox", seq), {"$pull": {"outbox": {"seq": seq}}})
 
 
-def pending_spawns(st: StoreState) -> Flow[list[SpawnEntry]]:
+def pending_spawns(st: StoreState, within: Optional[str] = None) -> Flow[list[SpawnEntry]]:
     docs = yield Find("executions", {"spawns.seq": _ANY_SEQ}, projection(SpawnView))
-    entries, owners = records.spawn_entries(docs)
+    entries, owners = records.spawn_entries(filter(in_tree(within), docs))
     st.remember(owners)
     return entries
 

@@ -24,45 +24,34 @@ with that owner's own definition. Nothing here changes what harel commits.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from typing import Any, Callable
 
 from harel.engine.aio.distributed import AsyncTransportDriver
 from harel.engine.store import StoreConflict
 
-from harel_beanie import records
-from harel_beanie.documents import OutboxView, SpawnView, projection
 
 log = logging.getLogger(__name__)
 
 _ANY_SEQ = {"$gte": -(2**63)}  # every number: selects the documents holding entries, on the index
 
 
-def scope_filter(execution_id: str) -> dict[str, Any]:
-    """The execution and its descendants (an `_id` range on the primary index)."""
-    return {"$or": [{"_id": execution_id}, {"_id": {"$regex": "^" + re.escape(execution_id + ":")}}]}
-
-
 class ScopedStore:
     """`store`, with `pending_outbox` / `pending_spawns` narrowed to `execution_id` and its
-    descendants. `executions` is the executions collection on the store's client (async)."""
+    descendants (the store's `within=` reads, served by the `_id` index)."""
 
-    def __init__(self, store: Any, executions: Any, execution_id: str) -> None:
+    def __init__(self, store: Any, execution_id: str) -> None:
         self._store = store
-        self._executions = executions
-        self._scope = scope_filter(execution_id)
+        self._execution_id = execution_id
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
     async def pending_outbox(self) -> list[Any]:
-        docs = await self._executions.find({**self._scope, "outbox.seq": _ANY_SEQ}, projection(OutboxView)).to_list(None)
-        return records.outbox_entries(docs)[0]
+        return list(await self._store.pending_outbox(within=self._execution_id))
 
     async def pending_spawns(self) -> list[Any]:
-        docs = await self._executions.find({**self._scope, "spawns.seq": _ANY_SEQ}, projection(SpawnView)).to_list(None)
-        return records.spawn_entries(docs)[0]
+        return list(await self._store.pending_spawns(within=self._execution_id))
 
 
 async def sweep(
@@ -85,7 +74,7 @@ async def sweep(
             continue
         driver = AsyncTransportDriver(
             defn,
-            ScopedStore(store, executions, doc["_id"]),
+            ScopedStore(store, doc["_id"]),
             transport,
             clock,
             definitions=definitions,

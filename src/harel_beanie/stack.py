@@ -90,7 +90,7 @@ class CountingWorker(AsyncWorker):
         token = LABEL.set(lease.group_id)
         self.in_flight += 1
         try:
-            ports = {"store": ScopedStore(self.store, self.executions, lease.group_id), "transport": self.transport}
+            ports = {"store": ScopedStore(self.store, lease.group_id), "transport": self.transport}
             result = await run_async(self.handle_flow(lease, combined_load=True), ports)
             self.events[lease.group_id] += 1
             return bool(result)

@@ -169,14 +169,18 @@ class MongoStore:
     def read_trace(self, execution_id: str) -> list[dict[str, Any]]:
         return self._run(flows.read_trace(self._state, execution_id))
 
-    def pending_outbox(self) -> list[OutboxEntry]:
-        return self._run(flows.pending_outbox(self._state))
+    def pending_outbox(self, *, within: Optional[str] = None) -> list[OutboxEntry]:
+        """Pending entries, oldest first; `within` an execution id: only those of that
+        execution and its descendants (what one execution's relay should see)."""
+        return self._run(flows.pending_outbox(self._state, within))
 
     def ack_outbox(self, seq: int) -> None:
         self._run(flows.ack_outbox(self._state, seq))
 
-    def pending_spawns(self) -> list[SpawnEntry]:
-        return self._run(flows.pending_spawns(self._state))
+    def pending_spawns(self, *, within: Optional[str] = None) -> list[SpawnEntry]:
+        """Pending entries, oldest first; `within` an execution id: only those of that
+        execution and its descendants (what one execution's relay should see)."""
+        return self._run(flows.pending_spawns(self._state, within))
 
     def ack_spawn(self, seq: int) -> None:
         self._run(flows.ack_spawn(self._state, seq))
