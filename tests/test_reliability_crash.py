@@ -96,7 +96,7 @@ MODELS = ROOT / "models"
 PREFIX = "harel"
 NAMES = Names(PREFIX)
 
-SPEED = 10.0  # business seconds per real second
+SPEED = 10.0  # business seconds per real second (the soak's heavier load runs at half that)
 COOLING_OFF = 900.0  # order.stm: CoolingOff { timeout 900 }
 LOST_AFTER = 8 * 86400.0  # past order.stm's InTransit { timeout 604800 }
 FINISHED = ("DONE", "CANCELLED")
@@ -105,6 +105,11 @@ FINISHED = ("DONE", "CANCELLED")
 # builds its driver without the worker's `trace` setting. Known, reported; counted in the
 # figures rather than failed on, as it loses a timeline entry, not work.
 UNTRACED_START = "children started by the relay sweep have no Start step in their trace"
+TIMING_HINT = (
+    "(a payment gave up where the reference captured: its backoff timers fired so late that its "
+    "100 s budget ran out first; see the lateness in the figures. On an overloaded machine lower "
+    "the speed; it is not by itself a lost event)"
+)
 TIMED_KEYS = ("attempts", "retries", "retry_in")  # what a budget-bound payment's timing decides
 STAMPS = ("created_at", "updated_at", "finished_at", "expires_at")
 
@@ -223,6 +228,7 @@ class Figures:
     twice_sent: int = 0
     publisher_relay_conflicts: int = 0
     untraced_starts: int = 0
+    timer_lateness: float = 0.0  # the latest a payment timer fired, in clock seconds
     seconds: float = 0.0
 
     def line(self) -> str:
@@ -234,29 +240,37 @@ class Figures:
             f"({self.twice_sent} events sent twice), {self.processed} event ids processed, "
             f"{self.publisher_relay_conflicts} publisher relay conflicts, "
             f"{self.untraced_starts} children without their Start in the trace, "
+            f"payment timers at most {self.timer_lateness:.1f} clock s late, "
             f"{self.seconds:.1f} s"
         )
 
 
 class Worker:
-    """One `tests/crash_worker.py` process at a time. The clock runs only while one is ready."""
+    """One worker process at a time, started from `argv`; it is ready once it prints a line
+    holding `marker`. With a `clock`, the clock runs only while a worker is ready."""
 
-    def __init__(self, url: str, db: str, clock: ClockControl, log: Path, figures: Figures) -> None:
-        self.url, self.db, self.clock, self.log, self.figures = url, db, clock, log, figures
+    def __init__(self, argv: list[str], log: Path, figures: Figures, *, marker: bytes,
+                 clock: Optional[ClockControl] = None) -> None:  # fmt: skip
+        self.argv, self.log, self.figures, self.marker, self.clock = argv, log, figures, marker, clock
         self.proc: Optional[asyncio.subprocess.Process] = None
         self.ready = asyncio.Event()
         self.reaped = True  # the last process's exit has been dealt with
         self._reader: Optional[asyncio.Task[None]] = None
 
+    @classmethod
+    def crash_worker(cls, url: str, db: str, clock: ClockControl, log: Path, figures: Figures) -> "Worker":
+        """`tests/crash_worker.py` on the run's clock (leases and rechecks in clock seconds)."""
+        argv = [
+            sys.executable, "-m", "tests.crash_worker", "--url", url, "--db", db, "--definitions", str(MODELS),
+            "--clock", str(clock.path), "--visibility", "20", "--recheck", "5", "--sweep-every", "1",
+        ]  # fmt: skip
+        return cls(argv, log, figures, marker=b"ready", clock=clock)
+
     async def start(self) -> None:
         with open(self.log, "ab") as log:
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "tests.crash_worker",
-                "--url", self.url, "--db", self.db, "--definitions", str(MODELS),
-                "--clock", str(self.clock.path), "--worker-id", f"crash-{self.figures.worker_starts}",
-                "--visibility", "20", "--recheck", "5", "--sweep-every", "1",
-                cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=log,
-            )  # fmt: skip
+                *self.argv, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=log
+            )
         self.figures.worker_starts += 1
         self.reaped = False
         self.ready.clear()
@@ -268,9 +282,10 @@ class Worker:
             line = await proc.stdout.readline()
             if not line:
                 return
-            if line.strip() == b"ready" and proc is self.proc:
+            if self.marker in line and proc is self.proc and not self.ready.is_set():
                 self.ready.set()
-                self.clock.release()
+                if self.clock is not None:
+                    self.clock.release()
 
     @property
     def alive(self) -> bool:
@@ -293,7 +308,8 @@ class Worker:
             await asyncio.gather(self._reader, return_exceptions=True)
         if self.ready.is_set():
             self.ready.clear()
-            self.clock.hold()
+            if self.clock is not None:
+                self.clock.hold()
 
     async def kill(self) -> None:
         assert self.proc is not None
@@ -560,8 +576,25 @@ class Publisher:
             return False
         return not await self.op(self.store.pending_outbox) and not await self.op(self.store.pending_spawns)
 
+    async def forked(self, wave: int, live: dict) -> bool:
+        """Every order of the wave is past its fork and fan-out: finished, or handed its
+        parcel or its cancel."""
+        return all(
+            p.oid not in live or self.stage.get(p.oid) in ("sealed", "in_transit", "cancelled")
+            for p in self.plans
+            if p.wave == wave
+        )
+
     async def drive(self, waves: int, chaos: "Chaos") -> None:
+        """Wave by wave: a wave's orders are created once the previous wave's fork and
+        fan-out have run. harel's worker fires due timers only when it finds nothing to claim,
+        so a burst of work delays every timer by as long as it lasts; a wave paying while
+        another forks would see its backoff timers late enough to run into the payment
+        budget, an outcome the reference cannot predict. After each wave pays, time jumps
+        over its cooling-off."""
         for wave in range(waves):
+            if wave:
+                await self.until(f"wave {wave - 1} to fork", lambda live, w=wave - 1: self.forked(w, live))
             for p in self.plans:
                 if p.wave == wave:
                     await self.create(p)
@@ -701,6 +734,7 @@ async def crash_run(
     restarts: list[str],
     seed: int,
     timeout: float,
+    speed: float = SPEED,
 ) -> Figures:
     definitions = load_models(MODELS)
     plans = plan_orders(orders, waves, seed)
@@ -713,12 +747,12 @@ async def crash_run(
         server = EmbeddedServer(tmp / "data", log_path=tmp / "server.log").start()
         url = server.url
     db_name = "crash_" + uuid.uuid4().hex[:10]
-    clock = ClockControl(tmp / "clock.json", start=EPOCH, speed=SPEED)
+    clock = ClockControl(tmp / "clock.json", start=EPOCH, speed=speed)
     server_lock = asyncio.Lock()
     client: Any = pymongo.AsyncMongoClient(url)
     store = AsyncMongoStore(client, db_name)
     transport = None
-    worker = Worker(url, db_name, clock, tmp / "workers.log", figures)
+    worker = Worker.crash_worker(url, db_name, clock, tmp / "workers.log", figures)
     chaos_task: Optional[asyncio.Task[None]] = None
     started = time.monotonic()
     try:
@@ -750,6 +784,16 @@ async def crash_run(
         figures.published = int((counter or {}).get("n", 0))
         figures.executions = len(got["executions"])
         figures.processed = sum(len(v) for v in got_processed.values())
+        figures.timer_lateness = max(
+            (
+                step["timestamp"] - step["event_data"]["fire_at"]
+                for eid, trace in got["traces"].items()
+                if eid.endswith(":Paying:0")
+                for step in trace
+                if step["event_kind"] == "Timeout"
+            ),
+            default=0.0,
+        )
         leftovers = await client[db_name][NAMES.messages].count_documents({})
         locks = await client[db_name][NAMES.transport_locks].count_documents({})
 
@@ -766,6 +810,8 @@ async def crash_run(
                 problems.append(f"{p.oid}: children {a}, reference {b}")
         if leftovers or locks:
             problems.append(f"the transport still holds {leftovers} messages, {locks} group locks")
+        if any(": differs" in p and "'GaveUp'" in p for p in problems):
+            problems.insert(0, TIMING_HINT)
         assert not problems, f"{len(problems)} problems; {figures.line()}\n" + "\n".join(problems[:40])
         return figures
     finally:
@@ -797,4 +843,172 @@ def test_crash_soak(tmp_path: Path) -> None:
     orders = int(os.environ.get("CRASH_ORDERS", "100"))
     asyncio.run(crash_run(tmp_path, orders=orders, waves=4, min_kills=20, max_kills=10_000,
                           restarts=["term-server", "kill-server", "term-server", "kill-server"],
-                          seed=seed, timeout=600))  # fmt: skip
+                          seed=seed, timeout=600, speed=SPEED / 2))  # fmt: skip
+
+
+# --- the server restarted under the real `harel-beanie worker` -------------------------------
+
+
+def _cli_workload(tag: str, start: int, count: int) -> list[tuple[str, str, dict[str, Any]]]:
+    """Executions whose timers are short in real time (the command runs on the wall clock):
+    payments retried after 2 and 4 s, pick lines, and orders up to their cooling-off (the
+    15-minute timer stays armed: it must still be there after the restart)."""
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    for i in range(start, start + count):
+        flaky = i % 3
+        out.append(
+            ("Payment", f"{tag}-pay-{i}", {"order_id": f"{tag}-{i}", "amount": 5.0 + i, "flaky_attempts": flaky})
+        )
+        out.append(
+            (
+                "PickLine",
+                f"{tag}-pick-{i}",
+                {"order_id": f"{tag}-{i}", "sku": ("OOS-" if i % 4 == 3 else "SKU-") + str(i)},
+            )
+        )
+        if i % 2 == 0:
+            ctx = {"order_id": f"{tag}-ord-{i}", "amount": 20.0, "lines": ["SKU-1"], "flaky_attempts": i % 2 + 1}
+            out.append(("Order", f"{tag}-ord-{i}", ctx))
+    return out
+
+
+def _expected(definition: str, eid: str, ctx: dict[str, Any]) -> tuple[str, Optional[str]]:
+    if definition == "Payment":
+        return ("DONE", "Captured")
+    if definition == "PickLine":
+        return ("DONE", "Short" if ctx["sku"].startswith("OOS-") else "Picked")
+    return ("RUNNING", "CoolingOff")
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_cli_worker_server_restart(tmp_path: Path, how: str) -> None:
+    """`python -m harel-beanie worker` running; the server is stopped (SIGTERM, or SIGKILL)
+    while payments wait out their backoff, left down for 1.5 s, and started again on the
+    same data directory and port. Every execution must reach the state it would have
+    reached anyway: payments captured after exactly flaky + 1 attempts, pick lines done,
+    orders waiting out their cooling-off with that one timer armed 900 s after they got
+    there; no event processed twice, nothing left in the transport.
+
+    A worker that exits during the outage is started again, as a deployment's restart policy
+    would, and the test then ends as an expected failure naming it: the command is meant to
+    ride out a server restart (issue 5), and does not yet."""
+    if os.environ.get("MONGODB_URL"):
+        pytest.skip("restarts a server the test starts itself")
+    asyncio.run(_cli_server_restart(tmp_path, kill=(how == "SIGKILL")))
+
+
+async def _cli_server_restart(tmp: Path, *, kill: bool) -> None:
+    server = EmbeddedServer(tmp / "data", log_path=tmp / "server.log").start()
+    db_name = "cli_" + uuid.uuid4().hex[:10]
+    figures = Figures()
+    argv = [
+        sys.executable, "-m", "harel_beanie", "worker", "--definitions", str(MODELS), "--url", server.url,
+        "--db", db_name, "--sweep-every", "1", "--visibility", "10", "--trace",
+    ]  # fmt: skip
+    worker = Worker(argv, tmp / "worker.log", figures, marker=b" ready:")
+    client: Any = pymongo.AsyncMongoClient(server.url)
+    store = AsyncMongoStore(client, db_name)
+    transport = None
+    try:
+        await store.init()
+        target = Target(url=server.url, db=db_name, prefix=PREFIX, retry=RetryPolicy(30, 0.5, 30_000), source="--url")
+        transport = await open_transport(target)
+        runner = AsyncDistributedRunner(store, transport, dict(load_models(MODELS)), trace=True)
+        await worker.start()
+        await worker.wait_ready()
+
+        async def create(items: list[tuple[str, str, dict[str, Any]]]) -> None:
+            for definition, eid, ctx in items:
+                for _ in range(40):
+                    try:
+                        await runner.create(definition, ctx, execution_id=eid)
+                        break
+                    except ExecutionAlreadyExists:
+                        break  # a retry after a lost reply: it was created
+                    except ConnectionFailure:
+                        await asyncio.sleep(0.25)
+                else:
+                    raise AssertionError(f"could not create {eid} after the restart")
+
+        before, after = _cli_workload("b", 0, 6), _cli_workload("a", 6, 4)
+        await create(before)
+        await asyncio.sleep(1.0)  # payments are between attempts now
+        await asyncio.to_thread(server.stop, kill)
+        figures.server_restarts.append("SIGKILL" if kill else "SIGTERM")
+        await asyncio.sleep(1.5)
+        await asyncio.to_thread(server.start)
+        await create(after)
+
+        want = {eid: _expected(d, eid, ctx) for d, eid, ctx in before + after}
+        deadline = time.monotonic() + 90
+        while True:
+            if not worker.alive:  # it died during the outage: a restart policy starts it again
+                figures.worker_exits.append(await worker.exited())
+                await worker.start()
+                await worker.wait_ready()
+            try:
+                docs = await client[db_name][NAMES.executions].find({}, {"status": 1, "active_path": 1}).to_list(None)
+                pending = await client[db_name][NAMES.messages].count_documents({})
+            except ConnectionFailure:
+                docs, pending = [], 1
+            got = {d["_id"]: (d["status"], d.get("active_path")) for d in docs if d["_id"] in want}
+            if got == want and not pending:
+                break
+            if time.monotonic() > deadline:
+                wrong = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
+                raise AssertionError(f"not reached after the restart (got, want): {wrong}; {figures.line()}")
+            await asyncio.sleep(0.3)
+        await worker.stop()
+
+        problems = []
+        for definition, eid, ctx in before + after:
+            exe = await store.load(eid)
+            assert exe is not None
+            if definition == "Payment":
+                c = exe.context
+                if (c["attempts"], c.get("retries", 0), c["payment_ref"]) != (
+                    ctx["flaky_attempts"] + 1,
+                    ctx["flaky_attempts"],
+                    f"PAY-{ctx['order_id']}",
+                ):
+                    problems.append(f"{eid}: {c}")
+            if definition == "Order":
+                child = await store.load(f"{eid}:Paying:0")
+                if (
+                    child is None
+                    or child.active_path != "Captured"
+                    or exe.context.get("payment_ref") != f"PAY-{ctx['order_id']}"
+                ):
+                    problems.append(f"{eid}: payment {child and child.active_path}, context {exe.context}")
+        timers = await store.due_timers(float("inf"))
+        orders = {eid: await store.load(eid) for d, eid, _ in before + after if d == "Order"}
+        # armed when the order entered CoolingOff, its last commit (the two clock reads are
+        # microseconds apart)
+        want_timers = {(eid, "CoolingOff"): exe.updated_at + COOLING_OFF for eid, exe in orders.items()}
+        armed = {(eid, path): fire_at for eid, path, fire_at in timers}
+        if armed.keys() != want_timers.keys() or any(abs(armed[k] - t) > 1.0 for k, t in want_timers.items()):
+            problems.append(f"armed timers {sorted(timers)}, expected {sorted(want_timers.items())}")
+        raw = await client[db_name][NAMES.executions].find({}, {"processed": 1}).to_list(None)
+        for d in raw:
+            ids = d.get("processed") or []
+            if len(ids) != len(set(ids)):
+                problems.append(f"{d['_id']}: an event id processed twice")
+        if await store.pending_outbox() or await store.pending_spawns():
+            problems.append("outbox or spawns left pending")
+        assert not problems, "\n".join(problems)
+        print(
+            f"cli-server-restart: {len(want)} executions, server {figures.server_restarts[0]}, "
+            f"{figures.worker_starts} worker starts, worker exits {figures.worker_exits}"
+        )
+    finally:
+        if worker.alive:
+            await worker.kill()
+        if transport is not None:
+            await transport.close()
+        await store.close()
+        server.stop()
+    if figures.worker_exits:
+        pytest.xfail(
+            f"`harel-beanie worker` exited (codes {figures.worker_exits}) when the server went away for "
+            f"1.5 s; started again, it finished the work (see {tmp / 'worker.log'})"
+        )
