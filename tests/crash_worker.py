@@ -1,119 +1,55 @@
-"""A worker process for the crash tests: `harel-beanie worker` on a shared, scaled clock.
+"""The `harel-beanie worker` command on the crash tests' shared clock.
 
-    python -m tests.crash_worker --url URL --db DB --definitions models --clock FILE [...]
+    python -m tests.crash_worker CLOCK_FILE [harel-beanie worker flags...]
 
-It runs what `harel_beanie.worker.serve` runs — harel's `AsyncWorker` (the package's
-`CountingWorker`: each handler's relay scoped to its execution) on our `AsyncMongoStore` and
-harel's `AsyncMongoTransport`, a relay sweep (`harel_beanie.relay.sweep`) once at start and
-every `--sweep-every` seconds — with one difference: the worker, the transport and the
-sweeps take the time from the clock file the test writes (`tests/crash_clock.py`), so the
-models' long timers fire in seconds and every incarnation of the worker agrees on the time.
-The `harel-beanie worker` command has no clock option, hence this script.
-
-It prints `ready` once it can claim work. SIGTERM stops it cleanly (in-flight events finish);
-the tests mostly SIGKILL it. If the run loop fails (the server went away), it exits 1 with
-the traceback on stderr, as the command does: whoever supervises it starts it again.
+runs `harel-beanie worker` — the command line, its settings, its store and transport, its
+start-up and periodic relay sweeps, its ready line and signal handling — with one change:
+harel's `AsyncWorker`, harel's Mongo transport and the relay sweeps take the time from the
+clock file the test writes (`tests/crash_clock.py`) instead of the wall clock. The command
+has no clock option, so this script puts the clock into the three places `serve` builds them
+(`open_transport`, `CountingWorker`, `sweep` in `harel_beanie.worker`), then runs the command
+unchanged. That way the models' long timers fire within seconds, every incarnation of the
+worker agrees on the time, and `--visibility` is in clock seconds.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import logging
-import os
-import signal
 import sys
 from typing import Any
 
-from harel.engine.schema import Names
-
-from harel_beanie.async_store import AsyncMongoStore
-from harel_beanie.connect import RetryPolicy
-from harel_beanie.relay import sweep
-from harel_beanie.stack import CountingWorker, open_client, open_transport
-from harel_beanie.where import Target
-from harel_beanie.worker import load_definitions
+from harel_beanie import cli
+from harel_beanie import worker as command
 from tests.crash_clock import SharedClock
 
-log = logging.getLogger("crash_worker")
+PATCHED = ("open_transport", "CountingWorker", "sweep")
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="crash_worker")
-    p.add_argument("--url", required=True)
-    p.add_argument("--db", required=True)
-    p.add_argument("--prefix", default="harel")
-    p.add_argument("--definitions", required=True)
-    p.add_argument("--clock", required=True, help="the clock file (tests/crash_clock.py)")
-    p.add_argument("--worker-id", default=f"crash-{os.getpid()}")
-    p.add_argument("--concurrency", type=int, default=256)
-    p.add_argument("--visibility", type=float, default=30.0, help="lease, in clock seconds")
-    p.add_argument("--recheck", type=float, default=5.0, help="nack delay after a failure, in clock seconds")
-    p.add_argument("--sweep-every", type=float, default=2.0, help="relay sweep period, real seconds")
-    p.add_argument("--connect-timeout-ms", type=int, default=1000, help="server selection timeout (the CLI's)")
-    return p.parse_args(argv)
+def use_clock(clock: SharedClock) -> None:
+    missing = [name for name in PATCHED if not hasattr(command, name)]
+    if missing:
+        raise SystemExit(f"harel_beanie.worker no longer has {missing}: update tests/crash_worker.py")
+    open_transport, counting_worker, sweep = (getattr(command, name) for name in PATCHED)
 
+    async def clocked_open_transport(*args: Any, **kwargs: Any) -> Any:
+        return await open_transport(*args, clock=clock, **kwargs)
 
-async def _sweeps(store: Any, transport: Any, executions: Any, worker: Any, clock: Any, every: float) -> None:
-    while True:
-        await asyncio.sleep(every)
-        try:
-            await sweep(store, transport, executions, worker.definitions, clock)
-        except Exception:
-            log.warning("relay sweep failed", exc_info=True)
+    class ClockedWorker(counting_worker):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, clock=clock, **kwargs)
 
+    async def clocked_sweep(*args: Any, **kwargs: Any) -> Any:
+        return await sweep(*args, clock=clock, **kwargs)
 
-async def serve(args: argparse.Namespace) -> int:
-    clock = SharedClock(args.clock)
-    target = Target(
-        url=args.url,
-        db=args.db,
-        prefix=args.prefix,
-        retry=RetryPolicy(attempts=120, delay=0.5, timeout_ms=args.connect_timeout_ms),
-        source="--url",
-    )
-    definitions = load_definitions(args.definitions)
-    client = await open_client(target)
-    store = AsyncMongoStore(client, target.db, prefix=target.prefix)
-    transport = None
-    try:
-        await store.init()
-        transport = await open_transport(target, clock=clock)
-        executions = client[target.db][Names(target.prefix).executions]
-        worker = CountingWorker(
-            store,
-            transport,
-            definitions,
-            worker_id=args.worker_id,
-            visibility=args.visibility,
-            suspend_recheck=args.recheck,
-            clock=clock,
-            concurrency=args.concurrency,
-            trace=True,
-            executions=executions,
-        )
-        await sweep(store, transport, executions, worker.definitions, clock)
-        stop = asyncio.Event()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-        sweeper = asyncio.create_task(_sweeps(store, transport, executions, worker, clock, args.sweep_every))
-        print("ready", flush=True)
-        try:
-            await worker.run(stop)
-        finally:
-            sweeper.cancel()
-            await asyncio.gather(sweeper, return_exceptions=True)
-        print(f"stopped after {worker.handled} events", flush=True)
-        return 0
-    finally:
-        await store.close()
-        if transport is not None:
-            await transport.close()
+    command.open_transport = clocked_open_transport  # type: ignore[assignment]
+    command.CountingWorker = ClockedWorker  # type: ignore[misc]
+    command.sweep = clocked_sweep  # type: ignore[assignment]
 
 
 def main(argv: list[str]) -> int:
-    args = parse(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return asyncio.run(serve(args))
+    if not argv:
+        raise SystemExit(__doc__)
+    use_clock(SharedClock(argv[0]))
+    return cli.main(["worker", *argv[1:]])
 
 
 if __name__ == "__main__":

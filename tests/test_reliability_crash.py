@@ -1,8 +1,8 @@
 """Crash soak: the worker process SIGKILLed at random points, the server stopped under it.
 
-What runs. A worker process (`tests/crash_worker.py`: the `harel-beanie worker` stack, i.e.
-harel's `AsyncWorker` on our `AsyncMongoStore` and harel's `AsyncMongoTransport`, on a shared
-scaled clock) processes the shop models in `models/`. This test is the publisher: harel's
+What runs. A worker process — the `harel-beanie worker` command (harel's `AsyncWorker` on our
+`AsyncMongoStore` and harel's `AsyncMongoTransport`, with its relay sweeps), run by
+`tests/crash_worker.py` on a shared scaled clock — processes the shop models in `models/`. This test is the publisher: harel's
 `AsyncDistributedRunner` on the same store and transport creates orders (payments retried on
 durable timers, a payment budget, the fork with its fan-out of pick lines, the outbox
 carrying `Returned` / `Finished` between executions), and sends the domain events
@@ -259,17 +259,23 @@ class Worker:
 
     @classmethod
     def crash_worker(cls, url: str, db: str, clock: ClockControl, log: Path, figures: Figures) -> "Worker":
-        """`tests/crash_worker.py` on the run's clock (leases and rechecks in clock seconds)."""
+        """`harel-beanie worker` on the run's clock (`tests/crash_worker.py`): leases in clock
+        seconds, a relay sweep every real second, timelines on."""
         argv = [
-            sys.executable, "-m", "tests.crash_worker", "--url", url, "--db", db, "--definitions", str(MODELS),
-            "--clock", str(clock.path), "--visibility", "20", "--recheck", "5", "--sweep-every", "1",
+            sys.executable, "-m", "tests.crash_worker", str(clock.path), "--definitions", str(MODELS),
+            "--url", url, "--db", db, "--visibility", "20", "--sweep-every", "1", "--trace",
+            "--connect-attempts", "120",
         ]  # fmt: skip
-        return cls(argv, log, figures, marker=b"ready", clock=clock)
+        return cls(argv, log, figures, marker=b" ready:", clock=clock)
 
     async def start(self) -> None:
         with open(self.log, "ab") as log:
             self.proc = await asyncio.create_subprocess_exec(
-                *self.argv, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=log
+                *self.argv,
+                cwd=ROOT,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=log,
+                env={**os.environ, "HAREL_BEANIE_DEBUG": "1"},  # a failure's traceback goes to the log
             )
         self.figures.worker_starts += 1
         self.reaped = False
