@@ -215,7 +215,7 @@ class Demo:
         tasks = [asyncio.create_task(w.run(stop)) for w in workers]  # created before LABEL is set
         started = time.perf_counter()
         self.workers = workers
-        self.relay = lambda: sweep(store, transport, self.store_executions, workers[0].definitions, self.clock)
+        self.relay = lambda: sweep(store, transport, self.store_executions, workers[0].definitions, self.clock, trace=self.trace)
         progress = Progress(
             TextColumn("[bold]{task.description:<26}"),
             BarColumn(bar_width=18),

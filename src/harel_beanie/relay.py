@@ -60,14 +60,17 @@ async def sweep(
     executions: Any,
     definitions: dict[str, Any],
     clock: Callable[[], float] = time.time,
+    trace: bool = False,
 ) -> int:
     """Relay every execution's pending outbox and spawns with its own definition. Returns
     how many executions held any. A relay that conflicts with a handler doing the same is
-    left for the next sweep."""
-    owners = await executions.find(
-        {"$or": [{"outbox.seq": _ANY_SEQ}, {"spawns.seq": _ANY_SEQ}]}, {"definition_id": 1}
-    ).to_list(None)
-    for doc in owners:
+    left for the next sweep. `trace` as the worker's: the children it starts record their
+    first step too."""
+    owners: dict[str, Any] = {}
+    for array in ("outbox", "spawns"):  # one query per index: an $or of the two may scan
+        for doc in await executions.find({f"{array}.seq": _ANY_SEQ}, {"definition_id": 1}).to_list(None):
+            owners[doc["_id"]] = doc
+    for doc in owners.values():
         defn = definitions.get(doc.get("definition_id"))
         if defn is None:
             log.warning("cannot relay the pending work of %s: no definition %r", doc["_id"], doc.get("definition_id"))
@@ -79,6 +82,7 @@ async def sweep(
             clock,
             definitions=definitions,
             resolve_machine=definitions.__getitem__,
+            trace=trace,
         )
         try:
             await driver.recover()

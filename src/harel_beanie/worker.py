@@ -34,6 +34,7 @@ from typing import Any
 
 from harel.config import Config
 from harel.engine.schema import Names
+from pymongo.errors import ConnectionFailure
 
 from harel_beanie.async_store import AsyncMongoStore
 from harel_beanie.relay import sweep
@@ -103,12 +104,12 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
             concurrency=opts["concurrency"], trace=opts["trace"], executions=executions,
         )  # fmt: skip
         wid = opts["worker_id"]
-        leftover = await sweep(store, transport, executions, worker.definitions)
+        leftover = await sweep(store, transport, executions, worker.definitions, trace=opts["trace"])
         if leftover:
             print(f"worker {wid}: relayed the pending work of {leftover} execution(s) left by earlier workers", flush=True)
 
         stop = asyncio.Event()
-        run = asyncio.create_task(worker.run(stop))
+        run = asyncio.create_task(_run_through_outages(worker, stop, wid))
         signals = 0
 
         def on_signal(signum: int) -> None:
@@ -126,7 +127,9 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal, sig)
-        sweeper = asyncio.create_task(_sweep_forever(store, transport, executions, worker, opts["sweep_every"], stop))
+        sweeper = asyncio.create_task(
+            _sweep_forever(store, transport, executions, worker, opts["sweep_every"], stop, opts["trace"])
+        )
         top = sorted(d for d in definitions if "." not in d)  # the rest are their invoked submachines
         names = ", ".join(top)
         print(
@@ -152,7 +155,9 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
             await transport.close()
 
 
-async def _sweep_forever(store: Any, transport: Any, executions: Any, worker: Any, every: float, stop: asyncio.Event) -> None:
+async def _sweep_forever(
+    store: Any, transport: Any, executions: Any, worker: Any, every: float, stop: asyncio.Event, trace: bool
+) -> None:
     while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), timeout=every)
@@ -160,6 +165,26 @@ async def _sweep_forever(store: Any, transport: Any, executions: Any, worker: An
         except asyncio.TimeoutError:
             pass
         try:
-            await sweep(store, transport, executions, worker.definitions)
+            await sweep(store, transport, executions, worker.definitions, trace=trace)
         except Exception:  # an outage: the run loop will meet it too; keep sweeping after it
             log.warning("relay sweep failed; retrying in %ss", every, exc_info=True)
+
+
+async def _run_through_outages(worker: Any, stop: asyncio.Event, wid: str, pause: float = 1.0) -> None:
+    """harel's `AsyncWorker.run`, restarted when the server goes away: its claims and timer
+    sweeps are outside its per-event error handling, so an outage ends the loop. Events in
+    flight then come back after their lease, as after any worker crash."""
+    while True:
+        try:
+            await worker.run(stop)
+            return
+        except ConnectionFailure as exc:  # refused, reset, no server selectable: wait it out
+            if stop.is_set():
+                return
+            print(f"worker {wid}: lost the server ({type(exc).__name__}); retrying every {pause:g}s", flush=True)
+            log.warning("worker loop interrupted by %r", exc)
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=pause)
+            return
+        except asyncio.TimeoutError:
+            pass
