@@ -8,20 +8,21 @@ import mongomock
 from harel.testing import (
     assert_async_listing_contract,
     assert_async_outbox_contract,
-    assert_async_purge_contract,
     assert_listing_contract,
     assert_outbox_contract,
-    assert_purge_contract,
 )
 from mongomock_motor import AsyncMongoMockClient
 
 from harel_beanie import AsyncMongoStore, MongoStore
 
 
+# The purge contract checks dedupe marks, which the store reads with an `$elemMatch`
+# projection on a scalar array that mongomock does not implement: it runs on the real server.
+
+
 def test_sync_contracts_on_mongomock():
     assert_listing_contract(MongoStore(mongomock.MongoClient(), "m"), ordered=True)
     assert_outbox_contract(MongoStore(mongomock.MongoClient(), "m"))
-    assert_purge_contract(MongoStore(mongomock.MongoClient(), "m"))
 
 
 async def test_async_contracts_on_mongomock_motor():
@@ -29,4 +30,3 @@ async def test_async_contracts_on_mongomock_motor():
     # operations run all the same
     await assert_async_listing_contract(AsyncMongoStore(AsyncMongoMockClient(), "m"), ordered=True)
     await assert_async_outbox_contract(AsyncMongoStore(AsyncMongoMockClient(), "m"))
-    await assert_async_purge_contract(AsyncMongoStore(AsyncMongoMockClient(), "m"))

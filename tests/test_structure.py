@@ -428,8 +428,9 @@ class Lab:
         assert victim is not None
         purged = self.run(lambda: s.purge(self.victim, victim.version), mutates=True)
         obs["purge_delete"] = [o for o in purged if o.name == "delete"]
+        obs["purge_pending"] = [o for o in purged if o.name == "find"]
         obs["purge_entries"] = [o for o in purged if o.name == "update"]
-        assert obs["purge_delete"] and obs["purge_entries"], purged
+        assert obs["purge_delete"] and obs["purge_pending"] and obs["purge_entries"], purged
         return obs
 
 
@@ -475,7 +476,7 @@ INDEXED = {
     "due_timers": ("hb_next_fire", K, K + 1),
     "ack_outbox": ("hb_outbox_seq", 1, 2),
     "ack_spawn": ("hb_spawn_seq", 1, 2),
-    "purge_entries": ("hb_outbox_target", K, K + 1),
+    "purge_pending": ("hb_outbox_seq", K, 2 * K + 1),
     # a filter matching few: about those (2K roots: K Hot + K Broken)
     "list_status": ("hb_status", K + 1, K + 2),
     "list_status_page2": ("hb_status", K + 1, K + 2),
@@ -486,21 +487,8 @@ INDEXED = {
 }
 
 
-# Page 2 of a status listing: the store sends `{"status": {"$in": [s]}, "_id": {"$gt": last}}`.
-# mongod treats a one-value $in as an equality and scans hb_status; SecantusDB plans `$in`
-# beside another predicate as a collection scan (an equality there uses the index). Expected to
-# fail on SecantusDB until the store sends `{"status": s}` for a single status (see
-# bench/RESULTS.md); strict, so the marker must go once it does.
-_STATUS_IN = pytest.mark.xfail(
-    not ON_MONGOD,
-    strict=True,
-    reason="SecantusDB: one-value $in beside the keyset range is a collection scan (store change pending)",
-)
-
-
 def _params(keys: Any) -> list[Any]:
-    return [pytest.param(k, marks=_STATUS_IN) if k.startswith("list_status") and k.endswith("_page2") else k
-            for k in sorted(keys)]  # fmt: skip
+    return sorted(keys)
 
 
 @pytest.mark.parametrize("key", _params(INDEXED))
@@ -567,6 +555,14 @@ def test_writes_by_id_use_the_id_index(observed: dict[int, dict[str, list[Observ
         assert not o.collscan and o.docs <= 1 and o.keys <= 2, f"{key} at N={n}: {o}"
         assert o.index is not None or any(st in ("IDHACK", "EXPRESS_IXSCAN") for st, _ in o.stages), o
     _same_at_every_n(key, by_n)
+
+
+def test_purge_pulls_entries_by_id(observed: dict[int, dict[str, list[Observed]]]) -> None:
+    """Every server: purge's pull of the entries addressed to the purged execution is
+    addressed by `_id` to the few documents holding pending entries, whatever N is."""
+    for n, o in _one(observed, "purge_entries").items():
+        ids = o.filter.get("_id", {}).get("$in")
+        assert isinstance(ids, list) and 0 < len(ids) <= K, f"N={n}: {o.filter}"
 
 
 def test_ids_with_prefix_is_an_id_range(observed: dict[int, dict[str, list[Observed]]]) -> None:

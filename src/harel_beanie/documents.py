@@ -97,10 +97,9 @@ class ExecutionDocument(Document):
             IndexModel([("status", ASCENDING), ("updated_at", ASCENDING)], name="hb_status_updated"),
             # roots_only (parent_id null) and the children of an execution
             IndexModel([("parent_id", ASCENDING), ("_id", ASCENDING)], name="hb_parent"),
-            # pending_outbox reads only documents holding entries; ack_outbox without its owner
+            # pending_outbox reads only documents holding entries; ack_outbox without its owner;
+            # purge finds the entries addressed to the purged execution among those
             IndexModel([("outbox.seq", ASCENDING)], name="hb_outbox_seq"),
-            # purge removes the entries addressed to the purged execution
-            IndexModel([("outbox.target_id", ASCENDING)], name="hb_outbox_target", sparse=True),
             # pending_spawns / ack_spawn, as for the outbox
             IndexModel([("spawns.seq", ASCENDING)], name="hb_spawn_seq"),
             # due_timers reads only documents with a timer due by now

@@ -75,7 +75,12 @@ def listing_query(
         query["definition_id"] = require_str("definition_id", definition_id)
     if statuses is not None:
         wanted: list[Any] = sorted(s.value for s in statuses)
-        query["status"] = {"$in": wanted + [None]} if compat else {"$in": wanted}
+        if compat:
+            query["status"] = {"$in": wanted + [None]}
+        elif len(wanted) == 1:
+            query["status"] = wanted[0]  # an equality: some planners scan for `$in` beside a range
+        else:
+            query["status"] = {"$in": wanted}
     if roots_only and not compat:
         query["parent_id"] = None
     after = decode_cursor(cursor)
