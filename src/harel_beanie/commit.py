@@ -17,6 +17,7 @@ once, with no I/O, for both stores. Compared with harel's MongoStore it:
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
@@ -67,7 +68,10 @@ def final_timer_ops(timers: Sequence[TimerOp]) -> dict[str, Optional[float]]:
     for op in timers:
         require_str("timer path", op.path)
         if op.action == "schedule":
-            out[op.path] = float(op.fire_at)
+            at = float(op.fire_at)
+            if not math.isfinite(at):  # a NaN bound would match no sweep and hide every timer
+                raise ValueError(f"timer {op.path!r} must fire at a finite time, got {op.fire_at!r}")
+            out[op.path] = at
         elif op.action == "cancel":
             out[op.path] = None
         else:
@@ -75,10 +79,19 @@ def final_timer_ops(timers: Sequence[TimerOp]) -> dict[str, Optional[float]]:
     return out
 
 
+def strict_json(what: str, value: Any) -> str:
+    """`value` as JSON, refusing NaN and infinities: JSON has no such numbers, and harel's
+    own serialisation would silently store them as null."""
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False, default=str)
+    except ValueError:
+        raise ValueError(f"{what} holds a NaN or infinite number, which can't be stored") from None
+
+
 def trace_item(step: dict[str, Any]) -> dict[str, Any]:
     """A trace step as stored: its JSON text, because a user's context keys may hold `.` or
     start with `$`, which a BSON field name inside `$push` must not."""
-    return {"t": json.dumps(step, separators=(",", ":"), default=str)}
+    return {"t": strict_json("the trace step", step)}
 
 
 def plan_commit(
@@ -110,17 +123,19 @@ def plan_commit(
             raise RuntimeError("the store has no seq node yet")  # the store sets one up first
         minted = mint.take(n_out + n_spawn, above=seq_floor)
     seqs, spawn_seqs = minted[:n_out], minted[n_out:]
-    outbox = [
-        {"seq": s, "target_id": None if t is None else require_str("emit target id", t), "event": e.model_dump_json()}
-        for s, (t, e) in zip(seqs, emits)
-    ]
+    strict_json(f"the context of execution {exe.id!r}", exe.context)
+    outbox = []
+    for s, (t, e) in zip(seqs, emits):
+        strict_json(f"the data of event {e.kind!r}", e.data)
+        target = None if t is None else require_str("emit target id", t)
+        outbox.append({"seq": s, "target_id": target, "event": e.model_dump_json()})
     spawn_items = [
         {
             "seq": s,
             "parent_id": exe.id,
             "child_id": require_str("child id", cid),
             "root_path": require_str("root path", rp),
-            "context": json.dumps(dict(ctx), separators=(",", ":")),
+            "context": strict_json(f"the context of child {cid!r}", dict(ctx)),
         }
         for s, (cid, rp, ctx) in zip(spawn_seqs, spawns)
     ]

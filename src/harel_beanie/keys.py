@@ -68,15 +68,27 @@ def timer_field(path: str) -> str:
 
 
 def require_str(what: str, value: Any) -> str:
-    """`value` itself if it is a str; a dict or list here would become a query operator."""
+    """`value` itself if it is a str that BSON can hold: a dict or list here would become a
+    query operator, and a lone surrogate can't be encoded as UTF-8."""
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, got {type(value).__name__}: {value!r}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{what} is not valid text (it holds a lone surrogate): {value!r}") from None
     return value
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
 def require_int(what: str, value: Any) -> int:
+    """`value` itself if it is an int that BSON can hold (a signed 64-bit integer)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{what} must be an int, got {type(value).__name__}: {value!r}")
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError(f"{what} is outside the 64-bit range MongoDB stores: {value}")
     return value
 
 

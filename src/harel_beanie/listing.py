@@ -67,8 +67,8 @@ def listing_query(
     *,
     compat: bool,
 ) -> ListingQuery:
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValueError(f"limit must be a positive int, got {limit!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit < 2**31:
+        raise ValueError(f"limit must be a positive int below 2**31, got {limit!r}")
     statuses = None if status is None else {Status(s) for s in status}
     query: dict[str, Any] = {}
     if definition_id is not None:
