@@ -10,18 +10,16 @@ import inspect
 from typing import Any, Iterable, Optional
 
 from harel.engine.execution import Execution, ExecutionPage, Status
-from harel.engine.schema import DEFAULT_PREFIX
-from harel.engine.store.base import DEFAULT_TRACE_MAX, OutboxEntry, SpawnEntry, Step, TimerOp
+from harel.engine.store.base import OutboxEntry, SpawnEntry, Step, TimerOp
 from harel.spec.states import Event
 from pymongo import ReturnDocument
 from pymongo.errors import PyMongoError
 
 from harel_beanie import calls, flows
 from harel_beanie.calls import Flow, T
-from harel_beanie.commit import DEFAULT_DEDUPE_WINDOW
 from harel_beanie.connect import RetryPolicy, await_server
 from harel_beanie.documents import bind
-from harel_beanie.settings import StoreSettings, collections_for
+from harel_beanie.settings import StoreShell
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -30,7 +28,7 @@ async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-class AsyncMongoStore:
+class AsyncMongoStore(StoreShell):
     """A durable harel `AsyncExecutionStore` on MongoDB, one document per execution.
 
     `client` is PyMongo's `AsyncMongoClient`; a Motor client (Motor's or mongomock-motor's)
@@ -38,29 +36,12 @@ class AsyncMongoStore:
     `beanie=True` and a PyMongo client, set-up also initialises the Beanie document classes
     on this database, so the app can query them (see `harel_beanie.queries`)."""
 
-    def __init__(
-        self,
-        client: Any,
-        db_name: str = "harel",
-        *,
-        prefix: str = DEFAULT_PREFIX,
-        create_schema: bool = True,
-        trace_max: int = DEFAULT_TRACE_MAX,
-        dedupe_window: int = DEFAULT_DEDUPE_WINDOW,
-        write_concern: Any = None,
-        read_concern: Any = None,
-        beanie: bool = True,
-    ) -> None:
-        self._client = client
-        self.settings = StoreSettings(db_name, prefix, create_schema, trace_max, dedupe_window, write_concern, read_concern)
-        self._colls = collections_for(client, self.settings)
-        self._state = self.settings.new_state()
+    def __init__(self, client: Any, db_name: str = "harel", *, beanie: bool = True, **options: Any) -> None:
+        """`options` as for `MongoStore`: prefix, create_schema, trace_max, dedupe_window,
+        write_concern, read_concern."""
+        super().__init__(client, db_name, **options)
         self._beanie = beanie
         self._setup_lock: Optional[asyncio.Lock] = None
-
-    @property
-    def trace_max(self) -> int:
-        return self._state.trace_max
 
     @classmethod
     async def from_url(

@@ -13,10 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from harel.engine.schema import Names
+from harel.engine.schema import DEFAULT_PREFIX, Names
+from harel.engine.store.base import DEFAULT_TRACE_MAX
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
+from harel_beanie.commit import DEFAULT_DEDUPE_WINDOW
 from harel_beanie.documents import bind, index_models
 from harel_beanie.flows import StoreState
 
@@ -65,3 +67,29 @@ def collections_for(client: Any, s: StoreSettings) -> dict[str, Any]:
         "executions": db.get_collection(exes.Settings.name, **options),
         "counters": db.get_collection(counters.Settings.name, **options),
     }
+
+
+class StoreShell:
+    """What the sync and the async store share before any I/O: the settings, the
+    collections they select and the state the flows keep between operations."""
+
+    def __init__(
+        self,
+        client: Any,
+        db_name: str = "harel",
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        create_schema: bool = True,
+        trace_max: int = DEFAULT_TRACE_MAX,
+        dedupe_window: int = DEFAULT_DEDUPE_WINDOW,
+        write_concern: Optional[WriteConcern] = None,
+        read_concern: Optional[ReadConcern] = None,
+    ) -> None:
+        self._client = client
+        self.settings = StoreSettings(db_name, prefix, create_schema, trace_max, dedupe_window, write_concern, read_concern)
+        self._colls = collections_for(client, self.settings)
+        self._state = self.settings.new_state()
+
+    @property
+    def trace_max(self) -> int:
+        return self._state.trace_max

@@ -9,46 +9,25 @@ import threading
 from typing import Any, Iterable, Optional
 
 from harel.engine.execution import Execution, ExecutionPage, Status
-from harel.engine.schema import DEFAULT_PREFIX
-from harel.engine.store.base import DEFAULT_TRACE_MAX, OutboxEntry, SpawnEntry, Step, TimerOp
+from harel.engine.store.base import OutboxEntry, SpawnEntry, Step, TimerOp
 from harel.spec.states import Event
 from pymongo import ReturnDocument
 from pymongo.errors import PyMongoError
 
 from harel_beanie import calls, flows
 from harel_beanie.calls import Flow, T
-from harel_beanie.commit import DEFAULT_DEDUPE_WINDOW
 from harel_beanie.connect import RetryPolicy, wait_for_server
-from harel_beanie.settings import StoreSettings, collections_for
+from harel_beanie.settings import StoreShell
 
 
-class MongoStore:
+class MongoStore(StoreShell):
     """A durable harel `ExecutionStore` on MongoDB, one document per execution.
 
     `client` is a `pymongo.MongoClient` (or a mongomock one). Collections are
     `<prefix>_executions` and `<prefix>_counters` in `db_name`, as harel names them."""
 
-    def __init__(
-        self,
-        client: Any,
-        db_name: str = "harel",
-        *,
-        prefix: str = DEFAULT_PREFIX,
-        create_schema: bool = True,
-        trace_max: int = DEFAULT_TRACE_MAX,
-        dedupe_window: int = DEFAULT_DEDUPE_WINDOW,
-        write_concern: Any = None,
-        read_concern: Any = None,
-    ) -> None:
-        self._client = client
-        self.settings = StoreSettings(db_name, prefix, create_schema, trace_max, dedupe_window, write_concern, read_concern)
-        self._colls = collections_for(client, self.settings)
-        self._state = self.settings.new_state()
-        self._setup_lock = threading.Lock()
-
-    @property
-    def trace_max(self) -> int:
-        return self._state.trace_max
+    # one set-up at a time, across instances: it runs once per store, so sharing is free
+    _setup_lock = threading.Lock()
 
     @classmethod
     def from_url(
