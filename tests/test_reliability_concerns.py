@@ -135,8 +135,8 @@ def test_an_unacknowledged_write_concern_reaches_the_wire(kind, mongo_url, db_na
     store = make(kind, mongo_url, db_name, log, write_concern=WriteConcern(w=0))
     try:
         store.commit(Execution(id="w0", definition_id="d"), [])
-    except Exception:
-        pass
+    except (RuntimeError, PyMongoError):
+        pass  # today: set-up cannot take a seq node (see the xfail below)
     finally:
         close(store)
     writes, _ = writes_and_reads(log)

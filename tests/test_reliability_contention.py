@@ -462,11 +462,11 @@ def test_a_purge_racing_a_commit_has_exactly_one_winner(mongo_url, db_name, clie
         start = threading.Barrier(2)
         result: dict[str, Any] = {}
 
-        def do_purge() -> None:
+        def do_purge(victim: str, start: threading.Barrier, result: dict[str, Any]) -> None:
             start.wait()
             result["purged"] = purger.purge(victim, 1)
 
-        def do_commit() -> None:
+        def do_commit(copy: Execution, start: threading.Barrier, result: dict[str, Any]) -> None:
             start.wait()
             try:
                 writer.commit(copy, [(None, Event(kind="Late"))], processed_event_id="late", spawns=(("kid", "R", {}),))
@@ -475,7 +475,10 @@ def test_a_purge_racing_a_commit_has_exactly_one_winner(mongo_url, db_name, clie
                 result["committed"] = False
                 result["found"] = err.found
 
-        ts = [threading.Thread(target=do_purge), threading.Thread(target=do_commit)]
+        ts = [
+            threading.Thread(target=do_purge, args=(victim, start, result)),
+            threading.Thread(target=do_commit, args=(copy, start, result)),
+        ]
         for t in ts:
             t.start()
         for t in ts:

@@ -229,15 +229,15 @@ def scenario(store: Any, coll: Any, after_create: Callable[[], None] = lambda: N
     delivered = []
     for e in caller.retry(store.pending_outbox):
         if e.target_id == PEER:  # X's emits; the peer's entries stay for the purge to find
-            caller.retry(lambda: store.ack_outbox(e.seq))
+            caller.retry(lambda e=e: store.ack_outbox(e.seq))
             delivered.append(e.event.id)
     spawned = []
     for s in caller.retry(store.pending_spawns):
-        caller.retry(lambda: store.ack_spawn(s.seq))
+        caller.retry(lambda s=s: store.ack_spawn(s.seq))
         spawned.append(s.child_id)
     fired = []
     for exe_id, path, at in caller.retry(lambda: store.due_timers(100.0)):
-        caller.retry(lambda: store.delete_timer(exe_id, path, at))
+        caller.retry(lambda t=(exe_id, path, at): store.delete_timer(*t))
         fired.append((exe_id, path, at))
     shots["relayed"] = snapshot(coll)
     shots["handled"] = {"delivered": delivered, "spawned": spawned, "fired": fired}
@@ -432,7 +432,7 @@ def test_random_bursts_of_faults_soak(runs, admin, kind):
     """Many runs, each with a burst of 1-3 consecutive failures of a random kind starting at
     a random command; also several bursts in one run by re-arming between stages."""
     base, commands = baseline(runs, kind)
-    rng = random.Random(20261202)
+    rng = random.Random(f"{kind}-20261202")
     figures: Counter[str] = Counter()
     for _ in range(300):
         run = runs()
@@ -453,7 +453,8 @@ def test_random_bursts_of_faults_soak(runs, admin, kind):
 # --- 2. a write blocked past the client's timeout, applied after the client gave up ------------
 
 
-HOLD_MS = 700  # the server holds the write this long; the client waits 300 ms
+CLIENT_WAIT_MS = 400  # the store's client gives up on a reply after this long
+HOLD_MS = 900  # the server holds the write this long
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
@@ -464,7 +465,7 @@ def test_a_write_applied_after_the_client_timed_out_changes_nothing(runs, admin,
     CAS (a commit) or finds nothing left to do (an ack)."""
     base, _ = baseline(runs, kind)
     run = runs()
-    store = run.store(kind, socketTimeoutMS=300)
+    store = run.store(kind, socketTimeoutMS=CLIENT_WAIT_MS)
     store.init()
     arm(admin, ["insert", "update"], {"blockConnection": True, "blockTimeMS": HOLD_MS}, skip=nth)
     shots = scenario(store, run.coll)
@@ -480,7 +481,7 @@ def test_a_held_insert_that_lands_late_is_refused_by_the_id(runs, admin, kind):
     goes on; when the held insert runs the id is taken, so it writes nothing."""
     base, _ = baseline(runs, kind)
     run = runs()
-    store = run.store(kind, socketTimeoutMS=300)
+    store = run.store(kind, socketTimeoutMS=CLIENT_WAIT_MS)
     store.init()
     arm(admin, ["insert"], {"blockConnection": True, "blockTimeMS": HOLD_MS}, skip=0)
     shots = scenario(store, run.coll, after_create=lambda: time.sleep(HOLD_MS / 1000 + 0.1))
@@ -500,9 +501,9 @@ def test_a_held_insert_landing_after_a_purge_does_not_resurrect_the_execution(ru
     emit, spawn and timer pending a second time."""
     base, _ = baseline(runs, kind)
     run = runs()
-    store = run.store(kind, socketTimeoutMS=300)
+    store = run.store(kind, socketTimeoutMS=CLIENT_WAIT_MS)
     store.init()
-    hold = 1500
+    hold = 1800
     arm(admin, ["insert"], {"blockConnection": True, "blockTimeMS": hold}, skip=0)
     t0 = time.monotonic()
     scenario(store, run.coll)
@@ -542,16 +543,16 @@ def test_driver_retryable_writes_compose_with_the_commit_token():
         store = MongoStore(pymongo.MongoClient(server.url, appName=VICTIM, event_listeners=[log]), "rs")
         exe = Execution(id="r", definition_id="d")
         store.commit(exe, [])
-        for data in ({"closeConnection": True}, {"blockConnection": True, "blockTimeMS": 500}):
+        for data in ({"closeConnection": True}, {"blockConnection": True, "blockTimeMS": HOLD_MS}):
             log.commands.clear()
             arm(admin, ["update"], data, skip=0)
-            timeout = {"socketTimeoutMS": 250} if "blockConnection" in data else {}
+            timeout = {"socketTimeoutMS": CLIENT_WAIT_MS} if "blockConnection" in data else {}
             s = MongoStore(pymongo.MongoClient(server.url, appName=VICTIM, event_listeners=[log], **timeout), "rs")
             fresh = s.load("r")
             log.commands.clear()
             s.commit(fresh, [(None, Event(kind="A"))], processed_event_id=f"ev{fresh.version}")
             if "blockConnection" in data:
-                time.sleep(0.4)  # the held first send has run (and changed nothing) by now
+                time.sleep((HOLD_MS - CLIENT_WAIT_MS) / 1000 + 0.1)  # the held first send has run by now
             updates = [c for n, c in log.commands if n == "update"]
             assert len(updates) == 2, updates
             assert updates[0]["txnNumber"] == updates[1]["txnNumber"]

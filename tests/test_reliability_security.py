@@ -217,9 +217,9 @@ def test_an_unauthenticated_client_is_refused_and_writes_nothing(auth_server):
     before = everything(root, "app")
     for options in ({}, {"create_schema": False}):
         store = MongoStore(pymongo.MongoClient(auth_server.url, serverSelectionTimeoutMS=2000), "app", **options)
-        for op in (lambda: store.load("a"), lambda: store.commit(Execution(id="intruder", definition_id="d"), [])):
+        for op in (lambda s: s.load("a"), lambda s: s.commit(Execution(id="intruder", definition_id="d"), [])):
             with pytest.raises(OperationFailure) as err:
-                op()
+                op(store)
             assert err.value.code == 13  # Unauthorized
         store.close()
     assert everything(root, "app") == before
