@@ -128,26 +128,6 @@ def test_an_unsatisfiable_write_concern_is_reported_not_ignored(kind, mongo_url,
     assert any(c.get("writeConcern", {}).get("w") == 5 for _, c in log.commands)
 
 
-def test_an_unacknowledged_write_concern_reaches_the_wire(kind, mongo_url, db_name):
-    """w=0 is sent as asked (the README says never to use it: the store cannot learn the
-    outcome of its CAS without an acknowledgement). What the store then does is below."""
-    log = Log()
-    store = make(kind, mongo_url, db_name, log, write_concern=WriteConcern(w=0))
-    try:
-        store.commit(Execution(id="w0", definition_id="d"), [])
-    except (RuntimeError, PyMongoError):
-        pass  # today: set-up cannot take a seq node (see the xfail below)
-    finally:
-        close(store)
-    writes, _ = writes_and_reads(log)
-    assert writes and all(c.get("writeConcern") == {"w": 0} for _, c in writes)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="store bug: StoreSettings accepts WriteConcern(w=0); set-up then fails with "
-    "RuntimeError('could not take a seq node number'), a commit's outcome can never be known",
-)
 def test_an_unacknowledged_write_concern_is_refused_up_front(kind, mongo_url, db_name):
     with pytest.raises(ValueError, match="acknowledged|w=0"):
         store = make(kind, mongo_url, db_name, Log(), write_concern=WriteConcern(w=0))

@@ -56,7 +56,7 @@ from harel_beanie.documents import (
     projection,
 )
 from harel_beanie.errors import ExecutionTooLarge, SchemaMismatch
-from harel_beanie.keys import prefix_range, require_int, require_str, timer_field
+from harel_beanie.keys import prefix_range, require_int, require_str, require_time, timer_field
 from harel_beanie.listing import listing_page, listing_query
 from harel_beanie.seqs import NODES, SeqMint
 
@@ -194,11 +194,14 @@ def commit(
     applied and is sent again (the CAS makes a second application impossible)."""
     floor = 0
     retries_left = UNKNOWN_OUTCOME_RETRIES
+    unsure: dict[str, CommitPlan] = {}  # sends whose outcome we never learned, by token
+    plan: Optional[CommitPlan] = None
     while True:
-        plan = plan_commit(
-            exe, emits, processed_event_id, timers, spawns, trace,
-            mint=st.mint, seq_floor=floor, trace_max=st.trace_max, dedupe_window=st.dedupe_window,
-        )  # fmt: skip
+        if plan is None:
+            plan = plan_commit(
+                exe, emits, processed_event_id, timers, spawns, trace,
+                mint=st.mint, seq_floor=floor, trace_max=st.trace_max, dedupe_window=st.dedupe_window,
+            )  # fmt: skip
         if plan.data_bytes > MAX_DATA_BYTES:
             raise ExecutionTooLarge(exe.id, plan.data_bytes, MAX_DOCUMENT_BYTES)
         landed = False
@@ -210,7 +213,7 @@ def commit(
             else:
                 landed = (yield UpdateOne("executions", plan.filter, plan.update)) == 1
         except DuplicateKeyError:
-            pass  # a concurrent creator won the insert
+            pass  # a concurrent creator won the insert (or an earlier send of ours did)
         except DocumentTooLarge:
             raise ExecutionTooLarge(exe.id, plan.data_bytes, MAX_DOCUMENT_BYTES) from None
         except WriteError as err:
@@ -219,21 +222,24 @@ def commit(
             raise
         except (ConnectionFailure, ExecutionTimeout) as err:
             lost = err
+            unsure[plan.token] = plan
         if landed:
             return _landed(st, exe, plan)
         found = yield from _read_version(exe.id, lost)
+        if found is not None and found.get("commit_token") in unsure:
+            # an earlier send landed, perhaps after we stopped waiting for it
+            return _landed(st, exe, unsure[found["commit_token"]])
         stored = None if found is None else found.get("version")
-        if lost is not None:
-            if found is not None and found.get("commit_token") == plan.token:
-                return _landed(st, exe, plan)  # it was applied; only the reply was lost
-            if stored == (None if plan.insert is not None else plan.old_version) and retries_left:
-                retries_left -= 1
-                continue  # not applied: send it again
-            if stored == (None if plan.insert is not None else plan.old_version):
+        expected = None if plan.insert is not None else plan.old_version
+        if lost is not None and stored == expected:
+            if not retries_left:
                 raise lost
+            retries_left -= 1
+            continue  # not applied (yet): send the same write again; the CAS admits one
         hi = None if found is None else found.get("seq_hi")
         if plan.insert is None and stored == plan.old_version and hi is not None and hi > floor:
             floor = hi  # our clock is behind this execution's last seq: mint above it, retry
+            plan = None
             continue
         raise StoreConflict(exe.id, expected=plan.old_version, found=stored)
 
@@ -307,7 +313,7 @@ def _by_entry(st: StoreState, array: str, seq: int) -> dict[str, Any]:
 
 
 def due_timers(st: StoreState, now: float) -> Flow[list[tuple[str, str, float]]]:
-    due_now: dict[str, Any] = {"next_fire": {"$lte": now}}
+    due_now: dict[str, Any] = {"next_fire": {"$lte": require_time("now", now)}}
     if st.compat:
         # harel's documents carry no bound, and a commit of ours sets one from its own
         # timers only: until the database is migrated, every document with a timer is read
@@ -323,7 +329,7 @@ def delete_timer(st: StoreState, execution_id: str, path: str, fire_at: float) -
     """Remove the timer if it still holds `fire_at`, and reset the execution's `next_fire`
     to its earliest remaining timer in the same write (an update pipeline)."""
     key = timer_field(path)
-    guard = {"_id": require_str("execution id", execution_id), key: fire_at}
+    guard = {"_id": require_str("execution id", execution_id), key: require_time("fire_at", fire_at)}
     earliest: dict[str, Any] = {"$min": {"$map": {"input": {"$objectToArray": {"$ifNull": ["$timers", {}]}}, "in": "$$this.v"}}}
     earliest = {"$ifNull": [earliest, "$$REMOVE"]}  # none left: no bound at all, never a null one
     yield UpdateOne("executions", guard, [{"$project": {key: 0}}, {"$set": {"next_fire": earliest}}])

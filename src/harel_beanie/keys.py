@@ -111,3 +111,12 @@ def prefix_range(prefix: str) -> dict[str, Any]:
             return {"_id": {"$gte": prefix, "$lt": stem[:-1] + chr(last)}}
         stem = stem[:-1]  # every code point is the highest: no upper bound from this one
     return {"_id": {"$gte": prefix}}
+
+
+def require_time(what: str, value: Any) -> float:
+    """`value` as a float if it is a finite real number (a fire time, a clock reading)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be a number, got {type(value).__name__}: {value!r}")
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{what} must be finite, got {value!r}")
+    return float(value)

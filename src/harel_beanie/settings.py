@@ -41,6 +41,9 @@ class StoreSettings:
             raise ValueError(f"db_name must be a MongoDB database name, got {self.db_name!r}")
         if self.dedupe_window < 1:
             raise ValueError(f"dedupe_window must be at least 1, got {self.dedupe_window}")
+        if self.write_concern is not None and not self.write_concern.acknowledged:
+            # with w=0 no commit's outcome can be known: the CAS would be blind
+            raise ValueError(f"write_concern must be acknowledged (not w=0), got {self.write_concern!r}")
         if self.trace_max < 0:
             raise ValueError(f"trace_max must be >= 0 (0 keeps every step), got {self.trace_max}")
 
