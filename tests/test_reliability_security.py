@@ -96,9 +96,9 @@ def test_delete_timer_fire_time_injection_is_refused(either, client, db_name, fi
     assert everything(client, db_name) == before
 
 
-def test_due_timers_treats_a_non_number_literally(either, client, db_name):
-    """`now` is only ever compared with: an operator there is a literal value that no fire
-    time equals or exceeds, so nothing is returned and nothing written."""
+def test_due_timers_refuses_a_non_number_or_treats_it_literally(either, client, db_name):
+    """An operator or a str as `now` is refused, or (were it let through) compared as a
+    literal value that no fire time equals or exceeds: nothing returned, nothing written."""
     seed(either)
     before = everything(client, db_name)
     for now in ({"$ne": None}, {"$gt": 0}, "9999"):
