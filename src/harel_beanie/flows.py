@@ -56,7 +56,7 @@ from harel_beanie.documents import (
     projection,
 )
 from harel_beanie.errors import ExecutionTooLarge, SchemaMismatch
-from harel_beanie.keys import prefix_range, require_int, require_str, require_time, timer_field
+from harel_beanie.keys import ANY_SEQ, prefix_range, require_int, require_str, require_time, timer_field
 from harel_beanie.listing import listing_page, listing_query
 from harel_beanie.seqs import NODES, SeqMint
 
@@ -67,7 +67,6 @@ MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 MAX_DATA_BYTES = MAX_DOCUMENT_BYTES - 1024 * 1024
 # the server's codes for a document or update over the size limit
 _TOO_LARGE_CODES = {10334, 17419, 17420, 13134}
-_ANY_SEQ = {"$gte": -(2**63)}  # every number: selects documents holding entries, on the index
 _OWNERS_MAX = 100_000
 UNKNOWN_OUTCOME_RETRIES = 3  # re-sends of a commit whose reply was lost and that did not land  # seq -> owner hints kept for addressing acks by _id
 
@@ -283,7 +282,7 @@ def in_tree(execution_id: Optional[str]) -> Callable[[Mapping[str, Any]], bool]:
 
 
 def pending_outbox(st: StoreState, within: Optional[str] = None) -> Flow[list[OutboxEntry]]:
-    docs = yield Find("executions", {"outbox.seq": _ANY_SEQ}, projection(OutboxView))
+    docs = yield Find("executions", {"outbox.seq": ANY_SEQ}, projection(OutboxView))
     entries, owners = records.outbox_entries(filter(in_tree(within), docs))
     st.remember(owners)
     return entries
@@ -294,7 +293,7 @@ def ack_outbox(st: StoreState, seq: int) -> Flow[None]:
 
 
 def pending_spawns(st: StoreState, within: Optional[str] = None) -> Flow[list[SpawnEntry]]:
-    docs = yield Find("executions", {"spawns.seq": _ANY_SEQ}, projection(SpawnView))
+    docs = yield Find("executions", {"spawns.seq": ANY_SEQ}, projection(SpawnView))
     entries, owners = records.spawn_entries(filter(in_tree(within), docs))
     st.remember(owners)
     return entries
@@ -345,7 +344,7 @@ def purge(st: StoreState, execution_id: str, expected_version: int) -> Flow[bool
     # only documents holding entries can hold one for it: the seq index finds those, and the
     # pull is addressed by _id (an index on target_id would cost every commit with an emit,
     # for the sake of a rare purge)
-    pending = yield Find("executions", {"outbox.seq": _ANY_SEQ}, {"outbox.target_id": 1})
+    pending = yield Find("executions", {"outbox.seq": ANY_SEQ}, {"outbox.target_id": 1})
     holders = [d["_id"] for d in pending if any(e.get("target_id") == execution_id for e in d.get("outbox") or ())]
     if holders:
         query = {"_id": {"$in": holders}, "outbox.target_id": execution_id}

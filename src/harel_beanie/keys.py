@@ -82,6 +82,10 @@ def require_str(what: str, value: Any) -> str:
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
+#: Matches every seq: on a `<array>.seq` index it selects exactly the documents holding
+#: entries (an empty array indexes no number), without touching the rest.
+ANY_SEQ = {"$gte": INT64_MIN}
+
 
 def require_int(what: str, value: Any) -> int:
     """`value` itself if it is an int that BSON can hold (a signed 64-bit integer)."""

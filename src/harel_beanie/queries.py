@@ -27,7 +27,7 @@ from beanie.odm.queries.find import FindMany
 from pydantic import BaseModel, Field
 
 from harel_beanie.documents import ExecutionDocument
-from harel_beanie.keys import decode_path
+from harel_beanie.keys import ANY_SEQ, decode_path
 from harel_beanie.seqs import minted_at
 
 
@@ -108,7 +108,6 @@ class Backlog:
         return asdict(self)
 
 
-_ANY_SEQ = {"$gte": -(2**63)}
 
 
 async def backlog(*, doc: Executions = ExecutionDocument, stuck_after: float = 300.0, now: Optional[float] = None, show: int = 10) -> Backlog:
@@ -125,7 +124,7 @@ async def backlog(*, doc: Executions = ExecutionDocument, stuck_after: float = 3
         out.counts.setdefault(g["_id"]["d"], {})[g["_id"]["s"]] = g["n"]
     for array, attr in (("outbox", "pending_outbox"), ("spawns", "pending_spawns")):
         rows = await (await coll.aggregate([
-            {"$match": {f"{array}.seq": _ANY_SEQ}},
+            {"$match": {f"{array}.seq": ANY_SEQ}},
             {"$project": {"n": {"$size": f"${array}"}, "low": {"$min": {"$map": {"input": f"${array}", "in": "$$this.seq"}}}}},
             {"$group": {"_id": None, "n": {"$sum": "$n"}, "low": {"$min": "$low"}}},
         ])).to_list(None)  # fmt: skip

@@ -30,10 +30,10 @@ from typing import Any, Callable
 from harel.engine.aio.distributed import AsyncTransportDriver
 from harel.engine.store import StoreConflict
 
+from harel_beanie.keys import ANY_SEQ
 
 log = logging.getLogger(__name__)
 
-_ANY_SEQ = {"$gte": -(2**63)}  # every number: selects the documents holding entries, on the index
 
 
 class ScopedStore:
@@ -68,7 +68,7 @@ async def sweep(
     first step too."""
     owners: dict[str, Any] = {}
     for array in ("outbox", "spawns"):  # one query per index: an $or of the two may scan
-        for doc in await executions.find({f"{array}.seq": _ANY_SEQ}, {"definition_id": 1}).to_list(None):
+        for doc in await executions.find({f"{array}.seq": ANY_SEQ}, {"definition_id": 1}).to_list(None):
             owners[doc["_id"]] = doc
     for doc in owners.values():
         defn = definitions.get(doc.get("definition_id"))
