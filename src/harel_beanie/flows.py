@@ -312,7 +312,7 @@ def _by_entry(st: StoreState, array: str, seq: int) -> dict[str, Any]:
 
 
 def due_timers(st: StoreState, now: float) -> Flow[list[tuple[str, str, float]]]:
-    due_now: dict[str, Any] = {"next_fire": {"$lte": require_time("now", now)}}
+    due_now: dict[str, Any] = {"next_fire": {"$lte": require_time("now", now, infinite_ok=True)}}
     if st.compat:
         # harel's documents carry no bound, and a commit of ours sets one from its own
         # timers only: until the database is migrated, every document with a timer is read

@@ -117,10 +117,11 @@ def prefix_range(prefix: str) -> dict[str, Any]:
     return {"_id": {"$gte": prefix}}
 
 
-def require_time(what: str, value: Any) -> float:
-    """`value` as a float if it is a finite real number (a fire time, a clock reading)."""
+def require_time(what: str, value: Any, *, infinite_ok: bool = False) -> float:
+    """`value` as a float if it is a real number (a fire time, a clock reading): never NaN,
+    which matches nothing; infinite only where asked (harel sweeps "every timer" with inf)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{what} must be a number, got {type(value).__name__}: {value!r}")
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ValueError(f"{what} must be finite, got {value!r}")
+    if value != value or (not infinite_ok and value in (float("inf"), float("-inf"))):
+        raise ValueError(f"{what} must be {'a number' if infinite_ok else 'finite'}, got {value!r}")
     return float(value)
