@@ -22,6 +22,7 @@ demo: $(STAMP)
 # the whole default test suite, type check included, on a real wire-protocol server
 test: $(STAMP)
 	$(BIN)/python -m mypy
+	$(BIN)/python -m mypy bench/run.py
 	$(BIN)/python -m pytest -q
 
 # the long soaks (crash loops, large fuzz budgets)

@@ -16,7 +16,10 @@ MONGODB_URL is set (or --url is given), on that server too. For each server:
   and with all but that one.
 
 The workload is bench/parcel.stm: five events (Start, then four steps) take an execution from
-PENDING to DONE, each one engine step and one commit. For a worker, work goes in waves of
+PENDING to DONE, each one engine step and one commit. Every runner runs twice: as harel builds
+it by default, and traced (`trace=True`: the engine writes one trace step per commit, the step
+log `harel-beanie status` and dashboards read), because that is where harel's store pays an
+extra counter round trip per commit and this one pays none. For a worker, work goes in waves of
 max(4, concurrency) executions: a wave is created and its events queued (timed apart, as
 "submit"), then the worker drains it (the figure), so the queue is equally short for both stores.
 Speed is the embedded server's, a Python server far slower than mongod: compare the two stores
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime
 import importlib.metadata
 import logging
@@ -34,13 +38,15 @@ import os
 import platform
 import statistics
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import pymongo
+from pymongo import monitoring
 from harel.definition.model import Definition
 from harel.dsl import definition_from_dsl_file
 from harel.engine.aio.distributed import AsyncDistributedRunner, AsyncWorker
@@ -62,12 +68,20 @@ STEPS = ("Pay", "Pack", "Ship", "Deliver")
 EVENTS_PER_EXECUTION = 1 + len(STEPS)
 STORES = ("harel", "beanie")
 LABEL = {"harel": "harel MongoStore", "beanie": "harel-beanie"}
-RUNNERS = ("durable", "worker-1", "worker-16")
-RUNNER_LABEL = {
+BASE_RUNNERS = ("durable", "worker-1", "worker-16")
+TRACED = "+trace"  # the same runner with harel's trace on: one trace step per commit
+RUNNERS = BASE_RUNNERS + tuple(r + TRACED for r in BASE_RUNNERS)
+_BASE_LABEL = {
     "durable": "DurableRunner (sync)",
     "worker-1": "AsyncWorker, concurrency 1",
     "worker-16": "AsyncWorker, concurrency 16",
 }
+RUNNER_LABEL = {**_BASE_LABEL, **{r + TRACED: label + ", traced" for r, label in _BASE_LABEL.items()}}
+
+
+def split_runner(runner: str) -> tuple[str, bool]:
+    """("worker-16+trace") -> ("worker-16", True)."""
+    return runner.removesuffix(TRACED), runner.endswith(TRACED)
 STATES = ("empty", "stored")
 EXECUTIONS = Names("harel").executions
 
@@ -121,6 +135,11 @@ class Cell:
     seconds: float
     submit_events: int = 0  # worker: the create + send calls that queued the work
     submit_seconds: float = 0.0
+    store_calls: int = 0  # commands sent to the store's collections while timed
+    transport_calls: int = 0  # ... and to the transport's
+
+    def per_event(self, calls: int) -> float:
+        return calls / self.events if self.events else 0.0
 
     @property
     def rate(self) -> float:
@@ -149,9 +168,70 @@ class ServerRun:
         r = self.rates(runner, state, store)
         return statistics.median(r) if r else None
 
+    def calls(self, runner: str, state: str, store: str) -> Optional[tuple[float, float]]:
+        """Median round trips per event: (to the store, to the transport)."""
+        cs = [c for c in self.cells if (c.runner, c.state, c.store) == (runner, state, store) and c.events]
+        if not cs:
+            return None
+        return (
+            statistics.median(c.per_event(c.store_calls) for c in cs),
+            statistics.median(c.per_event(c.transport_calls) for c in cs),
+        )
+
     def submit(self, runner: str, state: str, store: str) -> Optional[float]:
         r = [c.submit_rate for c in self.cells if (c.runner, c.state, c.store) == (runner, state, store) and c.submit_seconds]
         return statistics.median(r) if r else None
+
+
+# --- round trips, counted on the wire ----------------------------------------------------------
+
+
+class Tally(monitoring.CommandListener):
+    """Counts the commands sent while a timed section runs, by what they address: the store's
+    collections (`<prefix>_executions`, `<prefix>_counters`) or the transport's. Both stores'
+    clients (PyMongo, PyMongo async, Motor) report here, so the counts compare like for like."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.store = 0
+        self.transport = 0
+        self._lock = threading.Lock()
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if not self.on:
+            return
+        target = event.command.get(event.command_name)
+        if not isinstance(target, str):
+            target = event.command.get("collection")  # getMore names its collection here
+        if not isinstance(target, str):
+            return
+        with self._lock:
+            if target.endswith(("_executions", "_counters")):
+                self.store += 1
+            elif "_transport_" in target:
+                self.transport += 1
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+    @contextlib.contextmanager
+    def timed(self, cell_counts: list[int]) -> Iterator[None]:
+        """Count while inside; add (store, transport) to `cell_counts`."""
+        s0, t0 = self.store, self.transport
+        self.on = True
+        try:
+            yield
+        finally:
+            self.on = False
+            cell_counts[0] += self.store - s0
+            cell_counts[1] += self.transport - t0
+
+
+TALLY = Tally()
+monitoring.register(TALLY)
 
 
 # --- the server's ceiling ---------------------------------------------------------------------
@@ -248,32 +328,36 @@ def seed(kind: str, url: str, db: str, n: int, template: dict[str, Any]) -> floa
 # --- the measurements -------------------------------------------------------------------------
 
 
-def measure_durable(kind: str, url: str, db: str, defs: dict[str, Definition], cap: int, budget: float) -> tuple[Cell, list[str]]:
+def measure_durable(
+    kind: str, url: str, db: str, defs: dict[str, Definition], cap: int, budget: float, trace: bool
+) -> tuple[Cell, list[str]]:
     """Create and drive Parcels with the sync DurableRunner until `cap` events or `budget`
     seconds; one execution first, untimed, as warm-up."""
     store = sync_store(kind, url, db)
-    runner = DurableRunner(store, defs)
+    runner = DurableRunner(store, defs, trace=trace)
     ids = []
     warm = runner.create("Parcel")
     ids.append(warm.id)
     for step in STEPS:
         runner.process(warm.id, Event(kind=step))
     events = 0
-    t = time.perf_counter()
-    while events < cap and time.perf_counter() - t < budget:
-        exe = runner.create("Parcel")
-        ids.append(exe.id)
-        events += 1
-        for step in STEPS:
-            if events >= cap or time.perf_counter() - t >= budget:
-                break
-            runner.process(exe.id, Event(kind=step))
+    counts = [0, 0]
+    with TALLY.timed(counts):
+        t = time.perf_counter()
+        while events < cap and time.perf_counter() - t < budget:
+            exe = runner.create("Parcel")
+            ids.append(exe.id)
             events += 1
-    seconds = time.perf_counter() - t
+            for step in STEPS:
+                if events >= cap or time.perf_counter() - t >= budget:
+                    break
+                runner.process(exe.id, Event(kind=step))
+                events += 1
+        seconds = time.perf_counter() - t
     last = store.load(ids[-1])
     assert last is not None and (last.status is Status.DONE or events % EVENTS_PER_EXECUTION), last
     store.close()
-    return Cell("durable", "", kind, events, seconds), ids
+    return Cell("durable", "", kind, events, seconds, store_calls=counts[0], transport_calls=counts[1]), ids
 
 
 class CountingTransport:
@@ -315,11 +399,13 @@ class CountingTransport:
         await self._inner.close()
 
 
-async def _drain(store: Any, transport: CountingTransport, defs: dict[str, Definition], concurrency: int, acks: int, budget: float) -> tuple[int, float]:
+async def _drain(
+    store: Any, transport: CountingTransport, defs: dict[str, Definition], concurrency: int, acks: int, budget: float, trace: bool
+) -> tuple[int, float]:
     """Run an AsyncWorker until `acks` more messages are handled or `budget` seconds pass."""
     stop = asyncio.Event()
     base = transport.acks
-    worker = AsyncWorker(store, transport, defs, worker_id="bench", visibility=60.0, concurrency=concurrency)
+    worker = AsyncWorker(store, transport, defs, worker_id="bench", visibility=60.0, concurrency=concurrency, trace=trace)
     t = time.perf_counter()
     transport.until(base + acks, stop)
     task = asyncio.create_task(worker.run(stop, idle_sleep=0.002))
@@ -333,19 +419,21 @@ async def _drain(store: Any, transport: CountingTransport, defs: dict[str, Defin
     return transport.acks - base, end - t
 
 
-async def _measure_worker(kind: str, url: str, db: str, defs: dict[str, Definition], concurrency: int, cap: int, budget: float) -> tuple[Cell, list[str]]:
+async def _measure_worker(
+    kind: str, url: str, db: str, defs: dict[str, Definition], concurrency: int, cap: int, budget: float, trace: bool
+) -> tuple[Cell, list[str]]:
     store = await async_store(kind, url, db)
     prefix = "hbq" + uuid.uuid4().hex[:8]  # a queue of its own: nothing left over from another cell
     inner = await AsyncMongoTransport.from_url(url, db, prefix=prefix)
     transport = CountingTransport(inner)
-    runner = AsyncDistributedRunner(store, transport, defs)
+    runner = AsyncDistributedRunner(store, transport, defs, trace=trace)
     ids: list[str] = []
     # warm-up, untimed: one execution through the whole path
     warm = await runner.create("Parcel")
     ids.append(warm.id)
     for step in STEPS:
         await runner.send(warm.id, Event(kind=step))
-    await _drain(store, transport, defs, concurrency, EVENTS_PER_EXECUTION, max(budget, 30.0))
+    await _drain(store, transport, defs, concurrency, EVENTS_PER_EXECUTION, max(budget, 30.0), trace)
 
     # in waves, so the queue stays as short for one store as for the other: submit a wave
     # (create the executions, each queueing its Start, and queue their four events; timed
@@ -354,6 +442,7 @@ async def _measure_worker(kind: str, url: str, db: str, defs: dict[str, Definiti
     wave = max(4, concurrency)
     handled = submitted = 0
     drain_seconds = submit_seconds = 0.0
+    counts = [0, 0]
     mine: list[str] = []
     while handled < cap and drain_seconds + submit_seconds < budget:
         n = min(wave, -(-(cap - handled) // EVENTS_PER_EXECUTION))
@@ -366,7 +455,8 @@ async def _measure_worker(kind: str, url: str, db: str, defs: dict[str, Definiti
         submitted += EVENTS_PER_EXECUTION * n
         mine += batch
         ids += batch
-        got, seconds = await _drain(store, transport, defs, concurrency, EVENTS_PER_EXECUTION * n, budget)
+        with TALLY.timed(counts):
+            got, seconds = await _drain(store, transport, defs, concurrency, EVENTS_PER_EXECUTION * n, budget, trace)
         handled += got
         drain_seconds += seconds
         if got < EVENTS_PER_EXECUTION * n:
@@ -381,15 +471,18 @@ async def _measure_worker(kind: str, url: str, db: str, defs: dict[str, Definiti
     for coll in (names.messages, names.transport_locks, names.transport_counters):
         client[db].drop_collection(coll)
     client.close()
-    runner_name = f"worker-{concurrency}"
-    return Cell(runner_name, "", kind, handled, drain_seconds, submitted, submit_seconds), ids
+    runner_name = f"worker-{concurrency}" + (TRACED if trace else "")
+    cell = Cell(runner_name, "", kind, handled, drain_seconds, submitted, submit_seconds, counts[0], counts[1])
+    return cell, ids
 
 
 def measure(kind: str, runner: str, url: str, db: str, defs: dict[str, Definition], cap: int, budget: float) -> Cell:
-    if runner == "durable":
-        cell, ids = measure_durable(kind, url, db, defs, cap, budget)
+    base, trace = split_runner(runner)
+    if base == "durable":
+        cell, ids = measure_durable(kind, url, db, defs, cap, budget, trace)
+        cell.runner = runner
     else:
-        cell, ids = asyncio.run(_measure_worker(kind, url, db, defs, int(runner.split("-")[1]), cap, budget))
+        cell, ids = asyncio.run(_measure_worker(kind, url, db, defs, int(base.split("-")[1]), cap, budget, trace))
     # leave the database as it was: drop the executions this cell created
     client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
     client[db][EXECUTIONS].delete_many({"_id": {"$in": ids}})
@@ -616,7 +709,7 @@ def report_server(run: ServerRun) -> str:
     lines.append("| runner | database | harel MongoStore | harel-beanie | ratio | harel-beanie stored / empty | ceiling: harel / harel-beanie |")
     lines.append("|---|---|---:|---:|---:|---:|---:|")
     for runner in RUNNERS:
-        roof = par if runner == "worker-16" else seq
+        roof = par if split_runner(runner)[0] == "worker-16" else seq
         for state in STATES:
             h = run.rate(runner, state, "harel")
             b = run.rate(runner, state, "beanie")
@@ -629,13 +722,25 @@ def report_server(run: ServerRun) -> str:
     lines.append("|---|---|---|---|")
     for runner in RUNNERS:
         for state in STATES:
-            h = ", ".join(f"{x:,.1f}" for x in run.rates(runner, state, "harel"))
-            b = ", ".join(f"{x:,.1f}" for x in run.rates(runner, state, "beanie"))
-            lines.append(f"| {RUNNER_LABEL[runner]} | {state} | {h} | {b} |")
+            h_all = ", ".join(f"{x:,.1f}" for x in run.rates(runner, state, "harel"))
+            b_all = ", ".join(f"{x:,.1f}" for x in run.rates(runner, state, "beanie"))
+            lines.append(f"| {RUNNER_LABEL[runner]} | {state} | {h_all} | {b_all} |")
+    lines += ["", "Round trips per event while timed, counted on the wire by a PyMongo CommandListener (median "
+              "over rounds): to the store's collections, and for a worker also to harel's transport, which is "
+              "the same for both stores.", ""]
+    lines.append("| runner | database | store: harel MongoStore | store: harel-beanie | transport: harel / harel-beanie |")
+    lines.append("|---|---|---:|---:|---:|")
+    for runner in RUNNERS:
+        for state in STATES:
+            hc, bc = run.calls(runner, state, "harel"), run.calls(runner, state, "beanie")
+            tr = "" if split_runner(runner)[0] == "durable" else f"{_f(hc and hc[1], 2)} / {_f(bc and bc[1], 2)}"
+            lines.append(f"| {RUNNER_LABEL[runner]} | {state} | {_f(hc and hc[0], 2)} | {_f(bc and bc[0], 2)} | {tr} |")
     lines += ["", "Submitting the worker's work (create + send, one at a time, not in the figures above), calls/s:", ""]
     lines.append("| runner | database | harel MongoStore | harel-beanie | ratio |")
     lines.append("|---|---|---:|---:|---:|")
-    for runner in RUNNERS[1:]:
+    for runner in RUNNERS:
+        if split_runner(runner)[0] == "durable":
+            continue
         for state in STATES:
             h, b = run.submit(runner, state, "harel"), run.submit(runner, state, "beanie")
             lines.append(f"| {RUNNER_LABEL[runner]} | {state} | {_f(h)} | {_f(b)} | {_ratio(b, h)} |")
@@ -688,7 +793,8 @@ def report(runs: list[ServerRun], opts: Options, started: datetime.datetime, wal
     )
     lines.append(
         f"Per measurement: up to {opts.events} events or {opts.seconds:g} s; {opts.rounds} round(s); "
-        f"workload bench/parcel.stm ({EVENTS_PER_EXECUTION} events per execution); each store built with "
+        f"workload bench/parcel.stm ({EVENTS_PER_EXECUTION} events per execution), each runner untraced (harel's "
+        "default) and traced (`trace=True`, one trace step per commit); each store built with "
         "its own `from_url` and defaults (harel-beanie writes with w: majority, j: true; harel's store with "
         "the client default)."
     )

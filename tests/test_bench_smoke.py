@@ -23,11 +23,22 @@ def test_bench_quick_run_writes_a_report(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-4000:]
     text = out.read_text()
     assert "SecantusDB" in text or "MONGODB_URL" in text
-    for row in ("DurableRunner (sync)", "AsyncWorker, concurrency 1", "AsyncWorker, concurrency 16"):
+    runners = ("DurableRunner (sync)", "AsyncWorker, concurrency 1", "AsyncWorker, concurrency 16")
+    for row in runners + tuple(r + ", traced" for r in runners):
         for state in ("empty", "stored"):
             line = next((ln for ln in text.splitlines() if ln.startswith(f"| {row} | {state} |")), None)
             assert line is not None, f"no row for {row} / {state}"
             cells = [c.strip() for c in line.strip("|").split("|")]
             assert all(c not in ("", "-") for c in cells[2:5]), line  # both stores measured, ratio
     assert "Ceiling" in text and "### What each index costs a commit" in text
+    # round trips per event, counted on the wire: harel's traced commit takes a counter round
+    # trip that this store's does not (a structural fact, so the smoke run can check it)
+    trips = {}
+    for ln in text.splitlines():
+        if ln.startswith("| DurableRunner (sync)") and ln.count("|") == 6:
+            cells = [c.strip() for c in ln.strip("|").split("|")]
+            trips[(cells[0], cells[1])] = (float(cells[2]), float(cells[3]))
+    harel_plain, ours_plain = trips[("DurableRunner (sync)", "empty")]
+    harel_traced, ours_traced = trips[("DurableRunner (sync), traced", "empty")]
+    assert ours_traced == ours_plain and harel_traced > harel_plain
     assert "`hb_outbox_seq`" in text
