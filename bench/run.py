@@ -488,7 +488,8 @@ async def _measure_worker(
         client[db].drop_collection(coll)
     client.close()
     runner_name = f"worker-{concurrency}" + (TRACED if trace else "")
-    cell = Cell(runner_name, "", kind, handled, drain_seconds, submitted, submit_seconds, counts[0], counts[1])
+    cell = Cell(runner_name, "", kind, handled, drain_seconds, submit_events=submitted, submit_seconds=submit_seconds,
+                store_calls=counts[0], transport_calls=counts[1])  # fmt: skip
     return cell, ids
 
 

@@ -33,12 +33,17 @@ def test_bench_quick_run_writes_a_report(tmp_path: Path) -> None:
     assert "Ceiling" in text and "### What each index costs a commit" in text
     # round trips per event, counted on the wire: harel's traced commit takes a counter round
     # trip that this store's does not (a structural fact, so the smoke run can check it)
+    section = text[text.index("Round trips per event"):text.index("Submitting the worker's work")]
     trips = {}
-    for ln in text.splitlines():
-        if ln.startswith("| DurableRunner (sync)") and ln.count("|") == 6:
+    for ln in section.splitlines():
+        if ln.startswith(("| DurableRunner", "| AsyncWorker")):
             cells = [c.strip() for c in ln.strip("|").split("|")]
-            trips[(cells[0], cells[1])] = (float(cells[2]), float(cells[3]))
-    harel_plain, ours_plain = trips[("DurableRunner (sync)", "empty")]
-    harel_traced, ours_traced = trips[("DurableRunner (sync), traced", "empty")]
+            trips[(cells[0], cells[1])] = cells[2:]
+    harel_plain, ours_plain = map(float, trips[("DurableRunner (sync)", "empty")][:2])
+    harel_traced, ours_traced = map(float, trips[("DurableRunner (sync), traced", "empty")][:2])
     assert ours_traced == ours_plain and harel_traced > harel_plain
+    # a worker's event goes through harel's transport as well as the store
+    store_h, store_b, transport = trips[("AsyncWorker, concurrency 1", "empty")]
+    assert float(store_h) > 0 and float(store_b) > 0
+    assert all(float(x) > 0 for x in transport.split(" / "))
     assert "`hb_outbox_seq`" in text
