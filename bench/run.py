@@ -77,6 +77,10 @@ _BASE_LABEL = {
     "worker-16": "AsyncWorker, concurrency 16",
 }
 RUNNER_LABEL = {**_BASE_LABEL, **{r + TRACED: label + ", traced" for r, label in _BASE_LABEL.items()}}
+# this store with only `_id` (create_schema off): none of its reads index-backed, so no use in
+# production, but it shows how much of the gap to harel on this server the indexes account for
+BARE = "bare"
+BARE_RUNNERS = ("durable", "durable" + TRACED)
 
 
 def split_runner(runner: str) -> tuple[str, bool]:
@@ -110,6 +114,10 @@ def load_definitions() -> dict[str, Definition]:
 def sync_store(kind: str, url: str, db: str) -> Any:
     if kind == "harel":
         return HarelMongoStore.from_url(url, db)
+    if kind == BARE:
+        bare = MongoStore.from_url(url, db, create_schema=False)
+        bare.init()
+        return bare
     store = MongoStore.from_url(url, db)
     store.init()
     return store
@@ -169,19 +177,19 @@ class ServerRun:
         r = self.rates(runner, state, store)
         return statistics.median(r) if r else None
 
-    def paired(self, runner: str, state: str) -> list[float]:
+    def paired(self, runner: str, state: str, store: str = "beanie") -> list[float]:
         """harel-beanie's rate over harel's, round by round: the two cells of a round ran back
         to back, so the machine's drift over the run cancels out of each ratio."""
         out = []
         for r in sorted({c.round for c in self.cells}):
             h = [c.rate for c in self.cells if (c.runner, c.state, c.store, c.round) == (runner, state, "harel", r)]
-            b = [c.rate for c in self.cells if (c.runner, c.state, c.store, c.round) == (runner, state, "beanie", r)]
+            b = [c.rate for c in self.cells if (c.runner, c.state, c.store, c.round) == (runner, state, store, r)]
             if h and b and h[0] > 0:
                 out.append(b[0] / h[0])
         return out
 
-    def ratio(self, runner: str, state: str) -> Optional[float]:
-        r = self.paired(runner, state)
+    def ratio(self, runner: str, state: str, store: str = "beanie") -> Optional[float]:
+        r = self.paired(runner, state, store)
         return statistics.median(r) if r else None
 
     def calls(self, runner: str, state: str, store: str) -> Optional[tuple[float, float]]:
@@ -663,7 +671,8 @@ def run_server(name: str, url: str, opts: Options, defs: dict[str, Definition]) 
         for r in range(opts.rounds):
             for state in STATES:
                 for runner in RUNNERS:
-                    order = STORES if r % 2 == 0 else tuple(reversed(STORES))
+                    kinds = STORES + ((BARE,) if state == "empty" and runner in BARE_RUNNERS else ())
+                    order = kinds if r % 2 == 0 else tuple(reversed(kinds))
                     for kind in order:
                         db = stored_db[kind] if state == "stored" else f"hbbench_{tag}_{kind}_empty_{uuid.uuid4().hex[:4]}"
                         cell = measure(kind, runner, url, db, defs, opts.events, opts.seconds)
@@ -718,6 +727,14 @@ def reading(run: ServerRun) -> list[str]:
            "here, whatever the commit changes. harel's store has no secondary index to pay for."
            if run.name == "embedded" else "")
     )  # fmt: skip
+    zp, zt = run.ratio("durable", "empty", BARE), run.ratio("durable" + TRACED, "empty", BARE)
+    if zp and zt:
+        out.append(
+            f"- The indexes' share. With only `_id`, this store's DurableRunner rate is {zp:.2f}x harel's untraced "
+            f"and {zt:.2f}x traced (against {_x(run.ratio('durable', 'empty'))} and "
+            f"{_x(run.ratio('durable' + TRACED, 'empty'))} with its indexes): what a store can win here on an empty "
+            "database is bounded by the engine's round trips, about the same for any store untraced."
+        )
     hp, bp = run.calls("durable", "empty", "harel"), run.calls("durable", "empty", "beanie")
     ht, bt = run.calls("durable" + TRACED, "empty", "harel"), run.calls("durable" + TRACED, "empty", "beanie")
     if hp and bp and ht and bt:
@@ -814,6 +831,20 @@ def report_server(run: ServerRun) -> str:
         ok2 = "met" if b and bs and bs >= 0.8 * b else "NOT met"
         lines.append(f"- {RUNNER_LABEL[runner]}: empty database {_x(x)} harel's (target 1.2x: {ok1}); "
                      f"with {run.stored:,} stored {_pct(bs, b)} of its empty-database rate (target 80%: {ok2}).")  # fmt: skip
+    if any(c.store == BARE for c in run.cells):
+        lines += ["", "### Without its indexes", ""]
+        lines.append(
+            "The same store with only `_id` (`create_schema=False` on a fresh database), measured in the same "
+            "rounds, empty database: none of its reads is index-backed, so it is no configuration to run, but it "
+            "shows what the indexes cost this store on this server against what the rest of its design saves."
+        )
+        lines.append("")
+        lines.append("| runner | harel MongoStore | harel-beanie, `_id` only | ratio | harel-beanie | ratio |")
+        lines.append("|---|---:|---:|---:|---:|---:|")
+        for runner in BARE_RUNNERS:
+            h, z, b = (run.rate(runner, "empty", k) for k in ("harel", BARE, "beanie"))
+            lines.append(f"| {RUNNER_LABEL[runner]} | {_f(h)} | {_f(z)} | {_x(run.ratio(runner, 'empty', BARE))} | "
+                         f"{_f(b)} | {_x(run.ratio(runner, 'empty'))} |")  # fmt: skip
     lines += ["", "### Reading these figures", ""]
     lines += reading(run)
     if run.index_costs:
