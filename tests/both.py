@@ -60,3 +60,14 @@ def stores(kind: str, url: str, db_name: str, **options: Any) -> Iterator[Any]:
         yield s
     finally:
         close_store(s)
+
+
+def settle(store: Any, now: float) -> None:
+    """Hand on everything pending, as the relays and the timer sweeper would: ack every
+    outbox entry and spawn, and delete every timer due at `now`."""
+    for e in store.pending_outbox():
+        store.ack_outbox(e.seq)
+    for s in store.pending_spawns():
+        store.ack_spawn(s.seq)
+    for exe_id, path, at in store.due_timers(now):
+        store.delete_timer(exe_id, path, at)

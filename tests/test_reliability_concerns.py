@@ -20,7 +20,7 @@ from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
 from harel_beanie import DEFAULT_WRITE_CONCERN, AsyncMongoStore, MongoStore
-from tests.both import BlockingAsyncStore
+from tests.both import BlockingAsyncStore, settle
 
 WRITES = {"insert", "update", "delete", "findAndModify"}
 
@@ -66,12 +66,7 @@ def every_operation(store: Any) -> None:
     store.ids_with_prefix("c")
     store.read_trace("c")
     store.append_trace("c", {"s": 2})
-    for e in store.pending_outbox():
-        store.ack_outbox(e.seq)
-    for s in store.pending_spawns():
-        store.ack_spawn(s.seq)
-    for i, p, at in store.due_timers(10.0):
-        store.delete_timer(i, p, at)
+    settle(store, 10.0)
     peer = Execution(id="peer", definition_id="d")
     store.commit(peer, [("c", Event(kind="ToC"))])
     assert store.purge("c", exe.version) is True  # a delete, and the update of the peer's outbox

@@ -26,6 +26,7 @@ from pymongo.errors import OperationFailure
 
 from harel_beanie import AsyncMongoStore, MongoStore, RetryPolicy, StoreUnavailable
 from harel_beanie.embedded import EmbeddedServer, server_command
+from tests.both import settle
 
 QUICK = RetryPolicy(attempts=2, delay=0.1, timeout_ms=1500)
 ONCE = RetryPolicy(attempts=1, timeout_ms=1000)  # for servers expected to refuse
@@ -180,12 +181,7 @@ def exercise(store: MongoStore) -> None:
     store.commit(exe, [("a", Event(kind="A"))], timers=(TimerOp("schedule", "T", 1.0),), spawns=(("k", "R", {}),))
     store.commit(exe, [], processed_event_id="ev", trace={"s": 1})
     assert store.load("a").version == 2 and store.is_processed("a", "ev")
-    for e in store.pending_outbox():
-        store.ack_outbox(e.seq)
-    for s in store.pending_spawns():
-        store.ack_spawn(s.seq)
-    for i, p, at in store.due_timers(5.0):
-        store.delete_timer(i, p, at)
+    settle(store, 5.0)
     assert [r.id for r in store.list_executions().items] == ["a"]
     assert store.purge("a", 2) is True
 

@@ -59,7 +59,7 @@ class AsyncMongoStore(StoreShell):
         `StoreUnavailable` naming the URL, password masked, if it never does."""
         from pymongo import AsyncMongoClient
 
-        settings = {"serverSelectionTimeoutMS": retry.timeout_ms, **(client_options or {})}
+        settings = retry.client_settings(client_options)
         return cls(await await_server(lambda: AsyncMongoClient(url, **settings), url, retry), db_name, **options)
 
     async def init(self) -> None:

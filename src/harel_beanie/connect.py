@@ -11,7 +11,7 @@ import inspect
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 from pymongo.errors import ConfigurationError, PyMongoError
 
@@ -37,6 +37,11 @@ class RetryPolicy:
     attempts: int = 30
     delay: float = 1.0
     timeout_ms: int = 2000
+
+    def client_settings(self, extra: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+        """Keyword arguments for a client (PyMongo's, either API, or Motor's) that gives up
+        on a server after `timeout_ms`, plus `extra` (listeners, TLS, ...), which wins."""
+        return {"serverSelectionTimeoutMS": self.timeout_ms, **(extra or {})}
 
     def pauses(self) -> Iterator[float]:
         """The pause before each attempt after the first."""

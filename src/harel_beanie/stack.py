@@ -109,7 +109,7 @@ async def open_client(target: Target, *, listeners: Sequence[Any] = ()) -> Any:
     from pymongo import AsyncMongoClient
 
     def make() -> Any:
-        return AsyncMongoClient(target.url, serverSelectionTimeoutMS=target.retry.timeout_ms, event_listeners=list(listeners))
+        return AsyncMongoClient(target.url, **target.retry.client_settings({"event_listeners": list(listeners)}))
 
     try:
         return await await_server(make, target.url, target.retry)
@@ -150,7 +150,7 @@ async def open_transport(
 
     try:
         client: Any = motor.motor_asyncio.AsyncIOMotorClient(
-            target.url, serverSelectionTimeoutMS=target.retry.timeout_ms, event_listeners=list(listeners)
+            target.url, **target.retry.client_settings({"event_listeners": list(listeners)})
         )
     except (ConfigurationError, ValueError, TypeError) as exc:
         raise _client_error(target, exc) from None

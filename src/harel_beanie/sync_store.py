@@ -45,7 +45,7 @@ class MongoStore(StoreShell):
         password masked, if it never does."""
         from pymongo import MongoClient
 
-        settings = {"serverSelectionTimeoutMS": retry.timeout_ms, **(client_options or {})}
+        settings = retry.client_settings(client_options)
         return cls(wait_for_server(lambda: MongoClient(url, **settings), url, retry), db_name, **options)
 
     # --- the driver: make each call a flow asks for ----------------------------------------
