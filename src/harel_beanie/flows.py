@@ -67,8 +67,8 @@ MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 MAX_DATA_BYTES = MAX_DOCUMENT_BYTES - 1024 * 1024
 # the server's codes for a document or update over the size limit
 _TOO_LARGE_CODES = {10334, 17419, 17420, 13134}
-_OWNERS_MAX = 100_000
-UNKNOWN_OUTCOME_RETRIES = 3  # re-sends of a commit whose reply was lost and that did not land  # seq -> owner hints kept for addressing acks by _id
+_OWNERS_MAX = 100_000  # seq -> owner hints kept for addressing acks by _id
+UNKNOWN_OUTCOME_RETRIES = 3  # re-sends of a commit whose reply was lost and that did not land
 
 
 @dataclass
