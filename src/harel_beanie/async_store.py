@@ -116,6 +116,8 @@ class AsyncMongoStore(StoreShell):
         if isinstance(c, calls.InsertOne):
             await coll.insert_one(c.document)
             return None
+        if isinstance(c, calls.ReplaceOne):
+            return (await coll.replace_one(c.filter, c.replacement)).matched_count
         if isinstance(c, calls.UpdateMany):
             return (await coll.update_many(c.filter, c.update)).matched_count
         if isinstance(c, calls.DeleteOne):

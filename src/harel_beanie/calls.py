@@ -11,7 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Generator, Literal, Optional, TypeVar, Union
 
-Target = Literal["executions", "counters", "admin"]
+# "confirm" is the executions collection read at the level writes are acknowledged at (the
+# reads that decide a commit landed or an event was seen); "leases" is the counters
+# collection at majority, whatever the store's concerns (the seq leases, harel_beanie.seqs)
+Target = Literal["executions", "confirm", "counters", "leases"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,15 @@ class UpdateMany:
 
 
 @dataclass(frozen=True)
+class ReplaceOne:
+    """-> the matched count (0 or 1)."""
+
+    target: Target
+    filter: dict[str, Any]
+    replacement: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class DeleteOne:
     """-> the deleted count (0 or 1)."""
 
@@ -95,6 +107,6 @@ class Command:
     command: dict[str, Any]
 
 
-Call = Union[FindOne, Find, InsertOne, UpdateOne, UpdateMany, DeleteOne, Increment, CreateIndexes, Command]
+Call = Union[FindOne, Find, InsertOne, UpdateOne, ReplaceOne, UpdateMany, DeleteOne, Increment, CreateIndexes, Command]
 T = TypeVar("T")
 Flow = Generator[Call, Any, T]

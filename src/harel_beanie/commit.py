@@ -4,18 +4,27 @@ This is the design's commit (one document holds an execution and everything that
 with it, so one single-document write is atomic on a bare standalone server), built here
 once, with no I/O, for both stores. Compared with harel's MongoStore it:
 
-- takes seqs from the store's own `SeqMint`, not from a counters round trip;
+- takes seqs from the store's own leased mint (`harel_beanie.seqs`), not from a counters
+  round trip;
 - inserts a brand-new execution (version 0) directly instead of update, read, then insert;
 - keeps `processed` a window of the most recent event ids (`$push` + `$slice`), so a
   long-lived execution's document stays bounded;
 - promotes the summary fields so listing and dashboards read them through indexes;
 - keeps `next_fire` a lower bound of the armed timers (`$min` on schedule), so the timer
   sweep reads only documents with something due;
-- counts trace steps (`trace_n`) instead of a per-execution counter document.
+- counts trace steps (`trace_n`) instead of a per-execution counter document;
+- bounds what it keeps for itself in bytes, not only in count, so no execution can be
+  wedged by the store's own additions: a trace step is stored whole up to
+  `trace_step_bytes` and slimmed past it, an event id longer than `MAX_EVENT_ID_BYTES`
+  is remembered by its digest, and the execution's own JSON gets what is left of the
+  server's limit (`data_budget`);
+- remembers the tokens of its last `COMMIT_TOKENS` commits, so a writer whose reply was
+  lost learns that its commit landed even if others committed after it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -27,10 +36,66 @@ from harel.engine.store.base import TimerOp
 from harel.spec.states import Event
 
 from harel_beanie.keys import encode_path, require_str, timer_field
-from harel_beanie.seqs import SeqMint
 
 DEFAULT_DEDUPE_WINDOW = 1000
 """How many of the most recent event ids an execution remembers as processed (see README)."""
+
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
+"""MongoDB's limit on one document."""
+
+DEFAULT_TRACE_STEP_BYTES = 16 * 1024
+"""The most one stored trace step takes; a larger step is slimmed (`bounded_step`)."""
+
+MAX_TRACE_RING_BYTES = 8 * 1024 * 1024
+"""The most a trace ring may be configured to take (`trace_max` x `trace_step_bytes`)."""
+
+KEEP_ALL_RING_BYTES = 4 * 1024 * 1024
+"""With `trace_max=0` ("keep every step", as harel means it) the ring keeps as many of the
+latest steps as fit in this many bytes."""
+
+MAX_EVENT_ID_BYTES = 128
+"""A processed event id longer than this (UTF-8) is remembered by its SHA-256 digest."""
+
+_DEDUPE_ITEM_BYTES = 8 + MAX_EVENT_ID_BYTES  # BSON: type, index key, length, NUL, the id
+_TRACE_ITEM_OVERHEAD = 24  # BSON around one ring entry's text
+_HEADROOM = 256 * 1024  # promoted fields, timers, tokens, field names: far less than this
+
+COMMIT_TOKENS = 16
+"""How many commits back a writer whose reply was lost is still recognised as landed."""
+
+
+def ring_length(trace_max: int, trace_step_bytes: int) -> int:
+    """How many steps the trace ring keeps."""
+    return trace_max or max(1, KEEP_ALL_RING_BYTES // trace_step_bytes)
+
+
+def reserved_bytes(trace_max: int, trace_step_bytes: int, dedupe_window: int) -> int:
+    """What the store may keep for itself in one document, at most: the full trace ring,
+    the full dedupe window and headroom for everything else it adds."""
+    ring = ring_length(trace_max, trace_step_bytes) * (trace_step_bytes + _TRACE_ITEM_OVERHEAD)
+    return ring + dedupe_window * _DEDUPE_ITEM_BYTES + _HEADROOM
+
+
+def data_budget(trace_max: int, trace_step_bytes: int, dedupe_window: int) -> int:
+    """The most the execution's own JSON (`data`) may take: the server's limit less what
+    the store reserves for itself, so the store's additions never push a document over."""
+    return MAX_DOCUMENT_BYTES - reserved_bytes(trace_max, trace_step_bytes, dedupe_window)
+
+
+def dedupe_keys(event_id: str) -> list[str]:
+    """The forms an event id may be remembered under: the id itself when short, else its
+    digest (what this store writes) and the id (what harel's store wrote)."""
+    if len(event_id.encode("utf-8", "surrogatepass")) <= MAX_EVENT_ID_BYTES:
+        return [event_id]
+    return [dedupe_key(event_id), event_id]
+
+
+def dedupe_key(event_id: str) -> str:
+    """What the dedupe window stores for an event id: bounded in bytes whatever the id."""
+    raw = event_id.encode("utf-8", "surrogatepass")
+    if len(raw) <= MAX_EVENT_ID_BYTES:
+        return event_id
+    return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
 @dataclass
@@ -46,6 +111,7 @@ class CommitPlan:
     spawn_seqs: list[int] = field(default_factory=list)
     data_bytes: int = 0
     token: str = ""  # written with the commit: tells a writer whose reply was lost that it landed
+    new_bytes: int = 0  # what this commit's new outbox entries and spawns take
 
 
 def summary_fields(exe: Execution) -> dict[str, Any]:
@@ -88,10 +154,28 @@ def strict_json(what: str, value: Any) -> str:
         raise ValueError(f"{what} holds a NaN or infinite number, which can't be stored") from None
 
 
-def trace_item(step: dict[str, Any]) -> dict[str, Any]:
+def trace_item(step: dict[str, Any], max_bytes: int) -> dict[str, Any]:
     """A trace step as stored: its JSON text, because a user's context keys may hold `.` or
     start with `$`, which a BSON field name inside `$push` must not."""
-    return {"t": strict_json("the trace step", step)}
+    return {"t": bounded_step(step, max_bytes)}
+
+
+def bounded_step(step: dict[str, Any], max_bytes: int) -> str:
+    """The step's JSON, at most `max_bytes`. A larger step (harel puts the whole context in
+    every step) keeps its small fields (event kind, paths, actions, timestamp) and has its
+    largest values replaced, largest first, by `{"omitted_bytes": n}` until it fits; a
+    step that still does not fit keeps only that it was omitted."""
+    text = strict_json("the trace step", step)
+    if len(text.encode()) <= max_bytes:
+        return text
+    sizes = {k: len(strict_json("the trace step", v).encode()) for k, v in step.items()}
+    slim = dict(step)
+    for key in sorted(sizes, key=sizes.__getitem__, reverse=True):
+        slim[key] = {"omitted_bytes": sizes[key]}
+        text = json.dumps(slim, separators=(",", ":"))
+        if len(text.encode()) <= max_bytes:
+            return text
+    return json.dumps({"omitted_bytes": sum(sizes.values())})
 
 
 def plan_commit(
@@ -102,13 +186,14 @@ def plan_commit(
     spawns: Sequence[tuple[str, str, dict[str, Any]]],
     trace: Optional[dict[str, Any]],
     *,
-    mint: Optional[SeqMint],
-    seq_floor: int = 0,
+    seqs: Sequence[int] = (),
     trace_max: int,
     dedupe_window: int,
+    trace_step_bytes: int = DEFAULT_TRACE_STEP_BYTES,
 ) -> CommitPlan:
-    """Build the commit of `exe` at `exe.version + 1`. `exe` itself is not changed: the
-    store bumps its version only once the write has landed."""
+    """Build the commit of `exe` at `exe.version + 1`, its outbox entries and spawns taking
+    `seqs` (minted by the caller, one per emit then one per spawn, increasing). `exe` itself
+    is not changed: the store bumps its version only once the write has landed."""
     require_str("execution id", exe.id)
     require_str("definition id", exe.definition_id)
     if processed_event_id is not None:
@@ -116,16 +201,14 @@ def plan_commit(
     old = exe.version
     new = old + 1
 
-    n_out, n_spawn = len(emits), len(spawns)
-    minted: list[int] = []
-    if n_out or n_spawn:
-        if mint is None:
-            raise RuntimeError("the store has no seq node yet")  # the store sets one up first
-        minted = mint.take(n_out + n_spawn, above=seq_floor)
-    seqs, spawn_seqs = minted[:n_out], minted[n_out:]
+    n_out = len(emits)
+    if len(seqs) != n_out + len(spawns):
+        raise ValueError(f"{len(seqs)} seqs for {n_out} emits and {len(spawns)} spawns")
+    minted = list(seqs)
+    out_seqs, spawn_seqs = minted[:n_out], minted[n_out:]
     strict_json(f"the context of execution {exe.id!r}", exe.context)
     outbox = []
-    for s, (t, e) in zip(seqs, emits):
+    for s, (t, e) in zip(out_seqs, emits):
         strict_json(f"the data of event {e.kind!r}", e.data)
         target = None if t is None else require_str("emit target id", t)
         outbox.append({"seq": s, "target_id": target, "event": e.model_dump_json()})
@@ -139,13 +222,16 @@ def plan_commit(
         }
         for s, (cid, rp, ctx) in zip(spawn_seqs, spawns)
     ]
-    trace_items = [trace_item(trace)] if trace is not None else []
+    ring = ring_length(trace_max, trace_step_bytes)
+    trace_items = [trace_item(trace, trace_step_bytes)] if trace is not None else []
     timer_ops = final_timer_ops(timers)
     schedules = {p: at for p, at in timer_ops.items() if at is not None}
+    processed = [dedupe_key(processed_event_id)] if processed_event_id is not None else []
 
     data = exe.model_copy(update={"version": new}).model_dump_json()
     promoted = summary_fields(exe)
     token = os.urandom(8).hex()
+    sizes = {"data_bytes": len(data.encode()), "new_bytes": _entries_bytes(outbox, spawn_items)}
 
     if old == 0:
         doc: dict[str, Any] = {
@@ -156,11 +242,12 @@ def plan_commit(
             **promoted,
             "outbox": outbox,
             "spawns": spawn_items,
-            "processed": [processed_event_id] if processed_event_id is not None else [],
+            "processed": processed,
             "timers": {encode_path(p): at for p, at in schedules.items()},
-            "trace": trace_items[-trace_max:] if trace_max else trace_items,
+            "trace": trace_items[-ring:],
             "trace_n": len(trace_items),
-            "commit_token": token,
+            "commit_tokens": [token],
+            "born": token,  # which creation this is: a purge buries it (see flows.purge)
         }
         # absent rather than null when there is none: `$min`/`$max` keep a null (null sorts
         # below every number), so a null bound would hide every later timer from the sweep
@@ -168,9 +255,9 @@ def plan_commit(
             doc["next_fire"] = min(schedules.values())
         if minted:
             doc["seq_hi"] = max(minted)
-        return CommitPlan(exe.id, old, {"_id": exe.id}, {}, doc, seqs, spawn_seqs, len(data.encode()), token)
+        return CommitPlan(exe.id, old, {"_id": exe.id}, {}, doc, out_seqs, spawn_seqs, token=token, **sizes)
 
-    set_ops: dict[str, Any] = {"data": data, "version": new, **promoted, "commit_token": token}
+    set_ops: dict[str, Any] = {"data": data, "version": new, **promoted}
     unset_ops: dict[str, str] = {}
     for path, at in timer_ops.items():
         if at is None:
@@ -182,18 +269,17 @@ def plan_commit(
         update["$unset"] = unset_ops
     if schedules:
         update["$min"] = {"next_fire": min(schedules.values())}
-    push: dict[str, Any] = {}
+    push: dict[str, Any] = {"commit_tokens": {"$each": [token], "$slice": -COMMIT_TOKENS}}
     if outbox:
         push["outbox"] = {"$each": outbox}
     if spawn_items:
         push["spawns"] = {"$each": spawn_items}
     if trace_items:
-        push["trace"] = {"$each": trace_items, **({"$slice": -trace_max} if trace_max else {})}
+        push["trace"] = {"$each": trace_items, "$slice": -ring}
         update["$inc"] = {"trace_n": 1}
-    if processed_event_id is not None:
-        push["processed"] = {"$each": [processed_event_id], "$slice": -dedupe_window}
-    if push:
-        update["$push"] = push
+    if processed:
+        push["processed"] = {"$each": processed, "$slice": -dedupe_window}
+    update["$push"] = push
 
     cas: dict[str, Any] = {"_id": exe.id, "version": old}
     if minted:
@@ -201,12 +287,17 @@ def plan_commit(
         # writer's: the server refuses the write if it has issued one at or above ours
         cas["seq_hi"] = {"$not": {"$gte": minted[0]}}
         update["$max"] = {"seq_hi": minted[-1]}
-    return CommitPlan(exe.id, old, cas, update, None, seqs, spawn_seqs, len(data.encode()), token)
+    return CommitPlan(exe.id, old, cas, update, None, out_seqs, spawn_seqs, token=token, **sizes)
 
 
-def append_trace_update(entry: dict[str, Any], trace_max: int) -> dict[str, Any]:
-    """`append_trace` outside a commit: the same ring push and step count."""
+def _entries_bytes(outbox: list[dict[str, Any]], spawns: list[dict[str, Any]]) -> int:
+    return sum(len(e["event"]) + 64 for e in outbox) + sum(len(s["context"]) + len(s["child_id"]) + 96 for s in spawns)
+
+
+def append_trace_update(entry: dict[str, Any], trace_max: int, trace_step_bytes: int) -> dict[str, Any]:
+    """`append_trace` outside a commit: the same bounded ring push and step count."""
+    ring = ring_length(trace_max, trace_step_bytes)
     return {
-        "$push": {"trace": {"$each": [trace_item(entry)], **({"$slice": -trace_max} if trace_max else {})}},
+        "$push": {"trace": {"$each": [trace_item(entry, trace_step_bytes)], "$slice": -ring}},
         "$inc": {"trace_n": 1},
     }

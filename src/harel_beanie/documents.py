@@ -28,7 +28,8 @@ SCHEMA_VERSION = 1
 
 #: The `_id` of the counters-collection document holding the recorded layout version.
 SCHEMA_MARKER_ID = "harel_beanie:schema"
-#: The `_id` of the counter that hands each store instance its seq node number.
+#: The `_id` of the counter that spreads store instances over the seq nodes when they take
+#: a lease (each node's lease has a document of its own: `harel_beanie.seqs.lease_id`).
 NODE_COUNTER_ID = "harel_beanie:node"
 
 
@@ -81,7 +82,9 @@ class ExecutionDocument(Document):
     next_fire: Optional[float] = None  # <= every armed timer's fire_at; absent (never null) when none
     trace_n: int = 0  # trace steps ever appended; stamps the 0-based index of a ring entry
     seq_hi: Optional[int] = None  # the highest outbox/spawn seq this execution has issued
-    commit_token: Optional[str] = None  # random id of the last commit (see harel_beanie.commit)
+    commit_tokens: list[str] = []  # random ids of the last commits (see harel_beanie.commit)
+    born: Optional[str] = None  # the token of the commit that created this incarnation
+    buried: list[str] = []  # `born` of earlier incarnations of this id, purged (see flows)
 
     class Settings:
         name = Names(DEFAULT_PREFIX).executions
@@ -105,6 +108,14 @@ class ExecutionDocument(Document):
             # due_timers reads only documents with a timer due by now
             IndexModel([("next_fire", ASCENDING)], name="hb_next_fire", sparse=True),
         ]
+
+
+class Tombstone(BaseModel):
+    """What a purged execution leaves under its id (a document with only `_id` and `tomb`):
+    it holds the id, so a late or re-sent creation can't bring the execution back."""
+
+    at: float  # when it was purged (epoch seconds)
+    buried: list[str] = []  # the creation tokens of every incarnation purged under this id
 
 
 class CounterDocument(Document):
@@ -136,7 +147,8 @@ class VersionView(BaseModel):
     id: str = Field(alias="_id")
     version: Optional[int] = None
     seq_hi: Optional[int] = None
-    commit_token: Optional[str] = None
+    commit_tokens: list[str] = []
+    tomb: Optional[Tombstone] = None
 
 
 class SummaryView(BaseModel):

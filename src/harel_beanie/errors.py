@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 
 class ExecutionTooLarge(ValueError):
     """A commit would make the execution's document exceed MongoDB's document size limit.
-    Nothing was written: the stored execution is as it was before the commit."""
+    Nothing was written: the stored execution is as it was before the commit.
 
-    def __init__(self, execution_id: str, size: int, limit: int) -> None:
+    `size` is what the document would take (or, refused before sending, what the
+    execution's own JSON takes), `limit` what it may take, `parts` the sizes of what it
+    holds, largest first in the message, and `reserved` what the store keeps for its own
+    trace ring and dedupe window."""
+
+    def __init__(
+        self, execution_id: str, size: int, limit: int, *, parts: Optional[dict[str, int]] = None, reserved: int = 0
+    ) -> None:
+        detail = ", ".join(f"{name} {n:,} bytes" for name, n in sorted((parts or {}).items(), key=lambda kv: -kv[1]))
+        kept = f"; the store keeps {reserved:,} bytes of the document for its trace ring and dedupe window" if reserved else ""
         super().__init__(
-            f"execution {execution_id!r} is too large to store: about {size:,} bytes, "
-            f"over the {limit:,}-byte MongoDB document limit; the stored copy is unchanged"
+            f"execution {execution_id!r} is too large to store: {size:,} bytes where {limit:,} fit, "
+            f"over by {max(size - limit, 0):,} bytes" + (f" ({detail})" if detail else "") + kept + "; the stored copy is unchanged"
         )
         self.execution_id = execution_id
         self.size = size
         self.limit = limit
+        self.parts = dict(parts or {})
+        self.reserved = reserved
 
 
 class SchemaMismatch(RuntimeError):

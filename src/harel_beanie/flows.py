@@ -8,16 +8,32 @@ the calls, one with PyMongo's sync client and one awaiting the async client. har
 drives its own steps the same way (`yield from store(...)`).
 
 `StoreState` is what a store instance knows between operations: its settings, its seq mint
-(set up on first use), whether the database is a not-yet-migrated harel layout, and which
-document holds each outbox/spawn seq it has seen, so an ack is addressed by `_id`.
+and lease (taken on first mint), whether the database is a not-yet-migrated harel layout,
+and which document holds each outbox/spawn seq it has seen, so an ack is addressed by `_id`.
+
+Two rules the flows keep beyond a single write:
+
+- Purge is final. A purged execution leaves a tombstone (`{_id, tomb: {at, buried}}`) that
+  holds its id, so a creation insert that lands late, or is re-sent, fails on the id
+  instead of bringing the execution and its pending work back. `buried` lists the creation
+  tokens (`born`) of every incarnation purged under that id: a writer whose creation reply
+  was lost finds its token there and knows it landed; any other creation of the id (harel's
+  normal create of a reused id) replaces the tombstone. Every read treats a tombstone as
+  no execution.
+- What the store reports as landed or as already seen is read back at the level writes are
+  acknowledged at (`confirm` reads: majority when the write concern is majority), so on a
+  replica set it can't be rolled back after the store said so.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+import os
+import time
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Optional
 
+import bson
 from harel.engine.execution import Execution, ExecutionPage, Status
 from harel.engine.store.base import OutboxEntry, SpawnEntry, Step, StoreConflict, TimerOp
 from harel.spec.states import Event
@@ -39,10 +55,20 @@ from harel_beanie.calls import (
     Flow,
     Increment,
     InsertOne,
+    ReplaceOne,
     UpdateMany,
     UpdateOne,
 )
-from harel_beanie.commit import CommitPlan, append_trace_update, plan_commit
+from harel_beanie.commit import (
+    DEFAULT_TRACE_STEP_BYTES,
+    MAX_DOCUMENT_BYTES,
+    CommitPlan,
+    append_trace_update,
+    data_budget,
+    dedupe_keys,
+    plan_commit,
+    reserved_bytes,
+)
 from harel_beanie.documents import (
     NODE_COUNTER_ID,
     SCHEMA_MARKER_ID,
@@ -58,17 +84,28 @@ from harel_beanie.documents import (
 from harel_beanie.errors import ExecutionTooLarge, SchemaMismatch
 from harel_beanie.keys import ANY_SEQ, prefix_range, require_int, require_str, require_time, timer_field
 from harel_beanie.listing import listing_page, listing_query
-from harel_beanie.seqs import NODES, SeqMint
+from harel_beanie.seqs import (
+    HAREL_SEQ_COUNTERS,
+    LEASE_TTL_S,
+    NODES,
+    Lease,
+    SeqMint,
+    extended_hi,
+    lease_id,
+    ms_floor_above,
+    new_range,
+)
 
 log = logging.getLogger("harel_beanie")
 
-MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
-# what a commit may put in `data`, leaving room for the rest of the document
-MAX_DATA_BYTES = MAX_DOCUMENT_BYTES - 1024 * 1024
 # the server's codes for a document or update over the size limit
 _TOO_LARGE_CODES = {10334, 17419, 17420, 13134}
 _OWNERS_MAX = 100_000  # seq -> owner hints kept for addressing acks by _id
 UNKNOWN_OUTCOME_RETRIES = 3  # re-sends of a commit whose reply was lost and that did not land
+_LEASE_ROUNDS = 4  # lease extensions/takes one mint may need (a lost lease, then a new one)
+_LEASE_PROBE = 64  # node lease documents read per round trip while looking for a free node
+_BURIED_MAX = 64  # creation tokens a tombstone keeps (incarnations of one reused id)
+NOT_A_TOMBSTONE = {"tomb": {"$exists": False}}
 
 
 @dataclass
@@ -78,9 +115,11 @@ class StoreState:
     create_schema: bool
     where: str  # "db <name>, prefix <p>" for messages
     indexes: list[Any]
+    trace_step_bytes: int = DEFAULT_TRACE_STEP_BYTES
+    clock: Callable[[], float] = time.time  # wall seconds: lease expiry, tombstone time
     ready: bool = False
     compat: bool = False  # the database is harel's MongoStore layout, not migrated
-    mint: Optional[SeqMint] = None
+    mint: SeqMint = field(default_factory=SeqMint)
     owners: dict[int, str] = field(default_factory=dict)
 
     def remember(self, owners: dict[int, str]) -> None:
@@ -93,7 +132,8 @@ class StoreState:
 
 
 def setup(st: StoreState) -> Flow[None]:
-    """Indexes (when create_schema), the layout check, and this instance's seq node."""
+    """Indexes (when create_schema) and the layout check. The seq lease is taken on the
+    first mint, so a store that only reads never holds one."""
     if st.create_schema:
         yield CreateIndexes("executions", st.indexes)
     marker = yield FindOne("counters", {"_id": SCHEMA_MARKER_ID})
@@ -110,15 +150,80 @@ def setup(st: StoreState) -> Flow[None]:
             yield UpdateOne("counters", {"_id": SCHEMA_MARKER_ID}, {"$setOnInsert": {"n": SCHEMA_VERSION}}, upsert=True)
     elif marker.get("n") != SCHEMA_VERSION:
         raise SchemaMismatch(int(marker.get("n") or 0), SCHEMA_VERSION, st.where)
-    counter = None
-    for _ in range(5):  # SecantusDB may answer None to a concurrent first upsert
-        counter = yield Increment("counters", NODE_COUNTER_ID, "n")
-        if counter is not None:
-            break
-    if counter is None:
-        raise RuntimeError(f"could not take a seq node number from {st.where}")
-    st.mint = SeqMint((int(counter["n"]) - 1) % NODES)
     st.ready = True
+
+
+# --- seqs: the mint and its lease (the argument is in harel_beanie.seqs) -------------------
+
+
+def mint_seqs(st: StoreState, count: int, above: int = 0) -> Flow[list[int]]:
+    """`count` unique seqs above `above`, extending or taking a lease when the mint needs."""
+    if count == 0:
+        return []
+    for _ in range(_LEASE_ROUNDS):
+        seqs = st.mint.take(count, above)
+        if seqs is not None:
+            return seqs
+        want = st.mint.wanted_ms(count, above)
+        lease = st.mint.lease
+        if lease is None or not (yield from _extend_lease(st, lease, want)):
+            yield from _take_lease(st, want)
+    raise RuntimeError(f"could not mint seqs in {st.where}: the seq lease keeps being lost")
+
+
+def _extend_lease(st: StoreState, lease: Lease, want_ms: int) -> Flow[bool]:
+    """Raise the lease's recorded `hi` (conditional on still owning it) before using it."""
+    hi = extended_hi(lease.hi, st.mint.now_ms(), want_ms)
+    expires = st.clock() + LEASE_TTL_S
+    held = yield UpdateOne("leases", {"_id": lease_id(lease.node), "owner": lease.owner}, {"$max": {"hi": hi}, "$set": {"expires": expires}})
+    if held:
+        st.mint.install(replace(lease, hi=hi, expires=expires))
+        return True
+    st.mint.drop(lease)  # taken over after it expired (Rule 5): find another node
+    return False
+
+
+def _take_lease(st: StoreState, want_ms: int) -> Flow[None]:
+    """Take a node whose lease is free or expired, starting where the node counter points
+    (so instances starting together spread over the nodes) and probing onwards."""
+    counter = yield Increment("leases", NODE_COUNTER_ID, "n")
+    start = int(counter["n"]) - 1 if counter is not None else int.from_bytes(os.urandom(2), "big")
+    harel = yield Find("leases", {"_id": {"$in": list(HAREL_SEQ_COUNTERS)}}, {"n": 1})
+    floor_ms = max((ms_floor_above(int(d.get("n") or 0)) for d in harel), default=0)
+    for first in range(0, NODES, _LEASE_PROBE):
+        nodes = [(start + i) % NODES for i in range(first, first + _LEASE_PROBE)]
+        docs = yield Find("leases", {"_id": {"$in": [lease_id(n) for n in nodes]}})
+        found = {d["_id"]: d for d in docs}
+        for node in nodes:
+            doc = found.get(lease_id(node))
+            if doc is not None and float(doc.get("expires") or 0) > st.clock():
+                continue  # held by a live instance
+            if (yield from _claim(st, node, doc, max(floor_ms, want_ms - 1))):
+                return
+    raise RuntimeError(f"all {NODES} seq nodes of {st.where} are leased by live store instances")
+
+
+def _claim(st: StoreState, node: int, doc: Optional[Mapping[str, Any]], floor_ms: int) -> Flow[bool]:
+    """Take `node` over from the lease document read (`doc`, None if it has none yet),
+    starting above its recorded `hi`; False if another instance got there first."""
+    recorded_hi = int(doc.get("hi") or 0) if doc is not None else 0
+    lo, hi = new_range(recorded_hi, st.mint.now_ms(), floor_ms)
+    lease = Lease(node, lo, hi, os.urandom(8).hex(), st.clock() + LEASE_TTL_S)
+    mine = {"_id": lease_id(node), "node": node, "owner": lease.owner, "hi": hi, "expires": lease.expires}
+    try:
+        if doc is None:
+            yield InsertOne("leases", mine)
+        elif not (yield UpdateOne("leases", {"_id": lease_id(node), "owner": doc.get("owner"), "hi": doc.get("hi")}, {"$set": mine})):
+            return False
+    except DuplicateKeyError:
+        return False
+    except ConnectionFailure:
+        # the write may have landed: only the owner recorded now can tell
+        now = yield FindOne("leases", {"_id": lease_id(node)})
+        if now is None or now.get("owner") != lease.owner:
+            return False
+    st.mint.install(lease)
+    return True
 
 
 # --- reads --------------------------------------------------------------------------------
@@ -131,20 +236,24 @@ def load(st: StoreState, execution_id: str) -> Flow[Optional[Execution]]:
 
 def load_for_event(st: StoreState, execution_id: str, event_id: str) -> Flow[tuple[Optional[Execution], bool]]:
     """The execution and whether it already processed `event_id`, in one round trip: the
-    `$elemMatch` projection returns at most the one matching id, never the whole window."""
-    require_str("event id", event_id)
-    proj = {**projection(LoadView), "processed": {"$elemMatch": {"$eq": event_id}}}
+    `$elemMatch` projection returns at most the one matching id, never the whole window.
+    "Already processed" makes harel drop the event, so it is confirmed by a `confirm` read
+    (majority on a replica set) before it is believed: a mark that a failover could still
+    roll back must not lose the event. That second read happens only for a duplicate."""
+    keys = dedupe_keys(require_str("event id", event_id))
+    proj = {**projection(LoadView), "processed": {"$elemMatch": {"$in": keys}}}
     doc = yield FindOne("executions", {"_id": require_str("execution id", execution_id)}, proj)
-    if doc is None:
-        return None, False
-    return records.execution(doc), bool(doc.get("processed"))
+    exe = records.execution(doc)
+    if exe is None or not (doc or {}).get("processed"):
+        return exe, False
+    return exe, (yield from is_processed(st, execution_id, event_id))
 
 
 def is_processed(st: StoreState, execution_id: str, event_id: str) -> Flow[bool]:
     # a point read by _id projecting the one matching id, as load_for_event does: cheaper
-    # on some servers than a filter on the array
-    proj = {"_id": 1, "processed": {"$elemMatch": {"$eq": require_str("event id", event_id)}}}
-    doc = yield FindOne("executions", {"_id": require_str("execution id", execution_id)}, proj)
+    # on some servers than a filter on the array; a `confirm` read, as it decides a drop
+    proj = {"_id": 1, "processed": {"$elemMatch": {"$in": dedupe_keys(require_str("event id", event_id))}}}
+    doc = yield FindOne("confirm", {"_id": require_str("execution id", execution_id)}, proj)
     return bool(doc and doc.get("processed"))
 
 
@@ -167,8 +276,8 @@ def read_trace(st: StoreState, execution_id: str) -> Flow[list[dict[str, Any]]]:
 
 
 def ids_with_prefix(st: StoreState, prefix: str) -> Flow[list[str]]:
-    docs = yield Find("executions", prefix_range(prefix), {"_id": 1})
-    return [d["_id"] for d in docs]
+    docs = yield Find("executions", prefix_range(prefix), {"_id": 1, "tomb": 1})
+    return [d["_id"] for d in docs if "tomb" not in d]
 
 
 # --- the commit ---------------------------------------------------------------------------
@@ -188,21 +297,23 @@ def commit(
     happens only when the write did not land, or its reply was lost, to learn why.
 
     A lost reply (the connection dropped, the server timed the operation out) leaves
-    the outcome unknown: the write may have been applied. The stored `commit_token` says
-    whether it was this write; if the stored version is still the loaded one, it was not
-    applied and is sent again (the CAS makes a second application impossible)."""
+    the outcome unknown: the write may have been applied. The rule: the commit is reported
+    as landed if its token is among the execution's last `COMMIT_TOKENS` commit tokens (or
+    a tombstone's buried creations) when read back, whoever committed after it; if the
+    stored version is still the loaded one it was not applied and is sent again (the CAS
+    admits one application); otherwise it is a `StoreConflict`."""
     floor = 0
     retries_left = UNKNOWN_OUTCOME_RETRIES
     unsure: dict[str, CommitPlan] = {}  # sends whose outcome we never learned, by token
     plan: Optional[CommitPlan] = None
     while True:
         if plan is None:
+            seqs = yield from mint_seqs(st, len(emits) + len(spawns), above=floor)
             plan = plan_commit(
-                exe, emits, processed_event_id, timers, spawns, trace,
-                mint=st.mint, seq_floor=floor, trace_max=st.trace_max, dedupe_window=st.dedupe_window,
+                exe, emits, processed_event_id, timers, spawns, trace, seqs=seqs,
+                trace_max=st.trace_max, trace_step_bytes=st.trace_step_bytes, dedupe_window=st.dedupe_window,
             )  # fmt: skip
-        if plan.data_bytes > MAX_DATA_BYTES:
-            raise ExecutionTooLarge(exe.id, plan.data_bytes, MAX_DOCUMENT_BYTES)
+            _check_budget(st, exe, plan)
         landed = False
         lost: Optional[PyMongoError] = None
         try:
@@ -212,12 +323,12 @@ def commit(
             else:
                 landed = (yield UpdateOne("executions", plan.filter, plan.update)) == 1
         except DuplicateKeyError:
-            pass  # a concurrent creator won the insert (or an earlier send of ours did)
+            pass  # a concurrent creator won the insert, an earlier send of ours did, or a tombstone
         except DocumentTooLarge:
-            raise ExecutionTooLarge(exe.id, plan.data_bytes, MAX_DOCUMENT_BYTES) from None
+            raise (yield from _too_large(st, exe, plan)) from None
         except WriteError as err:
             if err.code in _TOO_LARGE_CODES:
-                raise ExecutionTooLarge(exe.id, plan.data_bytes, MAX_DOCUMENT_BYTES) from None
+                raise (yield from _too_large(st, exe, plan)) from None
             raise
         except (ConnectionFailure, ExecutionTimeout) as err:
             lost = err
@@ -225,10 +336,20 @@ def commit(
         if landed:
             return _landed(st, exe, plan)
         found = yield from _read_version(exe.id, lost)
-        if found is not None and found.get("commit_token") in unsure:
-            # an earlier send landed, perhaps after we stopped waiting for it
-            return _landed(st, exe, unsure[found["commit_token"]])
-        stored = None if found is None else found.get("version")
+        mine = _token_found(found, unsure)
+        if mine is not None:
+            # an earlier send landed, perhaps after we stopped waiting for it, perhaps
+            # followed by other commits, or by a purge
+            return _landed(st, exe, unsure[mine])
+        tomb = None if found is None else found.get("tomb")
+        if tomb is not None and plan.insert is not None:
+            # the id was purged before: a creation replaces the tombstone (harel's create
+            # of a reused id); ours never landed, or its token would be buried there
+            replaced = yield ReplaceOne("executions", {"_id": exe.id, "tomb": tomb}, {**plan.insert, "buried": tomb.get("buried", [])})
+            if replaced:
+                return _landed(st, exe, plan)
+            continue  # the tombstone changed under us: look again
+        stored = None if found is None or tomb is not None else found.get("version")
         expected = None if plan.insert is not None else plan.old_version
         if lost is not None and stored == expected:
             if not retries_left:
@@ -243,6 +364,14 @@ def commit(
         raise StoreConflict(exe.id, expected=plan.old_version, found=stored)
 
 
+def _token_found(found: Optional[Mapping[str, Any]], unsure: Mapping[str, CommitPlan]) -> Optional[str]:
+    """The token of one of our unsure sends that the stored document shows landed."""
+    if found is None or not unsure:
+        return None
+    seen = list(found.get("commit_tokens") or ()) + list((found.get("tomb") or {}).get("buried") or ())
+    return next((t for t in seen if t in unsure), None)
+
+
 def _landed(st: StoreState, exe: Execution, plan: CommitPlan) -> list[int]:
     exe.version = plan.old_version + 1
     st.remember({s: exe.id for s in plan.seqs + plan.spawn_seqs})
@@ -250,22 +379,51 @@ def _landed(st: StoreState, exe: Execution, plan: CommitPlan) -> list[int]:
 
 
 def _read_version(execution_id: str, lost: Optional[PyMongoError]) -> Flow[Optional[dict[str, Any]]]:
-    """The stored version, seq floor and commit token. After a lost reply the server may
+    """The stored version, seq floor, recent commit tokens (or the tombstone), read at the
+    `confirm` level: it may decide that a commit landed. After a lost reply the server may
     still be unreachable for a moment: try a few times before giving up with the original
     error (the caller then knows nothing was confirmed, and harel redelivers)."""
     attempts = UNKNOWN_OUTCOME_RETRIES + 1 if lost is not None else 1
     for attempt in range(attempts):
         try:
-            return (yield FindOne("executions", {"_id": execution_id}, projection(VersionView)))
+            return (yield FindOne("confirm", {"_id": execution_id}, projection(VersionView)))
         except ConnectionFailure:
             if attempt == attempts - 1:
                 raise lost if lost is not None else ConnectionFailure("lost") from None
     return None
 
 
+def _check_budget(st: StoreState, exe: Execution, plan: CommitPlan) -> None:
+    """Refuse, before sending, an execution whose own JSON takes more than the store leaves
+    it once its trace ring and dedupe window are full, naming what is large."""
+    budget = data_budget(st.trace_max, st.trace_step_bytes, st.dedupe_window)
+    if plan.data_bytes > budget:
+        parts = {"the execution's JSON": plan.data_bytes, "of which its context": _json_bytes(exe.context)}
+        raise ExecutionTooLarge(exe.id, plan.data_bytes, budget, parts=parts, reserved=MAX_DOCUMENT_BYTES - budget)
+
+
+def _too_large(st: StoreState, exe: Execution, plan: CommitPlan) -> Flow[ExecutionTooLarge]:
+    """The server refused the commit for the document's size: read what the document holds
+    now (one more round trip, on this failure only) to say which part is large."""
+    parts = {"the execution's JSON": plan.data_bytes, "this commit's new outbox entries and spawns": plan.new_bytes}
+    doc = yield FindOne("executions", {"_id": exe.id}, {"outbox": 1, "spawns": 1, "trace": 1, "processed": 1, "timers": 1})
+    for name, key in (("pending outbox", "outbox"), ("pending spawns", "spawns"), ("trace ring", "trace"), ("dedupe window", "processed"), ("timers", "timers")):
+        if doc and doc.get(key):
+            parts[name] = len(bson.encode({"v": doc[key]}))
+    total = plan.data_bytes + plan.new_bytes + sum(v for k, v in parts.items() if k.startswith(("pending", "trace", "dedupe", "timers")))
+    reserved = reserved_bytes(st.trace_max, st.trace_step_bytes, st.dedupe_window)
+    return ExecutionTooLarge(exe.id, total, MAX_DOCUMENT_BYTES, parts=parts, reserved=reserved)
+
+
+def _json_bytes(value: Any) -> int:
+    import json
+
+    return len(json.dumps(value, separators=(",", ":"), default=str).encode())
+
+
 def append_trace(st: StoreState, execution_id: str, entry: dict[str, Any]) -> Flow[None]:
-    query = {"_id": require_str("execution id", execution_id)}
-    yield UpdateOne("executions", query, append_trace_update(entry, st.trace_max))
+    query = {"_id": require_str("execution id", execution_id), **NOT_A_TOMBSTONE}
+    yield UpdateOne("executions", query, append_trace_update(entry, st.trace_max, st.trace_step_bytes))
 
 
 # --- relays and sweeps --------------------------------------------------------------------
@@ -338,11 +496,23 @@ def delete_timer(st: StoreState, execution_id: str, path: str, fire_at: float) -
 
 
 def purge(st: StoreState, execution_id: str, expected_version: int) -> Flow[bool]:
+    """Replace the execution, if still at `expected_version`, by its tombstone (see the
+    module docstring), then pull the entries other executions addressed to it. A purge of
+    an execution that moved on touches nothing."""
     require_str("execution id", execution_id)
     require_int("expected version", expected_version)
-    deleted = yield DeleteOne("executions", {"_id": execution_id, "version": expected_version})
-    if not deleted and (yield FindOne("executions", {"_id": execution_id}, {"_id": 1})) is not None:
-        return False  # it moved on: touch nothing
+    doc = yield FindOne("executions", {"_id": execution_id}, {"version": 1, "born": 1, "buried": 1, "tomb": 1})
+    purged = False
+    if doc is not None and "tomb" not in doc:
+        if doc.get("version") != expected_version:
+            return False  # it moved on: touch nothing
+        born = [doc["born"]] if doc.get("born") else []  # harel's documents carry none
+        buried = (list(doc.get("buried") or ()) + born)[-_BURIED_MAX:]
+        tomb = {"_id": execution_id, "tomb": {"at": st.clock(), "buried": buried}}
+        guard = {"_id": execution_id, "version": expected_version, "born": doc.get("born")}
+        purged = bool((yield ReplaceOne("executions", guard, tomb)))
+        if not purged:
+            return False  # it moved on between the read and the write
     # entries other executions addressed to it (the ones it issued went with its document)
     # only documents holding entries can hold one for it: the seq index finds those, and the
     # pull is addressed by _id (an index on target_id would cost every commit with an emit,
@@ -354,4 +524,4 @@ def purge(st: StoreState, execution_id: str, expected_version: int) -> Flow[bool
         yield UpdateMany("executions", query, {"$pull": {"outbox": {"target_id": execution_id}}})
     if st.compat:
         yield DeleteOne("counters", {"_id": "trace:" + execution_id})  # harel's trace counter
-    return bool(deleted)
+    return purged

@@ -93,13 +93,18 @@ def listing_query(
 def listing_page(q: ListingQuery, docs: list[Mapping[str, Any]]) -> ExecutionPage:
     """The page from the documents the query fetched (sorted by `_id`, at most `q.limit`).
 
-    In compatibility mode some fetched documents may not match (their filters ran here), so
-    the page may hold fewer than `page` items while there is more: keep paging while
-    `next_cursor` is set, as the protocol says."""
+    In compatibility mode some fetched documents may not match (their filters ran here),
+    and a page may meet purged executions' tombstones, so the page may hold fewer than
+    `page` items while there is more: keep paging while `next_cursor` is set, as the
+    protocol says."""
     more = len(docs) > q.page
     window = docs[: q.page]
     items: list[ExecutionSummary] = []
     for doc in window:
+        if "definition_id" not in doc:
+            # a purged execution's tombstone (only unfiltered and roots-only pages can meet
+            # one): skipped here, not in the filter, which would cost some planners the index
+            continue
         row = records.summary(doc)
         if not q.compat or matches(row, q.status, q.definition_id, q.roots_only):
             items.append(row)

@@ -18,7 +18,8 @@ from harel_beanie.keys import decode_path
 
 
 def execution(doc: Optional[Mapping[str, Any]]) -> Optional[Execution]:
-    return None if doc is None else Execution.model_validate_json(doc["data"])
+    """The execution a document holds; None for no document or a purged one's tombstone."""
+    return None if doc is None or "data" not in doc else Execution.model_validate_json(doc["data"])
 
 
 def summary(doc: Mapping[str, Any]) -> ExecutionSummary:

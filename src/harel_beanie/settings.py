@@ -3,9 +3,12 @@
 Durability defaults: writes are acknowledged by a majority of the replica set
 (`w="majority"`; on a standalone server that is the server itself) and wait for the journal
 (`j=True`), so an acknowledged commit survives a crash of the server and, on a replica set,
-a failover. Reads use the server's default read concern: every read that decides anything
-(the CAS, the dedupe window) is settled by the conditional write, not by what was read.
-See the README's "Durability" section for what each other choice gives.
+a failover. Ordinary reads use the server's default read concern (or the one given): every
+decision a read feeds is settled by a conditional write. The two reads whose answer the
+store reports as a fact (a commit whose reply was lost did land; an event was already
+processed) are read at majority whenever writes are acknowledged by a majority, so what
+the store reports can't be rolled back; the seq leases are always written and read at
+majority (see `harel_beanie.seqs`). The README's "Durability" section gives each choice.
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ from harel.engine.store.base import DEFAULT_TRACE_MAX
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
-from harel_beanie.commit import DEFAULT_DEDUPE_WINDOW
+from harel_beanie.commit import DEFAULT_DEDUPE_WINDOW, DEFAULT_TRACE_STEP_BYTES, MAX_EVENT_ID_BYTES, MAX_TRACE_RING_BYTES
 from harel_beanie.documents import bind, index_models
 from harel_beanie.flows import StoreState
 
 DEFAULT_WRITE_CONCERN = WriteConcern(w="majority", j=True)
+_MAJORITY_READ = ReadConcern("majority")
+_MAX_DEDUPE_WINDOW = 2 * 1024 * 1024 // MAX_EVENT_ID_BYTES  # the window's bytes stay bounded
 
 
 @dataclass(frozen=True)
@@ -34,13 +39,20 @@ class StoreSettings:
     dedupe_window: int = 1000
     write_concern: Optional[WriteConcern] = None  # None: DEFAULT_WRITE_CONCERN
     read_concern: Optional[ReadConcern] = None  # None: the server's default
+    trace_step_bytes: int = DEFAULT_TRACE_STEP_BYTES
 
     def __post_init__(self) -> None:
         Names(self.prefix)  # refuses a prefix harel would refuse, before anything is created
         if not isinstance(self.db_name, str) or not self.db_name or any(c in self.db_name for c in '/\\. "$\x00'):
             raise ValueError(f"db_name must be a MongoDB database name, got {self.db_name!r}")
-        if self.dedupe_window < 1:
-            raise ValueError(f"dedupe_window must be at least 1, got {self.dedupe_window}")
+        if not 1 <= self.dedupe_window <= _MAX_DEDUPE_WINDOW:
+            raise ValueError(f"dedupe_window must be from 1 to {_MAX_DEDUPE_WINDOW:,}, got {self.dedupe_window}")
+        if not 1024 <= self.trace_step_bytes or self.trace_max * self.trace_step_bytes > MAX_TRACE_RING_BYTES:
+            raise ValueError(
+                f"trace_step_bytes must be at least 1024 and trace_max x trace_step_bytes at most "
+                f"{MAX_TRACE_RING_BYTES:,} (the trace ring's share of a document), got "
+                f"{self.trace_max} x {self.trace_step_bytes}"
+            )
         if self.write_concern is not None and not self.write_concern.acknowledged:
             # with w=0 no commit's outcome can be known: the CAS would be blind
             raise ValueError(f"write_concern must be acknowledged (not w=0), got {self.write_concern!r}")
@@ -51,6 +63,7 @@ class StoreSettings:
         exes, _ = bind(self.prefix)
         return StoreState(
             trace_max=self.trace_max,
+            trace_step_bytes=self.trace_step_bytes,
             dedupe_window=self.dedupe_window,
             create_schema=self.create_schema,
             where=f"database {self.db_name!r}, prefix {self.prefix!r}",
@@ -63,12 +76,19 @@ def collections_for(client: Any, s: StoreSettings) -> dict[str, Any]:
     PyMongo's sync and async clients, Motor and mongomock (all share this API)."""
     exes, counters = bind(s.prefix)
     db = client[s.db_name]
-    options: dict[str, Any] = {"write_concern": s.write_concern or DEFAULT_WRITE_CONCERN}
+    write_concern = s.write_concern or DEFAULT_WRITE_CONCERN
+    options: dict[str, Any] = {"write_concern": write_concern}
     if s.read_concern is not None:
         options["read_concern"] = s.read_concern
+    confirm = dict(options)
+    if write_concern.document.get("w") == "majority":
+        confirm["read_concern"] = _MAJORITY_READ
+    majority = {"write_concern": DEFAULT_WRITE_CONCERN, "read_concern": _MAJORITY_READ}
     return {
         "executions": db.get_collection(exes.Settings.name, **options),
+        "confirm": db.get_collection(exes.Settings.name, **confirm),
         "counters": db.get_collection(counters.Settings.name, **options),
+        "leases": db.get_collection(counters.Settings.name, **majority),
     }
 
 
@@ -87,9 +107,12 @@ class StoreShell:
         dedupe_window: int = DEFAULT_DEDUPE_WINDOW,
         write_concern: Optional[WriteConcern] = None,
         read_concern: Optional[ReadConcern] = None,
+        trace_step_bytes: int = DEFAULT_TRACE_STEP_BYTES,
     ) -> None:
         self._client = client
-        self.settings = StoreSettings(db_name, prefix, create_schema, trace_max, dedupe_window, write_concern, read_concern)
+        self.settings = StoreSettings(
+            db_name, prefix, create_schema, trace_max, dedupe_window, write_concern, read_concern, trace_step_bytes
+        )
         self._colls = collections_for(client, self.settings)
         self._state = self.settings.new_state()
 

@@ -90,6 +90,8 @@ class MongoStore(StoreShell):
         if isinstance(c, calls.InsertOne):
             coll.insert_one(c.document)
             return None
+        if isinstance(c, calls.ReplaceOne):
+            return coll.replace_one(c.filter, c.replacement).matched_count
         if isinstance(c, calls.UpdateMany):
             return coll.update_many(c.filter, c.update).matched_count
         if isinstance(c, calls.DeleteOne):
