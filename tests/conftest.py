@@ -62,3 +62,13 @@ def either(request: pytest.FixtureRequest, mongo_url: str, db_name: str) -> Iter
     from tests.both import stores
 
     yield from stores(request.param, mongo_url, db_name)
+
+
+@pytest.fixture
+def record_figure(request: pytest.FixtureRequest) -> Any:
+    """`record_figure(name, value)`: a figure this test produced, for docs/RELIABILITY.md."""
+    figures = request.node.stash.setdefault(_FIGURES, {})
+    return figures.__setitem__
+
+
+_FIGURES = pytest.StashKey[dict[str, Any]]()

@@ -22,7 +22,23 @@ from pymongo.write_concern import WriteConcern
 from harel_beanie import DEFAULT_WRITE_CONCERN, AsyncMongoStore, MongoStore
 from tests.both import BlockingAsyncStore, settle
 
-WRITES = {"insert", "update", "delete", "findAndModify"}
+WRITES = {"insert", "update", "findAndModify"}
+MAJORITY_WRITE = {"w": "majority", "j": True}
+MAJORITY_READ = {"level": "majority"}
+
+
+def is_lease(cmd: dict[str, Any]) -> bool:
+    """A command on the seq leases (the counters collection, past set-up's layout marker):
+    always at majority, whatever the store's concerns (harel_beanie.seqs, Rule 7)."""
+    name = next(iter(cmd))
+    return cmd[name] == "harel_counters" and "harel_beanie:schema" not in str(cmd)
+
+
+def is_confirm(cmd: dict[str, Any]) -> bool:
+    """A read whose answer the store reports as a fact: an event already processed, or a
+    commit whose reply was lost found landed. Read at majority when writes are."""
+    projection = cmd.get("projection") or {}
+    return "processed" in projection and "data" not in projection or "commit_tokens" in projection
 
 
 class Log(monitoring.CommandListener):
@@ -69,7 +85,7 @@ def every_operation(store: Any) -> None:
     settle(store, 10.0)
     peer = Execution(id="peer", definition_id="d")
     store.commit(peer, [("c", Event(kind="ToC"))])
-    assert store.purge("c", exe.version) is True  # a delete, and the update of the peer's outbox
+    assert store.purge("c", exe.version) is True  # its tombstone, and the update of the peer's outbox
 
 
 def writes_and_reads(log: Log) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[str, dict[str, Any]]]]:
@@ -85,11 +101,15 @@ def test_the_default_write_concern_is_on_every_write(kind, mongo_url, db_name):
     close(store)
     writes, reads = writes_and_reads(log)
     assert {n for n, _ in writes} == WRITES  # every kind of write the store makes was seen
-    assert DEFAULT_WRITE_CONCERN.document == {"w": "majority", "j": True}
+    assert DEFAULT_WRITE_CONCERN.document == MAJORITY_WRITE
     for name, cmd in writes:
-        assert cmd.get("writeConcern") == {"w": "majority", "j": True}, (name, cmd)
+        assert cmd.get("writeConcern") == MAJORITY_WRITE, (name, cmd)
+    assert any(is_confirm(c) for _, c in reads) and any(is_lease(c) for _, c in reads)
     for _, cmd in reads:
-        assert "readConcern" not in cmd  # the server's default unless one is set
+        if is_confirm(cmd) or is_lease(cmd):
+            assert cmd.get("readConcern") == MAJORITY_READ, cmd  # what it reports can't roll back
+        else:
+            assert "readConcern" not in cmd, cmd  # the server's default unless one is set
     print("RELIABILITY concerns default", kind, len(writes), "writes checked")
 
 
@@ -103,10 +123,14 @@ def test_a_custom_write_concern_is_on_every_write(kind, mongo_url, db_name, conc
     store = make(kind, mongo_url, db_name, log, write_concern=concern)
     every_operation(store)
     close(store)
-    writes, _ = writes_and_reads(log)
+    writes, reads = writes_and_reads(log)
     assert {n for n, _ in writes} == WRITES
     for name, cmd in writes:
-        assert cmd.get("writeConcern") == concern.document, (name, cmd)
+        assert cmd.get("writeConcern") == (MAJORITY_WRITE if is_lease(cmd) else concern.document), (name, cmd)
+    for _, cmd in reads:
+        # confirming at majority is only meaningful when the writes wait for a majority
+        majority = is_lease(cmd) or (is_confirm(cmd) and concern.document.get("w") == "majority")
+        assert cmd.get("readConcern") == (MAJORITY_READ if majority else None), cmd
 
 
 def test_an_unsatisfiable_write_concern_is_reported_not_ignored(kind, mongo_url, db_name):
@@ -138,6 +162,7 @@ def test_the_read_concern_is_on_every_read(kind, mongo_url, db_name, level):
     writes, reads = writes_and_reads(log)
     assert len(reads) >= 8
     for _, cmd in reads:
-        assert cmd.get("readConcern") == {"level": level}, cmd
+        expected = MAJORITY_READ if is_confirm(cmd) or is_lease(cmd) else {"level": level}
+        assert cmd.get("readConcern") == expected, cmd
     for name, cmd in writes:
-        assert cmd.get("writeConcern") == {"w": "majority", "j": True}, (name, cmd)  # still the default
+        assert cmd.get("writeConcern") == MAJORITY_WRITE, (name, cmd)  # still the default

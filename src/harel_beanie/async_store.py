@@ -205,6 +205,11 @@ class AsyncMongoStore(StoreShell):
         return await self._run(flows.purge(self._state, execution_id, expected_version))
 
     async def close(self) -> None:
+        """Give the seq lease back (if it holds one) and close the client."""
+        try:
+            await self._drive(flows.release_lease(self._state))
+        except PyMongoError:
+            pass  # unreachable: the lease simply expires
         await _maybe_await(self._client.close())
 
 

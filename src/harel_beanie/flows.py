@@ -203,6 +203,15 @@ def _take_lease(st: StoreState, want_ms: int) -> Flow[None]:
     raise RuntimeError(f"all {NODES} seq nodes of {st.where} are leased by live store instances")
 
 
+def release_lease(st: StoreState) -> Flow[None]:
+    """Give the node back when the store closes, so the next instance can take it at once
+    (conditional on still owning it; a crashed instance's lease just expires)."""
+    lease = st.mint.lease
+    if lease is not None:
+        st.mint.drop(lease)
+        yield UpdateOne("leases", {"_id": lease_id(lease.node), "owner": lease.owner}, {"$set": {"expires": 0.0}})
+
+
 def _claim(st: StoreState, node: int, doc: Optional[Mapping[str, Any]], floor_ms: int) -> Flow[bool]:
     """Take `node` over from the lease document read (`doc`, None if it has none yet),
     starting above its recorded `hi`; False if another instance got there first."""

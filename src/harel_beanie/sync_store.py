@@ -179,4 +179,9 @@ class MongoStore(StoreShell):
         return self._run(flows.purge(self._state, execution_id, expected_version))
 
     def close(self) -> None:
+        """Give the seq lease back (if it holds one) and close the client."""
+        try:
+            self._drive(flows.release_lease(self._state))
+        except PyMongoError:
+            pass  # unreachable: the lease simply expires
         self._client.close()
