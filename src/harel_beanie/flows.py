@@ -521,7 +521,10 @@ def purge(st: StoreState, execution_id: str, expected_version: int) -> Flow[bool
         guard = {"_id": execution_id, "version": expected_version, "born": doc.get("born")}
         purged = bool((yield ReplaceOne("executions", guard, tomb)))
         if not purged:
-            return False  # it moved on between the read and the write
+            now = yield FindOne("executions", {"_id": execution_id}, {"tomb": 1})
+            if now is not None and "tomb" not in now:
+                return False  # it moved on between the read and the write
+            # buried meanwhile (an earlier send of this purge, landing late): finish the job
     # entries other executions addressed to it (the ones it issued went with its document)
     # only documents holding entries can hold one for it: the seq index finds those, and the
     # pull is addressed by _id (an index on target_id would cost every commit with an emit,
