@@ -62,3 +62,13 @@ def either(request: pytest.FixtureRequest, mongo_url: str, db_name: str) -> Iter
     from tests.both import stores
 
     yield from stores(request.param, mongo_url, db_name)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The side-by-side counts of harel's suite on harel's store and on this one."""
+    from tests.harel_suite import REPORT
+
+    if REPORT:
+        terminalreporter.section("harel's own tests: harel's Mongo stores beside harel_beanie's")
+        for line in REPORT:
+            terminalreporter.write_line(line)
