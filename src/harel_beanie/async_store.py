@@ -58,8 +58,8 @@ class AsyncMongoStore(StoreShell):
         """Build an `AsyncMongoClient` for `url`, wait until the server answers a ping
         (retrying per `retry`), and return a store on it. `connect_retries` and
         `retry_delay`, as harel's store takes them, override `retry`'s attempts and delay.
-        `client_options` go to the client (e.g. `event_listeners`, `tls`); `options` to the store. Raises
-        `StoreUnavailable` naming the URL, password masked, if it never does."""
+        `client_options` go to the client (e.g. `event_listeners`, `tls`); `options` to
+        the store. Raises `StoreUnavailable` naming the URL, password masked, if it never does."""
         from pymongo import AsyncMongoClient
 
         retry = retry.overridden(connect_retries, retry_delay)
