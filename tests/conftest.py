@@ -72,3 +72,13 @@ def record_figure(request: pytest.FixtureRequest) -> Any:
 
 
 _FIGURES = pytest.StashKey[dict[str, Any]]()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The side-by-side counts of harel's suite on harel's store and on this one."""
+    from tests.harel_suite import REPORT
+
+    if REPORT:
+        terminalreporter.section("harel's own tests: harel's Mongo stores beside harel_beanie's")
+        for line in REPORT:
+            terminalreporter.write_line(line)

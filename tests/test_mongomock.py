@@ -1,28 +1,31 @@
 """The fast in-memory layer: harel's contracts on mongomock (sync) and mongomock-motor
 (async). No server is involved, so this layer proves only what those fakes model faithfully;
-the README lists what they don't (and every behaviour here also runs on the real server)."""
+the README lists what they don't (and every behaviour here also runs on the real server).
+The store picks, from the client kind, the forms of the reads and the write mongomock lacks
+(the `$elemMatch` projection, the `delete_timer` pipeline); these tests cover those forms."""
 
 from __future__ import annotations
 
 import mongomock
+from harel.engine.execution import Execution
+from harel.engine.store.base import TimerOp
 from harel.testing import (
     assert_async_listing_contract,
     assert_async_outbox_contract,
+    assert_async_purge_contract,
     assert_listing_contract,
     assert_outbox_contract,
+    assert_purge_contract,
 )
 from mongomock_motor import AsyncMongoMockClient
 
 from harel_beanie import AsyncMongoStore, MongoStore
 
 
-# The purge contract checks dedupe marks, which the store reads with an `$elemMatch`
-# projection on a scalar array that mongomock does not implement: it runs on the real server.
-
-
 def test_sync_contracts_on_mongomock():
     assert_listing_contract(MongoStore(mongomock.MongoClient(), "m"), ordered=True)
     assert_outbox_contract(MongoStore(mongomock.MongoClient(), "m"))
+    assert_purge_contract(MongoStore(mongomock.MongoClient(), "m"))
 
 
 async def test_async_contracts_on_mongomock_motor():
@@ -30,3 +33,22 @@ async def test_async_contracts_on_mongomock_motor():
     # operations run all the same
     await assert_async_listing_contract(AsyncMongoStore(AsyncMongoMockClient(), "m"), ordered=True)
     await assert_async_outbox_contract(AsyncMongoStore(AsyncMongoMockClient(), "m"))
+    await assert_async_purge_contract(AsyncMongoStore(AsyncMongoMockClient(), "m"))
+
+
+def test_dedupe_and_timers_on_mongomock():
+    store = MongoStore(mongomock.MongoClient(), "m")
+    exe = Execution(definition_id="d")
+    timers = (TimerOp("schedule", "A.t", 10.0), TimerOp("schedule", "B.t", 20.0))
+    store.commit(exe, [], processed_event_id="e1", timers=timers)
+    assert store.load_for_event(exe.id, "e1")[1] and not store.load_for_event(exe.id, "e2")[1]
+    assert store.is_processed(exe.id, "e1") and not store.is_processed(exe.id, "e2")
+    assert store.load_for_event("nope", "e1") == (None, False)
+    assert store.due_timers(15.0) == [(exe.id, "A.t", 10.0)]
+    store.delete_timer(exe.id, "A.t", 9.0)  # another fire time: left alone
+    assert store.due_timers(15.0) == [(exe.id, "A.t", 10.0)]
+    store.delete_timer(exe.id, "A.t", 10.0)
+    assert store.due_timers(15.0) == []
+    assert store.due_timers(25.0) == [(exe.id, "B.t", 20.0)]
+    store.delete_timer(exe.id, "B.t", 20.0)
+    assert store.due_timers(float("inf")) == []

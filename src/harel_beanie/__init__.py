@@ -3,14 +3,15 @@
 `MongoStore` (sync, PyMongo) and `AsyncMongoStore` (async, PyMongo's async API or Motor)
 implement harel's `ExecutionStore` / `AsyncExecutionStore` on one document per execution,
 committed with one conditional update. The Beanie documents (`ExecutionDocument`,
-`CounterDocument`, `bind(prefix)`) are the schema; pass them to your own `init_beanie` to
-query the store's data.
+`CounterDocument`, `bind(prefix)`) are the schema; pass `DOCUMENT_MODELS` (or
+`document_models(prefix)`) to your own `init_beanie` to query the store's data.
+`harel_beanie.testing` is a pytest plugin giving apps' tests a ready store.
 """
 
 from harel_beanie.async_store import AsyncMongoStore
 from harel_beanie.commit import DEFAULT_DEDUPE_WINDOW
 from harel_beanie.connect import RetryPolicy, mask_url
-from harel_beanie.documents import SCHEMA_VERSION, CounterDocument, ExecutionDocument, bind
+from harel_beanie.documents import DOCUMENT_MODELS, SCHEMA_VERSION, CounterDocument, ExecutionDocument, bind, document_models
 from harel_beanie.errors import ExecutionTooLarge, SchemaMismatch, StoreUnavailable
 from harel_beanie.settings import DEFAULT_WRITE_CONCERN
 from harel_beanie.sync_store import MongoStore
@@ -19,6 +20,7 @@ __all__ = [
     "AsyncMongoStore",
     "CounterDocument",
     "DEFAULT_DEDUPE_WINDOW",
+    "DOCUMENT_MODELS",
     "DEFAULT_WRITE_CONCERN",
     "ExecutionDocument",
     "ExecutionTooLarge",
@@ -28,5 +30,6 @@ __all__ = [
     "SchemaMismatch",
     "StoreUnavailable",
     "bind",
+    "document_models",
     "mask_url",
 ]

@@ -48,17 +48,21 @@ class AsyncMongoStore(StoreShell):
         cls,
         url: str,
         db_name: str = "harel",
+        connect_retries: Optional[int] = None,
+        retry_delay: Optional[float] = None,
         *,
         retry: RetryPolicy = RetryPolicy(),
         client_options: Optional[dict[str, Any]] = None,
         **options: Any,
     ) -> "AsyncMongoStore":
         """Build an `AsyncMongoClient` for `url`, wait until the server answers a ping
-        (retrying per `retry`), and return a store on it. `client_options` go to the
-        client (e.g. `event_listeners`, `tls`); `options` to the store. Raises
-        `StoreUnavailable` naming the URL, password masked, if it never does."""
+        (retrying per `retry`), and return a store on it. `connect_retries` and
+        `retry_delay`, as harel's store takes them, override `retry`'s attempts and delay.
+        `client_options` go to the client (e.g. `event_listeners`, `tls`); `options` to
+        the store. Raises `StoreUnavailable` naming the URL, password masked, if it never does."""
         from pymongo import AsyncMongoClient
 
+        retry = retry.overridden(connect_retries, retry_delay)
         settings = retry.client_settings(client_options)
         return cls(await await_server(lambda: AsyncMongoClient(url, **settings), url, retry), db_name, **options)
 

@@ -43,6 +43,13 @@ class RetryPolicy:
         on a server after `timeout_ms`, plus `extra` (listeners, TLS, ...), which wins."""
         return {"serverSelectionTimeoutMS": self.timeout_ms, **(extra or {})}
 
+    def overridden(self, attempts: Optional[int] = None, delay: Optional[float] = None) -> "RetryPolicy":
+        """This policy with harel's `from_url(url, db_name, connect_retries, retry_delay)`
+        arguments applied where given."""
+        return RetryPolicy(
+            self.attempts if attempts is None else attempts, self.delay if delay is None else delay, self.timeout_ms
+        )
+
     def pauses(self) -> Iterator[float]:
         """The pause before each attempt after the first."""
         for i in range(self.attempts):

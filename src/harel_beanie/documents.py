@@ -227,3 +227,13 @@ def bind(prefix: str = DEFAULT_PREFIX) -> tuple[type[ExecutionDocument], type[Co
 def index_models(doc: type[Document]) -> list[IndexModel]:
     """The indexes declared on a document class (Beanie's `Settings.indexes`)."""
     return list(getattr(doc.Settings, "indexes", []))  # type: ignore[attr-defined]
+
+
+def document_models(prefix: str = DEFAULT_PREFIX) -> list[type[Document]]:
+    """The store's document classes for `prefix`, to add to the app's own
+    `init_beanie(document_models=[*my_models, *document_models()])`."""
+    return list(bind(prefix))
+
+
+#: The store's document classes for the default prefix (`document_models()`).
+DOCUMENT_MODELS: list[type[Document]] = document_models()

@@ -13,7 +13,7 @@ majority (see `harel_beanie.seqs`). The README's "Durability" section gives each
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from harel.engine.schema import DEFAULT_PREFIX, Names
@@ -115,7 +115,34 @@ class StoreShell:
         )
         self._colls = collections_for(client, self.settings)
         self._state = self.settings.new_state()
+        self._state.in_memory = is_in_memory(client)
 
     @property
     def trace_max(self) -> int:
+        """The trace ring keeps the last `trace_max` steps (0: every step). Settable, as on
+        harel's stores; the next commit or `append_trace` uses the new value."""
         return self._state.trace_max
+
+    @trace_max.setter
+    def trace_max(self, value: int) -> None:
+        self.settings = replace(self.settings, trace_max=value)  # validates it
+        self._state.trace_max = value
+
+    # harel's Mongo stores keep these, and tests written for them reach into them
+    @property
+    def _db(self) -> Any:
+        return self._client[self.settings.db_name]
+
+    @property
+    def _exes(self) -> Any:
+        return self._colls["executions"]
+
+    @property
+    def _counters(self) -> Any:
+        return self._colls["counters"]
+
+
+def is_in_memory(client: Any) -> bool:
+    """Whether `client` is mongomock's or mongomock-motor's in-memory fake."""
+    # mongomock-motor's client class presents itself as Motor's: look along its bases
+    return any(k.__module__.split(".")[0] in ("mongomock", "mongomock_motor") for k in type(client).__mro__)
