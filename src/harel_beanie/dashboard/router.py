@@ -134,13 +134,21 @@ def dashboard_router(
     @router.get("/", response_class=HTMLResponse, name="hb_executions", include_in_schema=False)
     async def executions_page(
         request: Request, definition: Optional[str] = None, status: Optional[str] = None, outcome: Optional[str] = None,
-        parent: Optional[str] = None, roots: bool = False, within: Optional[float] = Query(None, gt=0),
+        parent: Optional[str] = None, roots: bool = False, within: Optional[str] = None,
         after: Optional[str] = None, limit: int = Query(page_size, ge=1, le=MAX_PAGE),
     ) -> HTMLResponse:  # fmt: skip
-        data = await list_data(definition, status, outcome, parent, roots, within, after, limit)
+        # a form's empty choice arrives as "": it means no bound, not a bad number
+        try:
+            seconds = float(within) if within else None
+        except ValueError:
+            raise HTTPException(422, f"within: expected seconds, got {within!r}") from None
+        if seconds is not None and seconds <= 0:
+            seconds = None
+        data = await list_data(definition, status, outcome, parent, roots, seconds, after, limit)
         params = {k: v for k, v in {"definition": definition, "status": status, "outcome": outcome, "parent": parent,
-                                     "roots": "true" if roots else None, "within": within}.items() if v}  # fmt: skip
-        return page(request, "executions.html", view=data, params=params, statuses=queries.STATUSES, within=within)
+                                     "roots": "true" if roots else None, "within": seconds,
+                                     "limit": limit if limit != page_size else None}.items() if v}  # fmt: skip
+        return page(request, "executions.html", view=data, params=params, statuses=queries.STATUSES, within=seconds)
 
     # --- one execution ------------------------------------------------------------------------
 
