@@ -61,7 +61,7 @@ async def run(args: Any, target: Target, console: Console) -> retention.PruneRep
 
 
 def main(args: Any, target: Target) -> int:
-    console = Console(highlight=False)
+    console = Console(highlight=False, stderr=bool(args.json))  # --json: stdout holds only the report
     if args.ttl is None and not args.finished_before:
         raise ConfigError("say what to remove: --finished-before AGE|DATE (or --ttl AGE|off for the TTL index)")
     if args.archive and args.archive_collection:
