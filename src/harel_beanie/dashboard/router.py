@@ -80,9 +80,12 @@ def dashboard_router(
     stuck_after: float = 300.0,
     page_size: int = 50,
     title: str = "harel",
+    name: str = "harel_dashboard",
 ) -> APIRouter:
     """The dashboard as a router (see the package docstring). `metrics`: a
-    `harel_beanie.metrics.StoreMetrics` to serve at `/metrics`, refreshed on each scrape."""
+    `harel_beanie.metrics.StoreMetrics` to serve at `/metrics`, refreshed on each scrape.
+    `name` prefixes the route names; give each a different one to mount two dashboards (two
+    databases, say) in one app."""
     if auth is None:
         raise ValueError("dashboard_router needs auth=: your FastAPI dependency, or no_auth to leave it open")
     acts = actions or DashboardActions()
@@ -101,8 +104,11 @@ def dashboard_router(
     def form_token(execution_id: str, action: str) -> str:
         return hmac.new(secret, f"{execution_id}\0{action}".encode(), hashlib.sha256).hexdigest()
 
-    def page(request: Request, name: str, **context: Any) -> HTMLResponse:
-        return templates.TemplateResponse(request, name, {"title": title, "actions_on": acts.enabled(), **context})
+    def page(request: Request, template: str, **context: Any) -> HTMLResponse:
+        def u(route: str, **params: Any) -> Any:  # this dashboard's own routes, wherever it is mounted
+            return request.url_for(f"{name}.{route}", **params)
+
+        return templates.TemplateResponse(request, template, {"title": title, "u": u, **context})
 
     def parse_filter(definition: Optional[str], status: Optional[str], outcome: Optional[str], parent: Optional[str],
                      roots: bool, within: Optional[float]) -> queries.ExecutionFilter:  # fmt: skip
@@ -121,7 +127,7 @@ def dashboard_router(
         flt = parse_filter(definition, status, outcome, parent, roots, within)
         return await views.executions_view(flt, after=after or None, limit=min(limit, MAX_PAGE), doc=doc_of(s))
 
-    @router.get("/api/executions", response_model=views.ExecutionsView, name="hb_api_executions")
+    @router.get("/api/executions", response_model=views.ExecutionsView, name=f"{name}.api_executions")
     async def api_executions(
         definition: Optional[str] = None, status: Optional[str] = None, outcome: Optional[str] = None,
         parent: Optional[str] = None, roots: bool = False,
@@ -131,7 +137,7 @@ def dashboard_router(
     ) -> views.ExecutionsView:  # fmt: skip
         return await list_data(definition, status, outcome, parent, roots, within, after, limit)
 
-    @router.get("/", response_class=HTMLResponse, name="hb_executions", include_in_schema=False)
+    @router.get("/", response_class=HTMLResponse, name=f"{name}.executions", include_in_schema=False)
     async def executions_page(
         request: Request, definition: Optional[str] = None, status: Optional[str] = None, outcome: Optional[str] = None,
         parent: Optional[str] = None, roots: bool = False, within: Optional[str] = None,
@@ -159,11 +165,11 @@ def dashboard_router(
             raise HTTPException(404, f"no execution {execution_id!r}")
         return v
 
-    @router.get("/api/executions/{execution_id}", response_model=views.ExecutionView, name="hb_api_execution")
+    @router.get("/api/executions/{execution_id}", response_model=views.ExecutionView, name=f"{name}.api_execution")
     async def api_execution(execution_id: str) -> views.ExecutionView:
         return await detail_data(execution_id)
 
-    @router.get("/executions/{execution_id}", response_class=HTMLResponse, name="hb_execution", include_in_schema=False)
+    @router.get("/executions/{execution_id}", response_class=HTMLResponse, name=f"{name}.execution", include_in_schema=False)
     async def execution_page(request: Request, execution_id: str, done: Optional[str] = None, error: Optional[str] = None) -> HTMLResponse:
         v = await detail_data(execution_id)
         tokens = {a: form_token(execution_id, a) for a in acts.enabled()}
@@ -175,11 +181,11 @@ def dashboard_router(
         s = await ready()
         return await views.failed_view(after=after or None, limit=min(limit, MAX_PAGE), stuck_after=stuck_after, doc=doc_of(s))
 
-    @router.get("/api/failed", response_model=views.FailedView, name="hb_api_failed")
+    @router.get("/api/failed", response_model=views.FailedView, name=f"{name}.api_failed")
     async def api_failed(after: Optional[str] = None, limit: int = Query(page_size, ge=1, le=MAX_PAGE)) -> views.FailedView:
         return await failed_data(after, limit)
 
-    @router.get("/failed", response_class=HTMLResponse, name="hb_failed", include_in_schema=False)
+    @router.get("/failed", response_class=HTMLResponse, name=f"{name}.failed", include_in_schema=False)
     async def failed_page(request: Request, after: Optional[str] = None, limit: int = Query(page_size, ge=1, le=MAX_PAGE)) -> HTMLResponse:
         return page(request, "failed.html", view=await failed_data(after, limit))
 
@@ -187,17 +193,17 @@ def dashboard_router(
         s = await ready()
         return await views.backlog_view(stuck_after=stuck_after, show=20, doc=doc_of(s))
 
-    @router.get("/api/backlog", response_model=views.BacklogView, name="hb_api_backlog")
+    @router.get("/api/backlog", response_model=views.BacklogView, name=f"{name}.api_backlog")
     async def api_backlog() -> views.BacklogView:
         return await backlog_data()
 
-    @router.get("/backlog", response_class=HTMLResponse, name="hb_backlog", include_in_schema=False)
+    @router.get("/backlog", response_class=HTMLResponse, name=f"{name}.backlog", include_in_schema=False)
     async def backlog_page(request: Request) -> HTMLResponse:
         return page(request, "backlog.html", view=await backlog_data(), statuses=queries.STATUSES)
 
     # --- actions (off unless the app turned them on) -------------------------------------------
 
-    @router.post("/executions/{execution_id}/{action}", name="hb_action", include_in_schema=False)
+    @router.post("/executions/{execution_id}/{action}", name=f"{name}.action", include_in_schema=False)
     async def act(
         request: Request, execution_id: str, action: str, confirm: str = Form(""), csrf: str = Form(""),
         kind: str = Form(""), data: str = Form(""), target_path: str = Form(""),
@@ -206,7 +212,7 @@ def dashboard_router(
             raise HTTPException(403, f"the {action!r} action is not enabled on this dashboard")
         if not hmac.compare_digest(csrf, form_token(execution_id, action)):
             raise HTTPException(403, "the form is stale or was not served by this dashboard: reload the page")
-        back = request.url_for("hb_execution", execution_id=execution_id)
+        back = request.url_for(f"{name}.execution", execution_id=execution_id)
         if confirm.strip() != execution_id:
             return RedirectResponse(f"{back}?error=confirm+by+typing+the+execution+id", status_code=303)
         await ready()
@@ -234,7 +240,7 @@ def dashboard_router(
 
     if metrics is not None:
 
-        @router.get("/metrics", name="hb_metrics", include_in_schema=False)
+        @router.get("/metrics", name=f"{name}.metrics", include_in_schema=False)
         async def metrics_endpoint() -> Response:
             from prometheus_client import CONTENT_TYPE_LATEST
 
