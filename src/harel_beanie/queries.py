@@ -190,14 +190,29 @@ class ExecutionFilter:
         return q
 
 
-def executions(flt: ExecutionFilter = ExecutionFilter(), *, after: Optional[str] = None, doc: Executions = ExecutionDocument) -> FindMany[ExecutionRow]:
+def index_for(query: dict[str, Any]) -> Optional[str]:
+    """The index whose leading equality serves `query` in `_id` order (parent, then status,
+    then definition: the most selective first, as a rule), or None for the `_id` index."""
+    for key, name in (("parent_id", "hb_parent"), ("status", "hb_status"), ("definition_id", "hb_definition")):
+        if key in query:
+            return name
+    return None
+
+
+def executions(
+    flt: ExecutionFilter = ExecutionFilter(), *, after: Optional[str] = None, doc: Executions = ExecutionDocument, hint: bool = False
+) -> FindMany[ExecutionRow]:
     """Executions matching `flt` in `_id` order, starting after the id `after` (the keyset
     cursor: the last id of the previous page, so page k reads about one page, never k).
-    Index: hb_parent, hb_status or hb_definition by the filter; with none, the `_id` index."""
+    Index: hb_parent, hb_status or hb_definition by the filter; with none, the `_id` index.
+    `hint` names that index to the server (a planner may otherwise weigh several; only on
+    a database whose indexes exist, i.e. not one awaiting `migrate up`)."""
     q = flt.query()
     if after is not None:
         q["_id"] = {"$gt": after}
-    return doc.find(q, projection_model=ExecutionRow).sort([("_id", SortDirection.ASCENDING)])
+    index = index_for(q) if hint else None
+    extra: dict[str, Any] = {"hint": index} if index else {}
+    return doc.find(q, projection_model=ExecutionRow, **extra).sort([("_id", SortDirection.ASCENDING)])
 
 
 @dataclass
@@ -209,25 +224,29 @@ class Page:
 
 
 async def executions_page(
-    flt: ExecutionFilter = ExecutionFilter(), *, after: Optional[str] = None, limit: int = 50, doc: Executions = ExecutionDocument
+    flt: ExecutionFilter = ExecutionFilter(), *, after: Optional[str] = None, limit: int = 50,
+    doc: Executions = ExecutionDocument, hint: bool = False,
 ) -> Page:
     """A page of `executions(...)`: fetches one row more than `limit` to know if there is a next."""
     if limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit}")
-    rows = await executions(flt, after=after, doc=doc).limit(limit + 1).to_list()
+    rows = await executions(flt, after=after, doc=doc, hint=hint).limit(limit + 1).to_list()
     more = len(rows) > limit
     rows = rows[:limit]
     return Page(rows, rows[-1].id if more else None)
 
 
-async def status_counts(flt: ExecutionFilter = ExecutionFilter(), *, doc: Executions = ExecutionDocument) -> dict[str, int]:
+async def status_counts(flt: ExecutionFilter = ExecutionFilter(), *, doc: Executions = ExecutionDocument, hint: bool = False) -> dict[str, int]:
     """How many executions match `flt` in each status (the filter's own status ignored, so a
     page can show what choosing another status would give). One count per status, each a
-    range of hb_status (with only a status, mongod counts the index keys without a fetch)."""
+    range of one index (hb_parent with a parent filter, else hb_status; with only a status,
+    mongod counts the index keys without a fetch). `hint` as for `executions`."""
     base = flt.query(status=False)
     out: dict[str, int] = {}
     for s in STATUSES:  # sequential: the counts are cheap, and a burst of them helps nobody
-        n = await doc.find({**base, "status": s}).count()
+        q = {**base, "status": s}
+        index = index_for(q) if hint else None
+        n = await (doc.find(q, hint=index) if index else doc.find(q)).count()
         if n:
             out[s] = n
     return out

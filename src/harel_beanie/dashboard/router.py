@@ -101,6 +101,12 @@ def dashboard_router(
     def doc_of(s: Any) -> Any:
         return bind(s.settings.prefix)[0]
 
+    def hint(s: Any) -> bool:
+        # name the index to the server, unless the database is still in harel's layout (no
+        # indexes yet: the store runs in compatibility mode until `migrate up`)
+        state = getattr(s, "_state", None)
+        return bool(state is not None and state.ready and not state.compat)
+
     def form_token(execution_id: str, action: str) -> str:
         return hmac.new(secret, f"{execution_id}\0{action}".encode(), hashlib.sha256).hexdigest()
 
@@ -125,7 +131,7 @@ def dashboard_router(
                         roots: bool, within: Optional[float], after: Optional[str], limit: int) -> views.ExecutionsView:  # fmt: skip
         s = await ready()
         flt = parse_filter(definition, status, outcome, parent, roots, within)
-        return await views.executions_view(flt, after=after or None, limit=min(limit, MAX_PAGE), doc=doc_of(s))
+        return await views.executions_view(flt, after=after or None, limit=min(limit, MAX_PAGE), doc=doc_of(s), hint=hint(s))
 
     @router.get("/api/executions", response_model=views.ExecutionsView, name=f"{name}.api_executions")
     async def api_executions(
@@ -179,7 +185,7 @@ def dashboard_router(
 
     async def failed_data(after: Optional[str], limit: int) -> views.FailedView:
         s = await ready()
-        return await views.failed_view(after=after or None, limit=min(limit, MAX_PAGE), stuck_after=stuck_after, doc=doc_of(s))
+        return await views.failed_view(after=after or None, limit=min(limit, MAX_PAGE), stuck_after=stuck_after, doc=doc_of(s), hint=hint(s))
 
     @router.get("/api/failed", response_model=views.FailedView, name=f"{name}.api_failed")
     async def api_failed(after: Optional[str] = None, limit: int = Query(page_size, ge=1, le=MAX_PAGE)) -> views.FailedView:

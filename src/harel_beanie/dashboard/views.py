@@ -159,9 +159,9 @@ def _age(seq: int, now: float) -> Optional[float]:
     return None if born is None else max(0.0, now - born)
 
 
-async def executions_view(flt: queries.ExecutionFilter, *, after: Optional[str], limit: int, doc: Doc) -> ExecutionsView:
-    page = await queries.executions_page(flt, after=after, limit=limit, doc=doc)
-    counts = await queries.status_counts(flt, doc=doc)
+async def executions_view(flt: queries.ExecutionFilter, *, after: Optional[str], limit: int, doc: Doc, hint: bool = False) -> ExecutionsView:
+    page = await queries.executions_page(flt, after=after, limit=limit, doc=doc, hint=hint)
+    counts = await queries.status_counts(flt, doc=doc, hint=hint)
     # distinct over the leading field of hb_definition: mongod reads one key per definition
     definitions = sorted(await doc.get_pymongo_collection().distinct("definition_id"))
     total = counts.get(flt.status, 0) if flt.status else sum(counts.values())
@@ -215,9 +215,9 @@ def _silent(stuck: list[dict[str, Any]]) -> list[SilentOut]:
     return [SilentOut(**s) for s in stuck]
 
 
-async def failed_view(*, after: Optional[str], limit: int, stuck_after: float, doc: Doc) -> FailedView:
+async def failed_view(*, after: Optional[str], limit: int, stuck_after: float, doc: Doc, hint: bool = False) -> FailedView:
     now = time.time()
-    page = await queries.executions_page(queries.ExecutionFilter(status="FAILED"), after=after, limit=limit, doc=doc)
+    page = await queries.executions_page(queries.ExecutionFilter(status="FAILED"), after=after, limit=limit, doc=doc, hint=hint)
     total = await doc.find({"status": "FAILED"}).count()
     stuck = await queries.stuck_running(stuck_after, now=now, doc=doc).limit(limit).to_list()
     silent = [SilentOut(id=r.id, definition_id=r.definition_id, active_path=r.active_path, silent_for=now - (r.updated_at or now)) for r in stuck]
