@@ -27,7 +27,11 @@ async def run(args: Any, target: Target, console: Console) -> retention.PruneRep
         executions = client[target.db][Names(target.prefix).executions]
         if args.ttl is not None:
             seconds: Optional[float] = None if args.ttl == "off" else retention.parse_age(args.ttl)
-            return await retention.ensure_ttl(executions, seconds)
+            done = await retention.ensure_ttl(executions, seconds)
+            if seconds is not None:  # say it plainly: see ensure_ttl and the README
+                done += ("\nnote: the server's TTL monitor expires only BSON dates, and finished_at is "
+                         "epoch seconds: this index expires nothing yet; use prune --finished-before")  # fmt: skip
+            return done
         before = retention.parse_before(args.finished_before)
         archive: Optional[retention.Archive] = None
         if args.archive:

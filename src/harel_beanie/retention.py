@@ -287,6 +287,10 @@ async def _prune_batch(executions: Any, batch: list[dict[str, Any]], report: Pru
 async def ensure_ttl(executions: Any, seconds: Optional[float]) -> str:
     """Create, change or (with None) drop the TTL index on `finished_at`, idempotently.
 
+    Caveat: MongoDB's TTL monitor expires only BSON dates, and `finished_at` is epoch seconds
+    (a number, as harel keeps it), so until the commit also writes a date the index is
+    managed but expires nothing (see the README).
+
     The server then removes DONE/CANCELLED executions `seconds` after they finished (the
     partial filter names them; FAILED ones carry no `finished_at` anyway). It is blunt: it
     cannot archive, and does not look at parents or pending work (see the README). An
