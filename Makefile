@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test soak bench typecheck clean
+.PHONY: setup demo test soak bench typecheck clean browser screenshots
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -19,8 +19,15 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/harel-beanie demo
 
+# the browser tests drive Debian's chromium through chromedriver; no browser is downloaded by a
+# tool. Installed with apt-get when missing (sudo when not root).
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; else \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium chromium-driver; fi
+
 # the whole default test suite, type check included, on a real wire-protocol server
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m mypy
 	$(BIN)/python -m mypy bench/run.py
 	$(BIN)/python -m pytest -q
@@ -28,6 +35,11 @@ test: $(STAMP)
 # the long soaks (crash loops, large fuzz budgets)
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -m soak
+
+# screenshots of the dashboard's main pages into docs/ (a demo run, the standalone dashboard,
+# headless chromium)
+screenshots: $(STAMP) browser
+	$(BIN)/python docs/screenshots.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py

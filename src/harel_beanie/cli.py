@@ -1,8 +1,8 @@
 """The `harel-beanie` command line (also `python -m harel_beanie`).
 
 Why this module exists: one entry point for running statechart workloads on the store
-(`demo`, `worker`), watching them (`status`, `monitor`) and evolving the schema (`migrate`,
-dispatched to `harel_beanie.migrate`). This module only parses flags and turns the errors a
+(`demo`, `worker`), watching them (`status`, `monitor`, `dashboard`), removing finished ones
+(`prune`) and evolving the schema (`migrate`, dispatched to `harel_beanie.migrate`). This module only parses flags and turns the errors a
 user can cause — a wrong flag, an unreachable server, a missing directory, a database in
 another layout — into one line on stderr and exit code 2. Each command lives in its own
 module, imported only when it runs.
@@ -124,6 +124,39 @@ def build_parser() -> argparse.ArgumentParser:
     _connection(monitor, embedded=True)
     monitor.set_defaults(handler=_monitor)
 
+    dash = sub.add_parser("dashboard", help="the web dashboard, served standalone (uvicorn)",
+                          description="Serve the web dashboard (executions, one execution's timeline, failed and "
+                          "silent ones, backlog, /metrics) on this machine, guarded by a token. Needs the "
+                          "dashboard extra: pip install 'harel-beanie[dashboard]'.")  # fmt: skip
+    dash.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    dash.add_argument("--port", type=_positive_int, default=8000, help="port (default 8000)")
+    dash.add_argument("--token", help="the token a browser or script must present (default: $HAREL_DASHBOARD_TOKEN, "
+                      "else a random one, printed)")  # fmt: skip
+    dash.add_argument("--allow", metavar="ACTIONS", help="turn on actions, comma-separated: send,cancel,redrive "
+                      "(default none; needs --definitions)")  # fmt: skip
+    dash.add_argument("--definitions", metavar="DIR", help="*.stm directory, for the actions")
+    dash.add_argument("--stuck-after", type=_positive_float, default=300.0, metavar="SECONDS",
+                      help="a RUNNING execution not updated for this long is silent (default 300)")  # fmt: skip
+    _connection(dash, embedded=True)
+    dash.set_defaults(handler=_dashboard)
+
+    prune = sub.add_parser("prune", help="remove (or archive) finished executions older than a cut-off",
+                           description="Remove DONE/CANCELLED executions that finished before the cut-off, in "
+                           "batches, each delete guarded on what was read; executions whose parent is still "
+                           "going, or with events still to hand on, are kept. Re-running continues an "
+                           "interrupted run. FAILED executions are never removed (redrive or terminate them).")  # fmt: skip
+    prune.add_argument("--finished-before", metavar="AGE|DATE",
+                       help="an age (30d, 12h, 90m), an ISO date/date-time (UTC unless given), or @epoch")  # fmt: skip
+    prune.add_argument("--archive", metavar="FILE.jsonl", help="append each removed execution to this JSON Lines file")
+    prune.add_argument("--archive-collection", metavar="NAME", help="copy each removed execution into this collection")
+    prune.add_argument("--dry-run", action="store_true", help="count what would be removed; change nothing")
+    prune.add_argument("--batch-size", type=_positive_int, default=500, metavar="N", help="executions per batch (default 500)")
+    prune.add_argument("--ttl", metavar="AGE|off", help="instead: create or change the TTL index on finished_at "
+                       "(the server expires finished executions by age alone), or drop it with 'off'")  # fmt: skip
+    prune.add_argument("--json", action="store_true", help="print the report as JSON")
+    _connection(prune, embedded=True)
+    prune.set_defaults(handler=_prune)
+
     sub.add_parser("migrate", help="bring a database's layout up to date (harel-beanie migrate --help)", add_help=False)
     return parser
 
@@ -181,6 +214,24 @@ def _monitor(args: Any) -> int:
 
     with _target(args, embedded_ok=True, say=_stderr) as target:
         return monitor.main(args, target)
+
+
+def _dashboard(args: Any) -> int:
+    try:
+        from harel_beanie.dashboard import serve
+    except ImportError as exc:  # the extra is not installed
+        from harel_beanie.where import ConfigError
+
+        raise ConfigError(f"the dashboard needs its extra: pip install 'harel-beanie[dashboard]' ({exc})") from None
+    with _target(args, embedded_ok=True, say=_stderr) as target:
+        return serve.main(args, target, say=_stdout)
+
+
+def _prune(args: Any) -> int:
+    from harel_beanie import prune
+
+    with _target(args, embedded_ok=True, say=_stderr) as target:
+        return prune.main(args, target)
 
 
 def _migrate(argv: Sequence[str]) -> int:

@@ -99,6 +99,7 @@ class Backlog:
     pending_outbox: int = 0
     oldest_outbox_age: Optional[float] = None  # seconds; None if none pending or unknown
     pending_spawns: int = 0
+    oldest_spawn_age: Optional[float] = None  # seconds, as for the outbox
     due_timers: int = 0
     next_timers: list[dict[str, Any]] = field(default_factory=list)
     stuck: list[dict[str, Any]] = field(default_factory=list)
@@ -106,8 +107,6 @@ class Backlog:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
 
 
 async def backlog(*, doc: Executions = ExecutionDocument, stuck_after: float = 300.0, now: Optional[float] = None, show: int = 10) -> Backlog:
@@ -130,9 +129,10 @@ async def backlog(*, doc: Executions = ExecutionDocument, stuck_after: float = 3
         ])).to_list(None)  # fmt: skip
         if rows:
             setattr(out, attr, rows[0]["n"])
-            if array == "outbox" and rows[0]["n"]:
+            if rows[0]["n"]:
                 born = minted_at(rows[0]["low"])
-                out.oldest_outbox_age = None if born is None else max(0.0, now - born)
+                age = None if born is None else max(0.0, now - born)
+                setattr(out, "oldest_outbox_age" if array == "outbox" else "oldest_spawn_age", age)
     out.due_timers = await doc.find({"next_fire": {"$lte": now}}).count()
     # the bound may be stale (a cancelled timer): report the real timers
     for row in await waiting_on_timer(doc=doc).limit(show).to_list():
@@ -142,3 +142,138 @@ async def backlog(*, doc: Executions = ExecutionDocument, stuck_after: float = 3
     stuck = await stuck_running(stuck_after, now=now, doc=doc).limit(show).to_list()
     out.stuck = [{"id": r.id, "definition_id": r.definition_id, "active_path": r.active_path, "silent_for": now - (r.updated_at or now)} for r in stuck]
     return out
+
+
+# --- filtered, keyset-paged listing (the dashboard's executions page) ----------------------
+
+#: harel's statuses, in the order a person reads a lifecycle
+STATUSES = ("PENDING", "RUNNING", "SUSPENDED", "CANCELLING", "DONE", "FAILED", "CANCELLED")
+
+
+@dataclass(frozen=True)
+class ExecutionFilter:
+    """What a listing is narrowed to. Every field is optional; together they are ANDed.
+
+    The equality filters each have an index led by that field and followed by `_id`
+    (hb_parent, hb_status, hb_definition), so a page in `_id` order is a range of one index
+    whatever else is filtered; `outcome` and the time bounds are checked on the documents that
+    range reaches."""
+
+    definition_id: Optional[str] = None
+    status: Optional[str] = None
+    outcome: Optional[str] = None
+    parent_id: Optional[str] = None  # the children of this execution
+    roots_only: bool = False  # executions with no parent
+    updated_after: Optional[float] = None  # epoch seconds, inclusive
+    updated_before: Optional[float] = None  # epoch seconds, exclusive
+
+    def query(self, *, status: bool = True) -> dict[str, Any]:
+        """The filter document; `status=False` leaves the status out (for counts per status)."""
+        q: dict[str, Any] = {}
+        if self.parent_id is not None:
+            q["parent_id"] = self.parent_id
+        elif self.roots_only:
+            q["parent_id"] = None
+        if self.definition_id is not None:
+            q["definition_id"] = self.definition_id
+        if status and self.status is not None:
+            q["status"] = self.status
+        if self.outcome is not None:
+            q["outcome"] = self.outcome
+        span: dict[str, float] = {}
+        if self.updated_after is not None:
+            span["$gte"] = self.updated_after
+        if self.updated_before is not None:
+            span["$lt"] = self.updated_before
+        if span:
+            q["updated_at"] = span
+        return q
+
+
+def index_for(query: dict[str, Any]) -> Optional[str]:
+    """The index whose leading equality serves `query` in `_id` order (parent, then status,
+    then definition: the most selective first, as a rule), or None for the `_id` index."""
+    for key, name in (("parent_id", "hb_parent"), ("status", "hb_status"), ("definition_id", "hb_definition")):
+        if key in query:
+            return name
+    return None
+
+
+def executions(
+    flt: ExecutionFilter = ExecutionFilter(), *, after: Optional[str] = None, doc: Executions = ExecutionDocument, hint: bool = False
+) -> FindMany[ExecutionRow]:
+    """Executions matching `flt` in `_id` order, starting after the id `after` (the keyset
+    cursor: the last id of the previous page, so page k reads about one page, never k).
+    Index: hb_parent, hb_status or hb_definition by the filter; with none, the `_id` index.
+    `hint` names that index to the server (a planner may otherwise weigh several; only on
+    a database whose indexes exist, i.e. not one awaiting `migrate up`)."""
+    q = flt.query()
+    if after is not None:
+        q["_id"] = {"$gt": after}
+    index = index_for(q) if hint else None
+    extra: dict[str, Any] = {"hint": index} if index else {}
+    return doc.find(q, projection_model=ExecutionRow, **extra).sort([("_id", SortDirection.ASCENDING)])
+
+
+@dataclass
+class Page:
+    """One page of rows and the cursor of the next (None on the last page)."""
+
+    rows: list[ExecutionRow]
+    next_after: Optional[str]
+
+
+async def executions_page(
+    flt: ExecutionFilter = ExecutionFilter(), *, after: Optional[str] = None, limit: int = 50,
+    doc: Executions = ExecutionDocument, hint: bool = False,
+) -> Page:
+    """A page of `executions(...)`: fetches one row more than `limit` to know if there is a next."""
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    rows = await executions(flt, after=after, doc=doc, hint=hint).limit(limit + 1).to_list()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return Page(rows, rows[-1].id if more else None)
+
+
+async def status_counts(flt: ExecutionFilter = ExecutionFilter(), *, doc: Executions = ExecutionDocument, hint: bool = False) -> dict[str, int]:
+    """How many executions match `flt` in each status (the filter's own status ignored, so a
+    page can show what choosing another status would give). One count per status, each a
+    range of one index (hb_parent with a parent filter, else hb_status; with only a status,
+    mongod counts the index keys without a fetch). `hint` as for `executions`."""
+    base = flt.query(status=False)
+    out: dict[str, int] = {}
+    for s in STATUSES:  # sequential: the counts are cheap, and a burst of them helps nobody
+        q = {**base, "status": s}
+        index = index_for(q) if hint else None
+        n = await (doc.find(q, hint=index) if index else doc.find(q)).count()
+        if n:
+            out[s] = n
+    return out
+
+
+class ExecutionDetail(BaseModel):
+    """One execution as its page shows it: the snapshot and its pending work. Leaves out the
+    dedupe window and the trace ring (the trace is read with the store's `read_trace`)."""
+
+    id: str = Field(alias="_id")
+    definition_id: str
+    version: int = 0
+    data: str
+    outbox: list[dict[str, Any]] = []
+    spawns: list[dict[str, Any]] = []
+    timers: dict[str, float] = {}
+    next_fire: Optional[float] = None
+    trace_n: int = 0
+    status: Optional[str] = None
+    outcome: Optional[str] = None
+    active_path: Optional[str] = None
+    parent_id: Optional[str] = None
+    created_at: Optional[float] = None
+    updated_at: Optional[float] = None
+    finished_at: Optional[float] = None
+
+
+async def execution_detail(execution_id: str, *, doc: Executions = ExecutionDocument) -> Optional[ExecutionDetail]:
+    """One execution by `_id` (a point read), projected to `ExecutionDetail`."""
+    return await doc.find_one({"_id": execution_id}, projection_model=ExecutionDetail)

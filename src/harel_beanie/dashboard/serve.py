@@ -1,0 +1,141 @@
+"""`harel-beanie dashboard`: the dashboard router in an app of its own, served by uvicorn.
+
+Why this module exists: a newcomer who ran `make demo` should see those executions in a
+browser with one command, and an operator without a FastAPI app of their own should still
+get the pages. It builds a FastAPI app around `dashboard_router` on the command's `Target`
+(the embedded server when no URL is given: the CLI resolves it through
+`harel_beanie.where`, as for `status`), guards it with a token, and serves `/metrics`.
+
+The token: `--token`, else `HAREL_DASHBOARD_TOKEN`, else a random one printed with the URL
+to open. A request carrying it as `?token=` gets it back as an HttpOnly, SameSite=Strict
+cookie, so the link printed once is all a browser needs; scripts send
+`Authorization: Bearer <token>`.
+
+Actions are off unless `--allow send,cancel,redrive` names them; they need `--definitions`
+(harel's runner needs the machines) and go through harel's `AsyncDistributedRunner` onto
+the Mongo transport, for the workers to process.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Callable, Optional
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import RedirectResponse
+
+from harel_beanie.dashboard.auth import COOKIE, token_auth
+from harel_beanie.dashboard.router import DashboardActions, dashboard_router
+from harel_beanie.where import ConfigError, Target
+
+ACTIONS = ("send", "cancel", "redrive")
+
+
+def parse_allow(text: Optional[str]) -> list[str]:
+    names = [a.strip() for a in (text or "").split(",") if a.strip()]
+    unknown = [a for a in names if a not in ACTIONS]
+    if unknown:
+        raise ConfigError(f"--allow: unknown action(s) {', '.join(unknown)}; choose from {', '.join(ACTIONS)}")
+    return names
+
+
+def build_app(
+    target: Target,
+    *,
+    token: str,
+    allow: list[str] = [],
+    definitions_dir: Optional[str] = None,
+    stuck_after: float = 300.0,
+    say: Callable[[str], None] = print,
+) -> FastAPI:
+    """The standalone app: the dashboard at `/`, guarded by `token`, with `/metrics`."""
+    from harel_beanie.metrics import StoreMetrics, new_registry
+    from harel_beanie.stack import open_store, open_transport
+
+    if allow and not definitions_dir:
+        raise ConfigError("--allow needs --definitions DIR: harel's runner needs the machines to act on executions")
+    definitions = None
+    if definitions_dir:
+        from harel_beanie.workloads import load_models
+
+        try:
+            definitions = load_models(definitions_dir)
+        except FileNotFoundError as exc:
+            raise ConfigError(str(exc)) from None
+    held: dict[str, Any] = {}
+    runner = _LateRunner(held)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # the clients are made on uvicorn's loop, where they are used
+        store = await open_store(target, create_schema=False)
+        held["store"] = store
+        transport = None
+        if allow:
+            from harel.engine.aio.distributed import AsyncDistributedRunner
+
+            transport = await open_transport(target, create_schema=False)
+            held["runner"] = AsyncDistributedRunner(store, transport, definitions)
+        try:
+            yield
+        finally:
+            await store.close()
+            if transport is not None:
+                close = getattr(transport, "close", None)
+                if close is not None:
+                    result = close()
+                    if hasattr(result, "__await__"):
+                        await result
+
+    app = FastAPI(title="harel-beanie dashboard", lifespan=lifespan)
+    actions = DashboardActions(runner=runner, **{a: True for a in allow}) if allow else None
+    router = dashboard_router(
+        lambda: held["store"], auth=token_auth(token), actions=actions,
+        metrics=StoreMetrics(new_registry()), stuck_after=stuck_after, title=f"{target.db}/{target.prefix}",
+    )  # fmt: skip
+    app.include_router(router)
+
+    @app.middleware("http")
+    async def remember_token(request: Request, call_next: Callable[[Request], Any]) -> Response:
+        # the link printed at start carries ?token=: keep it in a cookie, and drop it from the
+        # address bar (and so from the browser's history) with a redirect
+        given = request.query_params.get("token")
+        if given and secrets.compare_digest(given.encode(), token.encode()) and request.method == "GET":
+            rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+            url = request.url.replace_query_params(**dict(rest)) if rest else request.url.remove_query_params("token")
+            response: Response = RedirectResponse(str(url), status_code=303)
+            response.set_cookie(COOKIE, token, httponly=True, samesite="strict")
+            return response
+        return await call_next(request)  # type: ignore[no-any-return]
+
+    return app
+
+
+class _LateRunner:
+    """The runner the app's lifespan builds, looked up when an action runs."""
+
+    def __init__(self, held: dict[str, Any]) -> None:
+        self._held = held
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._held["runner"], name)
+
+
+def main(args: Any, target: Target, say: Callable[[str], None] = print) -> int:
+    import uvicorn
+
+    token = args.token or os.environ.get("HAREL_DASHBOARD_TOKEN") or secrets.token_urlsafe(18)
+    app = build_app(
+        target, token=token, allow=parse_allow(args.allow), definitions_dir=args.definitions,
+        stuck_after=args.stuck_after, say=say,
+    )  # fmt: skip
+    host = args.host
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    given = args.token or os.environ.get("HAREL_DASHBOARD_TOKEN")
+    say(f"harel-beanie dashboard on {target.masked_url}, database {target.db}, prefix {target.prefix}")
+    say(f"  open http://{shown}:{args.port}/?token={'<your token>' if given else token}")
+    say(f"  metrics at http://{shown}:{args.port}/metrics (Authorization: Bearer <token>); Ctrl-C stops")
+    uvicorn.run(app, host=host, port=args.port, log_level="warning")
+    return 0

@@ -1,0 +1,241 @@
+"""What each dashboard page shows, as data: one function per view, each returning a pydantic
+model that is both the JSON endpoint's declared response model and the template's input.
+
+Why this module exists: the HTML pages and the JSON endpoints must show the same thing, so
+the reading is done once here, over `harel_beanie.queries` (index-backed, projected,
+keyset-paged) and the store's own `read_trace`; the routes only choose a rendering.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Optional
+
+from pydantic import BaseModel
+
+from harel_beanie import queries
+from harel_beanie.documents import ExecutionDocument
+from harel_beanie.keys import decode_path
+from harel_beanie.seqs import minted_at
+
+Doc = type[ExecutionDocument]
+
+
+class ExecutionOut(BaseModel):
+    id: str
+    definition_id: str
+    status: Optional[str] = None
+    outcome: Optional[str] = None
+    active_path: Optional[str] = None
+    parent_id: Optional[str] = None
+    updated_at: Optional[float] = None
+    finished_at: Optional[float] = None
+    version: int = 0
+
+    @classmethod
+    def of(cls, row: queries.ExecutionRow) -> "ExecutionOut":
+        return cls(**row.model_dump(by_alias=False))
+
+
+class FilterOut(BaseModel):
+    definition_id: Optional[str] = None
+    status: Optional[str] = None
+    outcome: Optional[str] = None
+    parent_id: Optional[str] = None
+    roots_only: bool = False
+    updated_after: Optional[float] = None
+    updated_before: Optional[float] = None
+
+
+class ExecutionsView(BaseModel):
+    """A page of executions matching a filter, and how many match it in each status."""
+
+    filter: FilterOut
+    counts: dict[str, int]
+    total: int
+    rows: list[ExecutionOut]
+    after: Optional[str] = None  # the cursor this page started after
+    next_after: Optional[str] = None  # pass as `after` for the next page; None on the last
+    definitions: list[str]
+
+
+class OutboxOut(BaseModel):
+    seq: int
+    target_id: Optional[str] = None
+    event_kind: Optional[str] = None
+    age: Optional[float] = None  # seconds since the entry was written
+
+
+class SpawnOut(BaseModel):
+    seq: int
+    child_id: str
+    root_path: str
+    age: Optional[float] = None
+
+
+class TimerOut(BaseModel):
+    path: str
+    fire_at: float
+    late_by: Optional[float] = None  # seconds past due; None if not due yet
+
+
+class StepOut(BaseModel):
+    """One trace step: what moved the execution from where to where, and when."""
+
+    index: int
+    at: Optional[float] = None
+    event_kind: Optional[str] = None
+    event_data: Any = None
+    from_path: Optional[str] = None
+    to_path: Optional[str] = None
+    actions: list[str] = []
+    assigned: Any = None
+
+
+class ExecutionView(BaseModel):
+    """One execution: its state and context, children, pending work, timers and timeline."""
+
+    now: float
+    execution: ExecutionOut
+    created_at: Optional[float] = None
+    context: Any = None
+    error: Any = None
+    children: list[ExecutionOut]
+    more_children: bool = False
+    outbox: list[OutboxOut]
+    spawns: list[SpawnOut]
+    timers: list[TimerOut]
+    timeline: list[StepOut]
+    steps_written: int  # trace steps ever written; the timeline keeps the most recent
+    actions: list[str] = []  # the actions this dashboard allows on it
+
+
+class SilentOut(BaseModel):
+    id: str
+    definition_id: str
+    active_path: Optional[str] = None
+    silent_for: float
+
+
+class FailedView(BaseModel):
+    """The failed queue (a page, by id) and the RUNNING executions silent for too long."""
+
+    now: float
+    failed: list[ExecutionOut]
+    failed_total: int
+    after: Optional[str] = None
+    next_after: Optional[str] = None
+    silent: list[SilentOut]
+    stuck_after: float
+
+
+class NextTimerOut(BaseModel):
+    id: str
+    definition_id: str
+    path: str
+    fire_at: float
+    late_by: Optional[float] = None
+
+
+class BacklogView(BaseModel):
+    """Pending work across the store: what `harel-beanie status` shows."""
+
+    now: float
+    counts: dict[str, dict[str, int]]
+    totals: dict[str, int]
+    pending_outbox: int
+    oldest_outbox_age: Optional[float] = None
+    pending_spawns: int
+    oldest_spawn_age: Optional[float] = None
+    due_timers: int
+    next_timers: list[NextTimerOut]
+    silent: list[SilentOut]
+    stuck_after: float
+
+
+def _age(seq: int, now: float) -> Optional[float]:
+    born = minted_at(seq)
+    return None if born is None else max(0.0, now - born)
+
+
+async def executions_view(flt: queries.ExecutionFilter, *, after: Optional[str], limit: int, doc: Doc, hint: bool = False) -> ExecutionsView:
+    page = await queries.executions_page(flt, after=after, limit=limit, doc=doc, hint=hint)
+    counts = await queries.status_counts(flt, doc=doc, hint=hint)
+    # distinct over the leading field of hb_definition: mongod reads one key per definition
+    definitions = sorted(await doc.get_pymongo_collection().distinct("definition_id"))
+    total = counts.get(flt.status, 0) if flt.status else sum(counts.values())
+    return ExecutionsView(
+        filter=FilterOut(**vars(flt)), counts=counts, total=total, rows=[ExecutionOut.of(r) for r in page.rows],
+        after=after, next_after=page.next_after, definitions=definitions,
+    )  # fmt: skip
+
+
+def _step(raw: dict[str, Any]) -> StepOut:
+    return StepOut(
+        index=int(raw.get("index", 0)), at=raw.get("timestamp"), event_kind=raw.get("event_kind"),
+        event_data=raw.get("event_data"), from_path=raw.get("from_path"), to_path=raw.get("to_path"),
+        actions=[str(a) for a in raw.get("actions") or ()], assigned=raw.get("assigned"),
+    )  # fmt: skip
+
+
+async def execution_view(store: Any, execution_id: str, *, doc: Doc, actions: list[str], children: int = 100) -> Optional[ExecutionView]:
+    now = time.time()
+    d = await queries.execution_detail(execution_id, doc=doc)
+    if d is None:
+        return None
+    data = json.loads(d.data)
+    kids = await queries.children_of(execution_id, doc=doc).limit(children + 1).to_list()
+    outbox = []
+    for e in d.outbox:
+        try:
+            kind = json.loads(e.get("event") or "{}").get("kind")
+        except ValueError:
+            kind = None
+        outbox.append(OutboxOut(seq=e["seq"], target_id=e.get("target_id"), event_kind=kind, age=_age(e["seq"], now)))
+    spawns = [SpawnOut(seq=s["seq"], child_id=s["child_id"], root_path=s["root_path"], age=_age(s["seq"], now)) for s in d.spawns]
+    timers = sorted(
+        (TimerOut(path=decode_path(k), fire_at=at, late_by=(now - at) if at <= now else None) for k, at in d.timers.items()),
+        key=lambda t: t.fire_at,
+    )
+    trace = await store.read_trace(execution_id)
+    row = ExecutionOut(
+        id=d.id, definition_id=d.definition_id, status=d.status, outcome=d.outcome, active_path=d.active_path,
+        parent_id=d.parent_id, updated_at=d.updated_at, finished_at=d.finished_at, version=d.version,
+    )  # fmt: skip
+    return ExecutionView(
+        now=now, execution=row, created_at=d.created_at, context=data.get("context"), error=data.get("error"),
+        children=[ExecutionOut.of(k) for k in kids[:children]], more_children=len(kids) > children,
+        outbox=outbox, spawns=spawns, timers=timers, timeline=[_step(s) for s in trace],
+        steps_written=d.trace_n or len(trace), actions=actions,
+    )  # fmt: skip
+
+
+def _silent(stuck: list[dict[str, Any]]) -> list[SilentOut]:
+    return [SilentOut(**s) for s in stuck]
+
+
+async def failed_view(*, after: Optional[str], limit: int, stuck_after: float, doc: Doc, hint: bool = False) -> FailedView:
+    now = time.time()
+    page = await queries.executions_page(queries.ExecutionFilter(status="FAILED"), after=after, limit=limit, doc=doc, hint=hint)
+    total = await doc.find({"status": "FAILED"}).count()
+    stuck = await queries.stuck_running(stuck_after, now=now, doc=doc).limit(limit).to_list()
+    silent = [SilentOut(id=r.id, definition_id=r.definition_id, active_path=r.active_path, silent_for=now - (r.updated_at or now)) for r in stuck]
+    return FailedView(
+        now=now, failed=[ExecutionOut.of(r) for r in page.rows], failed_total=total, after=after,
+        next_after=page.next_after, silent=silent, stuck_after=stuck_after,
+    )  # fmt: skip
+
+
+async def backlog_view(*, stuck_after: float, show: int, doc: Doc) -> BacklogView:
+    b = await queries.backlog(doc=doc, stuck_after=stuck_after, show=show)
+    totals: dict[str, int] = {}
+    for per in b.counts.values():
+        for status, n in per.items():
+            totals[status] = totals.get(status, 0) + n
+    timers = [NextTimerOut(**t, late_by=(b.now - t["fire_at"]) if t["fire_at"] <= b.now else None) for t in b.next_timers]
+    return BacklogView(
+        now=b.now, counts=b.counts, totals=totals, pending_outbox=b.pending_outbox, oldest_outbox_age=b.oldest_outbox_age,
+        pending_spawns=b.pending_spawns, oldest_spawn_age=b.oldest_spawn_age, due_timers=b.due_timers,
+        next_timers=timers, silent=_silent(b.stuck), stuck_after=stuck_after,
+    )  # fmt: skip

@@ -1,0 +1,324 @@
+"""Retention: remove (optionally archive first) finished executions older than a cut-off,
+and the optional TTL index that does the same by age alone.
+
+Why this module exists: nothing else ever removes an execution, so a database in use for a
+year holds every execution it ever ran (issue 12). `prune` is the careful way, run from
+`harel-beanie prune` or a scheduler; `ensure_ttl` is the blunt one, left to the server.
+
+What `prune` removes, and why only that:
+
+- **Finished means DONE or CANCELLED**, the statuses harel stamps `finished_at` on and the
+  only ones its own purge accepts. A FAILED execution is a dead letter waiting for a fix and
+  a redrive; it is kept until someone terminates it (then it is CANCELLED and ages out).
+- **finished before the cut-off**, by `finished_at`;
+- **nothing left to hand on**: no pending outbox entry or spawn (an event emitted by the
+  last step and not yet relayed would be lost with the document);
+- **no parent still going**: an execution whose parent exists and is not DONE/CANCELLED is
+  kept, so a running (or failed, redrivable) parent never loses a region or submachine
+  record it may read; a parent already removed does not hold its children back;
+- only documents that hold an execution (`data`): a purge's tombstone is not an execution
+  and is left alone, so it keeps doing its job.
+
+How: batches in `_id` order over the (status, _id) index, one status at a time. Each batch
+is removed with one round trip of conditional deletes, each addressed by `_id` and guarded
+on the `version` and `status` that were read (and on the pending work still being absent),
+so an execution that moved on between the read and the delete is not removed. Which ones
+went is then read back (`_id $in` the batch).
+
+Archive: each removed document, whole (Extended JSON for a file, as is for a collection),
+to a JSON Lines file or a collection. A batch is first written to a pending journal
+(`FILE.pending` / collection `<NAME>_pending`), then deleted, then the ones really removed
+are moved to the archive and the journal cleared. A run interrupted at any point leaves the
+journal; the next run first settles it (what is gone from the executions goes to the
+archive, once), so the archive holds exactly what was removed. Re-running continues: what
+was removed is gone, and what is left is examined again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Optional, Protocol
+
+from bson import json_util
+from pymongo import DeleteOne, ReplaceOne
+
+#: what harel counts as finished for good (harel.engine.execution stamps finished_at on these)
+FINISHED = ("DONE", "CANCELLED")
+#: name of the optional TTL index on finished_at
+TTL_INDEX = "hb_finished_ttl"
+_NOTHING_PENDING = {"outbox.0": {"$exists": False}, "spawns.0": {"$exists": False}}
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+
+
+def parse_age(text: str) -> float:
+    """`90s`, `15m`, `12h`, `30d`, `2w` (or a plain number of seconds) as seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
+    if not m:
+        raise ValueError(f"not an age: {text!r} (expected e.g. 30d, 12h, 90m)")
+    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+
+
+def parse_before(text: str, now: Optional[float] = None) -> float:
+    """The cut-off as epoch seconds: an age (`30d`: finished more than 30 days ago), an ISO
+    date or date-time (`2026-01-31`, `2026-01-31T12:00:00+00:00`; UTC unless it says), or
+    `@<epoch seconds>`."""
+    now = time.time() if now is None else now
+    text = text.strip()
+    if text.startswith("@"):
+        try:
+            return float(text[1:])
+        except ValueError:
+            raise ValueError(f"not epoch seconds: {text!r}") from None
+    try:
+        return now - parse_age(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"--finished-before {text!r}: expected an age (30d, 12h), an ISO date or @epoch") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp()
+
+
+@dataclass
+class PruneReport:
+    before: float
+    dry_run: bool
+    examined: int = 0  # finished before the cut-off
+    removed: int = 0  # (or, on a dry run, would be)
+    kept_parent: int = 0  # its parent still going
+    kept_pending: int = 0  # outbox entries or spawns not yet handed on
+    moved_on: int = 0  # changed between the read and the delete: left alone
+    recovered: int = 0  # archived from an interrupted run's journal
+    batches: int = 0
+    removed_ids: list[str] = field(default_factory=list, repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dict(vars(self))
+        out.pop("removed_ids")
+        return out
+
+
+class Archive(Protocol):
+    async def recover(self, executions: Any) -> int: ...
+    async def begin(self, docs: list[dict[str, Any]]) -> None: ...
+    async def finish(self, removed: list[dict[str, Any]]) -> None: ...
+
+
+async def _gone(executions: Any, ids: list[str]) -> set[str]:
+    """Which of `ids` no longer exist."""
+    present = await executions.find({"_id": {"$in": ids}}, {"_id": 1}).to_list(None)
+    return set(ids) - {d["_id"] for d in present}
+
+
+class JsonlArchive:
+    """Removed executions appended to a JSON Lines file, one document per line in MongoDB
+    Extended JSON (`mongoimport` reads it back)."""
+
+    def __init__(self, path: os.PathLike[str] | str) -> None:
+        self.path = Path(path)
+        self.pending = self.path.with_name(self.path.name + ".pending")
+
+    @staticmethod
+    def _write(path: Path, docs: list[dict[str, Any]], mode: str) -> None:
+        with open(path, mode, encoding="utf-8") as f:
+            for d in docs:
+                f.write(json_util.dumps(d, json_options=json_util.CANONICAL_JSON_OPTIONS) + "\n")
+            f.flush()
+            os.fsync(f.fileno())  # the journal and the archive must be on disk before the delete
+
+    @staticmethod
+    def _read(path: Path) -> list[dict[str, Any]]:
+        out = []
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    try:
+                        out.append(json_util.loads(line))
+                    except ValueError:  # a line cut short by the interruption: not written, not deleted
+                        break
+        return out
+
+    def ids(self) -> set[str]:
+        if not self.path.exists():
+            return set()
+        return {d["_id"] for d in self._read(self.path)}
+
+    async def recover(self, executions: Any) -> int:
+        if not self.pending.exists():
+            return 0
+        journal = self._read(self.pending)
+        gone = await _gone(executions, [d["_id"] for d in journal]) if journal else set()
+        # the interruption may have come after the archive append and before the journal was
+        # cleared: append only what the archive does not hold yet
+        have = self.ids() if gone else set()
+        late = [d for d in journal if d["_id"] in gone and d["_id"] not in have]
+        if late:
+            self._write(self.path, late, "a")
+        self.pending.unlink()
+        return len(late)
+
+    async def begin(self, docs: list[dict[str, Any]]) -> None:
+        self._write(self.pending, docs, "w")
+
+    async def finish(self, removed: list[dict[str, Any]]) -> None:
+        if removed:
+            self._write(self.path, removed, "a")
+        self.pending.unlink()
+
+
+class CollectionArchive:
+    """Removed executions copied, as they were, into a collection of the same database
+    (`_id` kept, so copying one back restores it)."""
+
+    def __init__(self, db: Any, name: str) -> None:
+        self.coll = db[name]
+        self.journal = db[name + "_pending"]
+
+    async def _copy(self, docs: list[dict[str, Any]]) -> None:
+        if docs:  # replace by _id: copying twice leaves one copy
+            await self.coll.bulk_write([ReplaceOne({"_id": d["_id"]}, d, upsert=True) for d in docs], ordered=False)
+
+    async def recover(self, executions: Any) -> int:
+        journal = await self.journal.find({}).to_list(None)
+        if not journal:
+            return 0
+        gone = await _gone(executions, [d["_id"] for d in journal])
+        late = [d for d in journal if d["_id"] in gone]
+        await self._copy(late)
+        await self.journal.delete_many({"_id": {"$in": [d["_id"] for d in journal]}})
+        return len(late)
+
+    async def begin(self, docs: list[dict[str, Any]]) -> None:
+        await self.journal.bulk_write([ReplaceOne({"_id": d["_id"]}, d, upsert=True) for d in docs], ordered=False)
+
+    async def finish(self, removed: list[dict[str, Any]]) -> None:
+        await self._copy(removed)
+        await self.journal.delete_many({})
+
+
+def candidates_filter(status: str, before: float, after: Optional[str]) -> dict[str, Any]:
+    """A batch's read: one finished status, finished before the cut-off, holding an execution,
+    nothing pending, after the last `_id` seen. Index: hb_status (status, _id)."""
+    q: dict[str, Any] = {"status": status, "finished_at": {"$lt": before}, "data": {"$exists": True}}
+    if after is not None:
+        q["_id"] = {"$gt": after}
+    return q
+
+
+async def prune(
+    executions: Any,
+    before: float,
+    *,
+    archive: Optional[Archive] = None,
+    dry_run: bool = False,
+    batch_size: int = 500,
+    on_batch: Callable[[PruneReport], None] = lambda r: None,
+    stop_after_batches: Optional[int] = None,
+) -> PruneReport:
+    """Remove the finished executions of `executions` (an async PyMongo collection) that
+    finished before `before` (epoch seconds); see the module docstring for what is kept.
+    `on_batch` is called after each batch (a progress bar). `stop_after_batches` stops early,
+    as an interruption would (the tests use it)."""
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    report = PruneReport(before=before, dry_run=dry_run)
+    if archive is not None and not dry_run:
+        report.recovered = await archive.recover(executions)
+    for status in FINISHED:
+        after: Optional[str] = None
+        while True:
+            if stop_after_batches is not None and report.batches >= stop_after_batches:
+                return report
+            # a dry run reads only what it reports; a real run reads the whole document, for
+            # the archive
+            projection = {"_id": 1, "version": 1, "status": 1, "parent_id": 1, "outbox": {"$slice": 1}, "spawns": {"$slice": 1}}
+            find_proj = None if (archive is not None and not dry_run) else projection
+            batch = await executions.find(candidates_filter(status, before, after), find_proj).sort("_id", 1).limit(batch_size).to_list(None)
+            if not batch:
+                break
+            after = batch[-1]["_id"]
+            report.batches += 1
+            report.examined += len(batch)
+            await _prune_batch(executions, batch, report, archive, dry_run)
+            on_batch(report)
+    return report
+
+
+async def _prune_batch(executions: Any, batch: list[dict[str, Any]], report: PruneReport, archive: Optional[Archive], dry_run: bool) -> None:
+    # the read filter already excludes pending work; kept in the count for a document whose
+    # projection shows some (a document written between the plan and the read)
+    ready = [d for d in batch if not d.get("outbox") and not d.get("spawns")]
+    report.kept_pending += len(batch) - len(ready)
+    parents = sorted({d["parent_id"] for d in ready if d.get("parent_id")})
+    going: set[str] = set()
+    if parents:
+        rows = await executions.find({"_id": {"$in": parents}}, {"_id": 1, "status": 1}).to_list(None)
+        going = {r["_id"] for r in rows if r.get("status") not in FINISHED}
+    chosen = [d for d in ready if d.get("parent_id") not in going]
+    report.kept_parent += len(ready) - len(chosen)
+    if not chosen:
+        return
+    if dry_run:
+        report.removed += len(chosen)
+        report.removed_ids += [d["_id"] for d in chosen]
+        return
+    if archive is not None:
+        await archive.begin(chosen)
+    deletes = [DeleteOne({"_id": d["_id"], "version": d["version"], "status": d["status"], **_NOTHING_PENDING}) for d in chosen]
+    await executions.bulk_write(deletes, ordered=False)
+    gone = await _gone(executions, [d["_id"] for d in chosen])
+    removed = [d for d in chosen if d["_id"] in gone]
+    if archive is not None:
+        await archive.finish(removed)
+    report.removed += len(removed)
+    report.moved_on += len(chosen) - len(removed)
+    report.removed_ids += [d["_id"] for d in removed]
+
+
+async def ensure_ttl(executions: Any, seconds: Optional[float]) -> str:
+    """Create, change or (with None) drop the TTL index on `finished_at`, idempotently.
+
+    Caveat: MongoDB's TTL monitor expires only BSON dates, and `finished_at` is epoch seconds
+    (a number, as harel keeps it), so until the commit also writes a date the index is
+    managed but expires nothing (see the README).
+
+    The server then removes DONE/CANCELLED executions `seconds` after they finished (the
+    partial filter names them; FAILED ones carry no `finished_at` anyway). It is blunt: it
+    cannot archive, and does not look at parents or pending work (see the README). An
+    existing index with another period is changed in place with `collMod`, as MongoDB
+    allows, rather than dropped and rebuilt. Returns what it did."""
+    existing = None
+    async for ix in await executions.list_indexes():
+        if ix["name"] == TTL_INDEX:
+            existing = ix
+    if seconds is None:
+        if existing is None:
+            return "no TTL index: nothing to drop"
+        await executions.drop_index(TTL_INDEX)
+        return f"dropped the TTL index {TTL_INDEX}"
+    if seconds < 0:
+        raise ValueError("a TTL period cannot be negative")
+    period = int(seconds)
+    if existing is None:
+        await executions.create_index(
+            [("finished_at", 1)], name=TTL_INDEX, expireAfterSeconds=period,
+            partialFilterExpression={"status": {"$in": list(FINISHED)}},
+        )  # fmt: skip
+        return f"created the TTL index {TTL_INDEX}: finished executions expire after {period}s"
+    if int(existing.get("expireAfterSeconds", -1)) == period:
+        return f"the TTL index {TTL_INDEX} already expires after {period}s"
+    await executions.database.command("collMod", executions.name, index={"name": TTL_INDEX, "expireAfterSeconds": period})
+    return f"changed the TTL index {TTL_INDEX}: {existing.get('expireAfterSeconds')}s -> {period}s"
+
+
+def dumps_report(report: PruneReport) -> str:
+    return json.dumps(report.as_dict(), indent=2, sort_keys=True)

@@ -1,0 +1,180 @@
+"""Retention (harel_beanie.retention, `harel-beanie prune`): only finished executions older
+than the cut-off go, never one whose parent is still going or that has work to hand on; a
+dry run changes nothing; the archive holds exactly what was removed; an interrupted run,
+re-run, completes; the TTL index is created and its period changed in place."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pymongo
+import pytest
+from bson import json_util
+from harel.engine.execution import Execution, Status
+from harel.spec.states import Event
+
+from harel_beanie import retention
+from tests.test_cli import run_cli
+
+NOW = 1_800_000_000.0
+OLD = NOW - 40 * 86400  # finished 40 days ago
+CUT = NOW - 30 * 86400
+
+
+def _exe(i: str, status: Status, finished: float | None, parent: str | None = None) -> Execution:
+    return Execution(id=i, definition_id="Order", status=status, updated_at=finished or NOW, finished_at=finished,
+                     parent_id=parent, context={"n": i})  # fmt: skip
+
+
+async def seed(astore: Any) -> set[str]:
+    """Executions of every kind; returns the ids prune may remove."""
+    removable = set()
+    for k in range(12):  # plain old finished roots, DONE and CANCELLED
+        eid = f"old-{k:02d}"
+        await astore.save(_exe(eid, Status.DONE if k % 3 else Status.CANCELLED, OLD))
+        removable.add(eid)
+    await astore.save(_exe("recent", Status.DONE, NOW - 86400))  # finished after the cut-off
+    await astore.save(_exe("failed", Status.FAILED, None))  # a dead letter: kept
+    await astore.save(_exe("failed-dated", Status.FAILED, OLD))  # even with a finish time
+    await astore.save(_exe("running", Status.RUNNING, None))
+    await astore.save(_exe("running:A:0", Status.DONE, OLD, parent="running"))  # parent going: kept
+    await astore.save(_exe("failed:A:0", Status.DONE, OLD, parent="failed"))  # parent redrivable: kept
+    await astore.save(_exe("old-00:A:0", Status.DONE, OLD, parent="old-00"))  # parent finished: goes
+    removable.add("old-00:A:0")
+    await astore.save(_exe("orphan:A:0", Status.CANCELLED, OLD, parent="gone-long-ago"))  # parent absent: goes
+    removable.add("orphan:A:0")
+    busy = _exe("busy", Status.DONE, OLD)  # finished, but its last event is not relayed yet
+    await astore.commit(busy, [("old-01", Event(kind="Bye"))])
+    return removable
+
+
+def _ids(client: pymongo.MongoClient[Any], db: str) -> set[str]:
+    return {d["_id"] for d in client[db].harel_executions.find({}, {"_id": 1})}
+
+
+async def test_dry_run_changes_nothing_and_counts_what_would_go(astore, client, db_name) -> None:
+    removable = await seed(astore)
+    before = _ids(client, db_name)
+    coll = astore._colls["executions"]
+    report = await retention.prune(coll, CUT, dry_run=True, batch_size=5)
+    assert set(report.removed_ids) == removable and report.removed == len(removable)
+    assert report.kept_parent == 2
+    assert _ids(client, db_name) == before
+
+
+async def test_prune_removes_exactly_the_finished_and_archives_them(astore, client, db_name, tmp_path: Path) -> None:
+    removable = await seed(astore)
+    before = _ids(client, db_name)
+    full = {d["_id"]: d for d in client[db_name].harel_executions.find({"_id": {"$in": sorted(removable)}})}
+    archive = tmp_path / "pruned.jsonl"
+    report = await retention.prune(astore._colls["executions"], CUT, archive=retention.JsonlArchive(archive), batch_size=4)
+    assert report.removed == len(removable) and report.moved_on == 0
+    left = _ids(client, db_name)
+    assert left == before - removable
+    assert {"recent", "failed", "failed-dated", "running", "running:A:0", "failed:A:0", "busy"} <= left
+    lines = [json_util.loads(line) for line in archive.read_text().splitlines()]
+    assert sorted(d["_id"] for d in lines) == sorted(removable)  # each once
+    assert all(d == full[d["_id"]] for d in lines)  # whole, as stored
+    assert not archive.with_name("pruned.jsonl.pending").exists()
+    # nothing more to do: a second run removes nothing and archives nothing
+    again = await retention.prune(astore._colls["executions"], CUT, archive=retention.JsonlArchive(archive))
+    assert again.removed == 0 and len(archive.read_text().splitlines()) == len(removable)
+
+
+async def test_a_changed_execution_is_not_removed(astore, client, db_name) -> None:
+    await astore.save(_exe("old-x", Status.DONE, OLD))
+    coll = astore._colls["executions"]
+    batch = await coll.find({"_id": "old-x"}).to_list(None)
+    await coll.update_one({"_id": "old-x"}, {"$inc": {"version": 1}})  # another writer, after the read
+    report = retention.PruneReport(before=CUT, dry_run=False)
+    await retention._prune_batch(coll, batch, report, None, False)
+    assert report.removed == 0 and report.moved_on == 1 and _ids(client, db_name) == {"old-x"}
+
+
+@pytest.mark.parametrize("kind", ["file", "collection"])
+async def test_an_interrupted_run_rerun_completes_and_archives_once(astore, client, db_name, tmp_path: Path, kind: str) -> None:
+    removable = await seed(astore)
+    coll = astore._colls["executions"]
+
+    def archive() -> Any:
+        if kind == "file":
+            return retention.JsonlArchive(tmp_path / "a.jsonl")
+        return retention.CollectionArchive(astore._client[db_name], "pruned")
+
+    # stopped after two batches, as an interruption would
+    first = await retention.prune(coll, CUT, archive=archive(), batch_size=3, stop_after_batches=2)
+    assert 0 < first.removed < len(removable)
+
+    # interrupted mid-batch: the journal written, the deletes done, the archive not yet
+    class Crash(Exception):
+        pass
+
+    broken = archive()
+
+    async def crash(removed: list[dict[str, Any]]) -> None:
+        raise Crash
+
+    broken.finish = crash  # type: ignore[method-assign]
+    with pytest.raises(Crash):
+        await retention.prune(coll, CUT, archive=broken, batch_size=3)
+
+    rest = await retention.prune(coll, CUT, archive=archive(), batch_size=3)
+    assert rest.recovered > 0
+    assert _ids(client, db_name).isdisjoint(removable)
+    if kind == "file":
+        archived = [json_util.loads(line)["_id"] for line in (tmp_path / "a.jsonl").read_text().splitlines()]
+        assert not (tmp_path / "a.jsonl.pending").exists()
+    else:
+        archived = [d["_id"] for d in client[db_name].pruned.find({}, {"_id": 1})]
+        assert client[db_name].pruned_pending.count_documents({}) == 0
+    assert sorted(archived) == sorted(removable)
+
+
+async def test_ttl_index_is_created_changed_and_dropped_idempotently(astore, client, db_name) -> None:
+    await astore.init()
+    coll = astore._colls["executions"]
+
+    def ttl() -> Any:
+        found = [ix for ix in client[db_name].harel_executions.list_indexes() if ix["name"] == retention.TTL_INDEX]
+        return found[0]["expireAfterSeconds"] if found else None
+
+    assert "created" in await retention.ensure_ttl(coll, 30 * 86400)
+    assert ttl() == 30 * 86400
+    assert "already" in await retention.ensure_ttl(coll, 30 * 86400)
+    assert "changed" in await retention.ensure_ttl(coll, 7 * 86400)
+    assert ttl() == 7 * 86400
+    assert "dropped" in await retention.ensure_ttl(coll, None)
+    assert ttl() is None
+    assert "nothing" in await retention.ensure_ttl(coll, None)
+
+
+def test_parse_before() -> None:
+    assert retention.parse_before("30d", now=NOW) == NOW - 30 * 86400
+    assert retention.parse_before("12h", now=NOW) == NOW - 12 * 3600
+    assert retention.parse_before("@1700000000") == 1_700_000_000.0
+    assert retention.parse_before("2024-01-01") == 1_704_067_200.0
+    assert retention.parse_before("2024-01-01T01:00:00+01:00") == 1_704_067_200.0
+    with pytest.raises(ValueError):
+        retention.parse_before("last tuesday")
+
+
+def test_prune_command_dry_run_then_for_real(tmp_path: Path, mongo_url: str, client, db_name) -> None:
+    coll = client[db_name].harel_executions
+    import time
+
+    for k in range(7):
+        exe = Execution(id=f"p-{k}", definition_id="Order", status=Status.DONE, finished_at=time.time() - 40 * 86400)
+        coll.insert_one({"_id": exe.id, "definition_id": "Order", "version": 1, "data": exe.model_dump_json(),
+                         "status": "DONE", "finished_at": exe.finished_at, "parent_id": None})  # fmt: skip
+    args = ("prune", "--url", mongo_url, "--db", db_name, "--finished-before", "30d", "--batch-size", "3")
+    dry = run_cli(*args, "--dry-run", "--json", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout)["removed"] == 7 and coll.count_documents({}) == 7
+    real = run_cli(*args, "--archive", str(tmp_path / "out.jsonl"), cwd=tmp_path)
+    assert real.returncode == 0, real.stderr
+    assert "7 removed of 7" in real.stdout and coll.count_documents({}) == 0
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 7
+    bad = run_cli("prune", "--url", mongo_url, "--db", db_name, "--finished-before", "soon", cwd=tmp_path)
+    assert bad.returncode == 2 and "expected an age" in bad.stderr
