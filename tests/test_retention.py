@@ -148,6 +148,12 @@ async def test_ttl_index_is_created_changed_and_dropped_idempotently(astore, cli
     assert "dropped" in await retention.ensure_ttl(coll, None)
     assert ttl() is None
     assert "nothing" in await retention.ensure_ttl(coll, None)
+    # what the index expires: every commit writes the finish time as a BSON date beside
+    # harel's epoch seconds (a TTL index ignores numbers)
+    done = Execution(id="ttl-done", definition_id="Order", status=Status.DONE, finished_at=1_790_000_000.5)
+    await astore.commit(done, [])
+    stored = client[db_name]["harel_executions"].find_one({"_id": "ttl-done"})
+    assert stored["finished_on"].timestamp() == pytest.approx(1_790_000_000.5, abs=0.001)
 
 
 def test_parse_before() -> None:

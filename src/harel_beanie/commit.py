@@ -29,6 +29,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Optional, Sequence
 
 from harel.engine.execution import Execution
@@ -115,7 +116,9 @@ class CommitPlan:
 
 
 def summary_fields(exe: Execution) -> dict[str, Any]:
-    """The fields copied out of `data` so queries need not parse it."""
+    """The fields copied out of `data` so queries need not parse it, and the finish time as
+    a BSON date (`finished_on`), the only form a TTL index expires (retention's TTL option)."""
+    finished_on = None if exe.finished_at is None else datetime.fromtimestamp(exe.finished_at, tz=timezone.utc)
     return {
         "status": exe.status.value,
         "outcome": exe.outcome,
@@ -124,6 +127,7 @@ def summary_fields(exe: Execution) -> dict[str, Any]:
         "created_at": exe.created_at,
         "updated_at": exe.updated_at,
         "finished_at": exe.finished_at,
+        "finished_on": finished_on,
     }
 
 

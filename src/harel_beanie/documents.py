@@ -13,6 +13,7 @@ collection name; the classes exported at module level are those of the default p
 
 from __future__ import annotations
 
+from datetime import datetime
 from functools import lru_cache
 from typing import Any, ClassVar, Optional, Union
 
@@ -79,6 +80,7 @@ class ExecutionDocument(Document):
     created_at: Optional[float] = None
     updated_at: Optional[float] = None
     finished_at: Optional[float] = None
+    finished_on: Optional[datetime] = None  # `finished_at` as a date: what a TTL index expires
     next_fire: Optional[float] = None  # <= every armed timer's fire_at; absent (never null) when none
     trace_n: int = 0  # trace steps ever appended; stamps the 0-based index of a ring entry
     seq_hi: Optional[int] = None  # the highest outbox/spawn seq this execution has issued

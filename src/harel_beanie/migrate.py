@@ -94,10 +94,14 @@ ADDED_FIELDS = (
     "created_at",
     "updated_at",
     "finished_at",
+    "finished_on",
     "next_fire",
     "trace_n",
     "seq_hi",
-    "commit_token",
+    "commit_token",  # written by releases before the token ring
+    "commit_tokens",
+    "born",
+    "buried",
 )
 
 

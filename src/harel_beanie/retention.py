@@ -50,7 +50,7 @@ from pymongo import DeleteOne, ReplaceOne
 
 #: what harel counts as finished for good (harel.engine.execution stamps finished_at on these)
 FINISHED = ("DONE", "CANCELLED")
-#: name of the optional TTL index on finished_at
+#: name of the optional TTL index on finished_on
 TTL_INDEX = "hb_finished_ttl"
 _NOTHING_PENDING = {"outbox.0": {"$exists": False}, "spawns.0": {"$exists": False}}
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
@@ -285,11 +285,8 @@ async def _prune_batch(executions: Any, batch: list[dict[str, Any]], report: Pru
 
 
 async def ensure_ttl(executions: Any, seconds: Optional[float]) -> str:
-    """Create, change or (with None) drop the TTL index on `finished_at`, idempotently.
-
-    Caveat: MongoDB's TTL monitor expires only BSON dates, and `finished_at` is epoch seconds
-    (a number, as harel keeps it), so until the commit also writes a date the index is
-    managed but expires nothing (see the README).
+    """Create, change or (with None) drop the TTL index on `finished_on` (the finish time as
+    the BSON date a TTL index needs; harel's `finished_at` is epoch seconds), idempotently.
 
     The server then removes DONE/CANCELLED executions `seconds` after they finished (the
     partial filter names them; FAILED ones carry no `finished_at` anyway). It is blunt: it
@@ -310,7 +307,7 @@ async def ensure_ttl(executions: Any, seconds: Optional[float]) -> str:
     period = int(seconds)
     if existing is None:
         await executions.create_index(
-            [("finished_at", 1)], name=TTL_INDEX, expireAfterSeconds=period,
+            [("finished_on", 1)], name=TTL_INDEX, expireAfterSeconds=period,
             partialFilterExpression={"status": {"$in": list(FINISHED)}},
         )  # fmt: skip
         return f"created the TTL index {TTL_INDEX}: finished executions expire after {period}s"
