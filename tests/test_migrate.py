@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, Optional
 import pymongo
 import pytest
 from harel import DurableRunner, Event, definition_from_dsl
+from harel.engine.execution import Execution
 from harel.engine.store import MongoStore as HarelMongoStore
 from harel.engine.schema import DEFAULT_PREFIX, Names
 
@@ -301,8 +302,14 @@ def test_down_leaves_a_database_harels_store_finishes(world: World, reference: d
     advance(world, world.ours())  # leaves entries in this store's forms, with its seqs
     left = pending(world.ours())
     assert any(seq > 2**40 for seq, *_ in left["outbox"]) and any(seq > 2**40 for seq, *_ in left["spawns"])
+    # a purged execution leaves a tombstone under this store: harel's store can't read one
+    gone = Execution(id="purged-before-down", definition_id="d")
+    world.ours().commit(gone, [])
+    assert world.ours().purge(gone.id, 1) and world.executions.find_one({"_id": gone.id})["tomb"]
 
     [report] = world.migrate("down")
+    assert world.executions.find_one({"_id": gone.id}) is None
+    assert world.counters.count_documents({"_id": {"$regex": "^harel_beanie:node:"}}) == 0  # the seq leases
     assert (report.version, report.direction) == (1, "down")
     assert world.counters.find_one({"_id": SCHEMA_MARKER_ID}) is None
     assert {ix["name"] for ix in world.executions.list_indexes()} == {"_id_"}

@@ -471,6 +471,10 @@ class AdoptHarelLayout(Step):
         # indexes (dropped first: every rewrite below would otherwise update them)
         await m.counters.delete_one({"_id": SCHEMA_MARKER_ID})
         await _drop_indexes(m)
+        # harel's store reads every document as an execution: purged executions' tombstones
+        # (which it has no use for: it deletes on purge) go, and so do the seq leases
+        await m.exes.delete_many({"tomb": {"$exists": True}})
+        await m.counters.delete_many({"_id": {"$regex": "^harel_beanie:node:"}})
 
     async def down_batch(self, m: Migrator, docs: list[dict[str, Any]]) -> int:
         async def raise_counters(batch: list[dict[str, Any]]) -> None:
