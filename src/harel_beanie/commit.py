@@ -29,7 +29,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta
 from typing import Any, Optional, Sequence
 
 from harel.engine.execution import Execution
@@ -115,10 +115,19 @@ class CommitPlan:
     new_bytes: int = 0  # what this commit's new outbox entries and spawns take
 
 
+def bson_date(epoch_seconds: float) -> datetime:
+    """Epoch seconds as the value a BSON date reads back as: naive UTC, whole milliseconds
+    (so a migration comparing stored and computed fields sees them equal)."""
+    return _EPOCH + timedelta(milliseconds=int(epoch_seconds * 1000))
+
+
+_EPOCH = datetime(1970, 1, 1)
+
+
 def summary_fields(exe: Execution) -> dict[str, Any]:
     """The fields copied out of `data` so queries need not parse it, and the finish time as
     a BSON date (`finished_on`), the only form a TTL index expires (retention's TTL option)."""
-    finished_on = None if exe.finished_at is None else datetime.fromtimestamp(exe.finished_at, tz=timezone.utc)
+    finished_on = None if exe.finished_at is None else bson_date(exe.finished_at)
     return {
         "status": exe.status.value,
         "outcome": exe.outcome,
