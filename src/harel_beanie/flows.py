@@ -27,6 +27,7 @@ Two rules the flows keep beyond a single write:
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -427,18 +428,16 @@ def _too_large(st: StoreState, exe: Execution, plan: CommitPlan) -> Flow[Executi
     """The server refused the commit for the document's size: read what the document holds
     now (one more round trip, on this failure only) to say which part is large."""
     parts = {"the execution's JSON": plan.data_bytes, "this commit's new outbox entries and spawns": plan.new_bytes}
-    doc = yield FindOne("executions", {"_id": exe.id}, {"outbox": 1, "spawns": 1, "trace": 1, "processed": 1, "timers": 1})
-    for name, key in (("pending outbox", "outbox"), ("pending spawns", "spawns"), ("trace ring", "trace"), ("dedupe window", "processed"), ("timers", "timers")):
+    held = {"outbox": "pending outbox", "spawns": "pending spawns", "trace": "trace ring", "processed": "dedupe window", "timers": "timers"}
+    doc = yield FindOne("executions", {"_id": exe.id}, {key: 1 for key in held})
+    for key, name in held.items():
         if doc and doc.get(key):
             parts[name] = len(bson.encode({"v": doc[key]}))
-    total = plan.data_bytes + plan.new_bytes + sum(v for k, v in parts.items() if k.startswith(("pending", "trace", "dedupe", "timers")))
     reserved = reserved_bytes(st.trace_max, st.trace_step_bytes, st.dedupe_window)
-    return ExecutionTooLarge(exe.id, total, MAX_DOCUMENT_BYTES, parts=parts, reserved=reserved)
+    return ExecutionTooLarge(exe.id, sum(parts.values()), MAX_DOCUMENT_BYTES, parts=parts, reserved=reserved)
 
 
 def _json_bytes(value: Any) -> int:
-    import json
-
     return len(json.dumps(value, separators=(",", ":"), default=str).encode())
 
 
