@@ -105,6 +105,7 @@ _OWNERS_MAX = 100_000  # seq -> owner hints kept for addressing acks by _id
 UNKNOWN_OUTCOME_RETRIES = 3  # re-sends of a commit whose reply was lost and that did not land
 _LEASE_ROUNDS = 4  # lease extensions/takes one mint may need (a lost lease, then a new one)
 _LEASE_PROBE = 64  # node lease documents read per round trip while looking for a free node
+_TOMB_TRIES = 3  # replacements of a tombstone that keeps changing (purges racing) before a conflict
 _BURIED_MAX = 64  # creation tokens a tombstone keeps (incarnations of one reused id)
 NOT_A_TOMBSTONE = {"tomb": {"$exists": False}}
 
@@ -328,6 +329,8 @@ def commit(
     retries_left = UNKNOWN_OUTCOME_RETRIES
     unsure: dict[str, CommitPlan] = {}  # sends whose outcome we never learned, by token
     plan: Optional[CommitPlan] = None
+    over: Optional[dict[str, Any]] = None  # a purged incarnation's tombstone the creation replaces
+    tomb_tries = _TOMB_TRIES
     while True:
         if plan is None:
             seqs = yield from mint_seqs(st, len(emits) + len(spawns), above=floor)
@@ -339,11 +342,16 @@ def commit(
         landed = False
         lost: Optional[PyMongoError] = None
         try:
-            if plan.insert is not None:
+            if plan.insert is None:
+                landed = (yield UpdateOne("executions", plan.filter, plan.update)) == 1
+            elif over is None:
                 yield InsertOne("executions", plan.insert)
                 landed = True
             else:
-                landed = (yield UpdateOne("executions", plan.filter, plan.update)) == 1
+                # the id was purged before: a creation (harel's create of a reused id)
+                # replaces exactly the tombstone read, carrying its buried creations on
+                replacement = {**plan.insert, "buried": over.get("buried", [])}
+                landed = (yield ReplaceOne("executions", {"_id": exe.id, "tomb": over}, replacement)) == 1
         except DuplicateKeyError:
             pass  # a concurrent creator won the insert, an earlier send of ours did, or a tombstone
         except DocumentTooLarge:
@@ -365,12 +373,18 @@ def commit(
             return _landed(st, exe, unsure[mine])
         tomb = None if found is None else found.get("tomb")
         if tomb is not None and plan.insert is not None:
-            # the id was purged before: a creation replaces the tombstone (harel's create
-            # of a reused id); ours never landed, or its token would be buried there
-            replaced = yield ReplaceOne("executions", {"_id": exe.id, "tomb": tomb}, {**plan.insert, "buried": tomb.get("buried", [])})
-            if replaced:
-                return _landed(st, exe, plan)
-            continue  # the tombstone changed under us: look again
+            # a creation meeting a tombstone: ours never landed (its token would be buried
+            # there), so replace that tombstone, sent like any write (lost replies included)
+            if lost is not None:
+                if not retries_left:
+                    raise lost
+                retries_left -= 1
+            elif not tomb_tries:
+                raise StoreConflict(exe.id, expected=plan.old_version, found=None)
+            else:
+                tomb_tries -= 1  # the tombstone changed under us (another purge): look again
+            over = tomb
+            continue
         stored = None if found is None or tomb is not None else found.get("version")
         expected = None if plan.insert is not None else plan.old_version
         if lost is not None and stored == expected:
@@ -409,9 +423,11 @@ def _read_version(execution_id: str, lost: Optional[PyMongoError]) -> Flow[Optio
     for attempt in range(attempts):
         try:
             return (yield FindOne("confirm", {"_id": execution_id}, projection(VersionView)))
-        except ConnectionFailure:
+        except (ConnectionFailure, ExecutionTimeout):
             if attempt == attempts - 1:
-                raise lost if lost is not None else ConnectionFailure("lost") from None
+                if lost is not None:
+                    raise lost from None
+                raise
     return None
 
 
