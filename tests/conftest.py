@@ -62,3 +62,40 @@ def either(request: pytest.FixtureRequest, mongo_url: str, db_name: str) -> Iter
     from tests.both import stores
 
     yield from stores(request.param, mongo_url, db_name)
+
+
+# --- figures for docs/RELIABILITY.md (tests/figures.py) ---------------------------------
+
+
+@pytest.fixture
+def figures(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """What this test reports about its run, written under its node id when
+    `HAREL_BEANIE_FIGURES` names a file (docs/reliability.py sets it); inert otherwise."""
+    import time
+
+    from tests.figures import Figures, target
+
+    if target() is not None:
+        request.getfixturevalue("_figures_session")
+    recorded = Figures(request.node.nodeid)
+    started = time.monotonic()
+    yield recorded
+    recorded.flush(time.monotonic() - started)
+
+
+@pytest.fixture(scope="session")
+def _figures_session(client: pymongo.MongoClient[Any]) -> Iterator[None]:
+    """One line describing the run: the session's server and the machine."""
+    from tests.figures import session_record, write
+
+    info = client.admin.command("buildInfo")
+    hello = client.admin.command("hello")
+    topology = "replica set" if hello.get("setName") else "sharded" if hello.get("msg") == "isdbgrid" else "standalone"
+    embedded = not os.environ.get("MONGODB_URL")
+    server = {
+        "name": "SecantusDB (embedded)" if embedded else "MONGODB_URL",
+        "version": str(info.get("version")),
+        "topology": topology,
+    }
+    write(session_record(server))
+    yield
