@@ -16,7 +16,8 @@ when `harel-beanie demo` first ran the shop models:
 
 So the commands run each handler's relay over `ScopedStore`: the store as it is, except
 that the pending outbox and spawns it shows are those of the handled execution and its
-descendants (harel names a child `<parent id>:<path>:<n>`). What a relay still leaves
+descendants, by their `parent_id` chain: never those of another root whose id merely starts
+like a child's (a user may name a root `a:b`; harel names `a`'s children `a:<path>:<n>`). What a relay still leaves
 behind (a crash, a conflict) is picked up by `sweep`, which relays each owner's entries
 with that owner's own definition. Nothing here changes what harel commits.
 """
@@ -38,7 +39,8 @@ log = logging.getLogger(__name__)
 
 class ScopedStore:
     """`store`, with `pending_outbox` / `pending_spawns` narrowed to `execution_id` and its
-    descendants (the store's `within=` reads, served by the `_id` index)."""
+    descendants (the store's `within=` reads: the pending entries' index, then the holders'
+    `parent_id` chain)."""
 
     def __init__(self, store: Any, execution_id: str) -> None:
         self._store = store
