@@ -99,3 +99,21 @@ def _figures_session(client: pymongo.MongoClient[Any]) -> Iterator[None]:
     }
     write(session_record(server))
     yield
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each test's outcome beside its figures, when they are recorded."""
+    from tests.figures import target, write
+
+    if target() is None:
+        return
+    if report.when == "call" or (report.when == "setup" and not report.passed) or (report.when == "teardown" and report.failed):
+        outcome = report.outcome
+        reason = getattr(report, "wasxfail", None)
+        if reason is not None:
+            outcome = "xfailed" if report.skipped else "xpassed"
+        elif report.skipped and isinstance(report.longrepr, tuple):
+            reason = str(report.longrepr[2]).removeprefix("Skipped: ")
+        phase = "" if report.when == "call" else f" in {report.when}"
+        write({"kind": "outcome", "test": report.nodeid, "outcome": outcome + phase, "reason": reason,
+               "seconds": round(report.duration, 2)})  # fmt: skip

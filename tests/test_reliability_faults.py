@@ -356,7 +356,7 @@ def sweep(runs: Callable[[], Run], admin: pymongo.MongoClient[Any], kind: str, f
     base, commands = baseline(runs, kind)
     targets, data = FAULTS[fault]
     hits = sum(1 for n in commands if n in targets)
-    figures: Counter[str] = Counter()
+    tally: Counter[str] = Counter()
     for k in range(0, hits, stride):
         run = runs()
         store = run.store(kind)
@@ -365,11 +365,11 @@ def sweep(runs: Callable[[], Run], admin: pymongo.MongoClient[Any], kind: str, f
         admin.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
         assert sum(run.log.faults.values()) == 1, (k, run.log.faults)  # the fault really fired
         expect_same(shots, base)
-        figures.update(run.log.faults)
-        figures.update({"caller saw " + k: v for k, v in shots["caller saw"].items()})
-        figures["runs"] += 1
+        tally.update(run.log.faults)
+        tally.update({"caller saw " + k: v for k, v in shots["caller saw"].items()})
+        tally["runs"] += 1
         run.close()
-    return dict(figures)
+    return dict(tally)
 
 
 # Each fault that makes the driver re-check the server costs about half a second (the least
@@ -385,20 +385,28 @@ DEFAULT_STRIDES = {
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
 @pytest.mark.parametrize("fault", list(FAULTS))
-def test_a_fault_at_any_command_changes_nothing(runs, admin, kind, fault):
-    figures = sweep(runs, admin, kind, fault, stride=DEFAULT_STRIDES[kind].get(fault, 1))
-    print("RELIABILITY faults", kind, fault, figures)
+def test_a_fault_at_any_command_changes_nothing(runs, admin, kind, fault, figures):
+    """A failCommand fail point at the k-th command of the scenario, on either store:
+    connection closed, `ShutdownInProgress` and `MaxTimeMSExpired` (outcome unknown to the
+    driver), a plain command error, and a `writeConcernError` returned after the write was
+    applied (Temporal's "execute and timeout"). The default run takes every command for the
+    sync store's dropped connection and applied-then-failed write, every n-th otherwise.
+    Every run ends with the fault-free run's documents."""
+    figures.set(**sweep(runs, admin, kind, fault, stride=DEFAULT_STRIDES[kind].get(fault, 1)))
 
 
 @pytest.mark.soak
 @pytest.mark.parametrize("kind", ["sync", "async"])
 @pytest.mark.parametrize("fault", list(FAULTS))
-def test_a_fault_at_every_command_changes_nothing_soak(runs, admin, kind, fault):
-    figures = sweep(runs, admin, kind, fault, stride=1)
-    print("RELIABILITY faults soak", kind, fault, figures)
+def test_a_fault_at_every_command_changes_nothing_soak(runs, admin, kind, fault, figures):
+    """Every command of the scenario (its writes for the writeConcernError) failed in turn by
+    each fault, on both stores: every run ends with the fault-free run's documents."""
+    figures.set(**sweep(runs, admin, kind, fault, stride=1))
 
 
 def test_the_scenario_uses_only_the_commands_the_faults_cover(runs):
+    """The scenario sends only `createIndexes`, `find`, `findAndModify`, `insert`, `update` and
+    `delete`: the commands the fault sweeps fail."""
     _, commands = baseline(runs, "sync")
     assert set(commands) <= STORE_COMMANDS, set(commands) - STORE_COMMANDS
     _, acommands = baseline(runs, "async")
@@ -428,12 +436,12 @@ def test_the_store_never_sends_an_aggregate(runs, admin):
 
 @pytest.mark.soak
 @pytest.mark.parametrize("kind", ["sync", "async"])
-def test_random_bursts_of_faults_soak(runs, admin, kind):
+def test_random_bursts_of_faults_soak(runs, admin, kind, figures):
     """Many runs, each with a burst of 1-3 consecutive failures of a random kind starting at
     a random command; also several bursts in one run by re-arming between stages."""
     base, commands = baseline(runs, kind)
     rng = random.Random(f"{kind}-20261202")
-    figures: Counter[str] = Counter()
+    tally: Counter[str] = Counter()
     for _ in range(300):
         run = runs()
         store = run.store(kind)
@@ -444,10 +452,10 @@ def test_random_bursts_of_faults_soak(runs, admin, kind):
         shots = scenario(store, run.coll)
         admin.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
         expect_same(shots, base)
-        figures.update(run.log.faults)
-        figures["runs"] += 1
+        tally.update(run.log.faults)
+        tally["runs"] += 1
         run.close()
-    print("RELIABILITY faults soak", kind, dict(figures))
+    figures.set(**tally)
 
 
 # --- 2. a write blocked past the client's timeout, applied after the client gave up ------------
@@ -459,7 +467,7 @@ HOLD_MS = 900  # the server holds the write this long
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
 @pytest.mark.parametrize("nth", [1, 3])  # the first event's commit, the first ack
-def test_a_write_applied_after_the_client_timed_out_changes_nothing(runs, admin, kind, nth):
+def test_a_write_applied_after_the_client_timed_out_changes_nothing(runs, admin, kind, nth, figures):
     """The server holds the nth insert/update past the client's socket timeout: the client
     sees a NetworkTimeout and the store re-sends; the held write runs later and loses the
     CAS (a commit) or finds nothing left to do (an ack)."""
@@ -473,10 +481,11 @@ def test_a_write_applied_after_the_client_timed_out_changes_nothing(runs, admin,
     assert "NetworkTimeout" in " ".join(run.log.faults), run.log.faults
     expect_same(shots, base)
     assert snapshot(run.coll) == base["purged"]
+    figures.set(writes_held=1)
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
-def test_a_held_insert_that_lands_late_is_refused_by_the_id(runs, admin, kind):
+def test_a_held_insert_that_lands_late_is_refused_by_the_id(runs, admin, kind, figures):
     """The creation's insert is held past the client's timeout: the store re-sends it and
     goes on; when the held insert runs the id is taken, so it writes nothing."""
     base, _ = baseline(runs, kind)
@@ -487,6 +496,7 @@ def test_a_held_insert_that_lands_late_is_refused_by_the_id(runs, admin, kind):
     shots = scenario(store, run.coll, after_create=lambda: time.sleep(HOLD_MS / 1000 + 0.1))
     assert "NetworkTimeout" in " ".join(run.log.faults), run.log.faults
     expect_same(shots, base)
+    figures.set(writes_held=1)
 
 
 @pytest.mark.xfail(
@@ -653,7 +663,7 @@ def faulty(run: Run, kind: str, plan: Plan) -> Any:
 @pytest.mark.parametrize("kind", ["sync", "async"])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("write", list(WRITE_KINDS))
-def test_a_write_whose_outcome_the_caller_never_learned(runs, kind, mode, write):
+def test_a_write_whose_outcome_the_caller_never_learned(runs, kind, mode, write, figures):
     """Temporal's "execute and timeout", per write kind and per store: the write applied with
     its reply lost, dropped, or applied only after the store's next call. The caller's
     retries end in exactly the fault-free state."""
@@ -663,10 +673,11 @@ def test_a_write_whose_outcome_the_caller_never_learned(runs, kind, mode, write)
     shots = scenario(faulty(run, kind, plan), run.coll)
     assert plan.fired, "the fault never fired"
     expect_same(shots, base)
+    figures.set(replies_lost_or_late=1)
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
-def test_every_commit_of_the_scenario_survives_a_lost_reply(runs, kind):
+def test_every_commit_of_the_scenario_survives_a_lost_reply(runs, kind, figures):
     """The lost reply at the later commits of the scenario too (the matrix above takes the
     first): the second and third event's commits."""
     base, _ = baseline(runs, kind)
@@ -677,11 +688,12 @@ def test_every_commit_of_the_scenario_survives_a_lost_reply(runs, kind):
             shots = scenario(faulty(run, kind, plan), run.coll)
             assert plan.fired
             expect_same(shots, base)
+            figures.add(replies_lost_or_late=1)
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
 @pytest.mark.parametrize("write", ["insert of a new execution", "commit update"])
-def test_a_commit_applied_late_is_reported_as_landed(runs, kind, write):
+def test_a_commit_applied_late_is_reported_as_landed(runs, kind, write, figures):
     """README: a commit whose reply is lost is resolved by its token, "reports success if it
     landed". Here the first send lands just after the store's read-back (a server still
     running the write when the client gave up): the store re-sends under a new token, that
@@ -697,3 +709,4 @@ def test_a_commit_applied_late_is_reported_as_landed(runs, kind, write):
     doc = run.coll.find_one({"_id": "late"})
     assert [json.loads(e["event"])["id"] for e in doc["outbox"]] == ["once"]
     assert seqs == [doc["outbox"][0]["seq"]] and exe.version == doc["version"]
+    figures.set(replies_lost_or_late=1)

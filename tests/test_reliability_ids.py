@@ -110,7 +110,7 @@ def test_every_store_operation_keeps_ids_of_every_shape_apart(either: Any, figur
         assert sorted(either.ids_with_prefix(exe_id)) == sorted(i for i in IDS[1::2] if i.startswith(exe_id))
     # purge cleaned the entries addressed to a purged id, never one to a surviving id
     assert sorted(e.target_id for e in either.pending_outbox()) == sorted(IDS[1::2])
-    figures.add(ids=len(IDS), operations=14)
+    figures.set(ids=len(IDS), longest=max(map(len, IDS)))
 
 
 def _tree(store: Any, root: str, levels: int, pending: Optional[set[int]] = None) -> list[str]:
@@ -159,7 +159,8 @@ def test_a_scoped_relay_sees_its_tree_by_parent_id_not_by_id_shape(mongo_url: st
         store.init()
         finds.filters.clear()
         assert {e.event.kind for e in store.pending_outbox(within=root)} == {_kind(i) for i in tree}
-        assert len(finds.filters) == 1  # the common case: no read beyond the pending index
+        dense = len(finds.filters)
+        assert dense == 1  # the common case: no read beyond the pending index
         assert {e.event.kind for e in store.pending_outbox(within=tree[1])} == {_kind(i) for i in tree[1:]}
         assert {e.event.kind for e in store.pending_outbox(within=other[0])} == {_kind(i) for i in other}
         for exe_id in impostors:
@@ -171,7 +172,7 @@ def test_a_scoped_relay_sees_its_tree_by_parent_id_not_by_id_shape(mongo_url: st
         assert [e.event.kind for e in store.pending_outbox(within=sparse_root)] == [_kind(sparse[-1])]
         assert len(finds.filters) == 1 + 2  # the pending index, then levels 2 and 1
         assert all(list(f["_id"]) == ["$in"] for f in finds.filters[1:])
-        figures.add(extra_reads_sparse=2, extra_reads_dense=0)
+        figures.set(finds_whole_tree_pending=dense, finds_only_leaf_pending=len(finds.filters), impostors=len(impostors) + 1)
     finally:
         store.close()
 
@@ -259,7 +260,7 @@ async def test_a_workers_relay_never_takes_another_roots_spawns(mongo_url: str, 
         assert len(regions) == 2 and all(k.id.startswith(second + ":Split.") for k in regions)
         assert {k.parent_id for k in (await store.list_executions(definition_id="Splitter")).items} == {None, first}
         assert all(k.status != Status.FAILED for k in kids)
-        figures.add(misrouted_spawns=0)
+        figures.set(own_regions_relayed=len(mine), other_roots_spawns_left=len(pending), created_by_sweep=len(regions))
     finally:
         await transport.close()
         await store.close()
