@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test soak bench typecheck clean
+.PHONY: setup demo test soak reliability reliability-soak bench typecheck clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -28,6 +28,13 @@ test: $(STAMP)
 # the long soaks (crash loops, large fuzz budgets)
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -m soak
+
+# the reliability tests with their figures recorded, then docs/RELIABILITY.md regenerated
+reliability: $(STAMP)
+	$(BIN)/python docs/reliability.py
+
+reliability-soak: $(STAMP)
+	$(BIN)/python docs/reliability.py --soak
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
