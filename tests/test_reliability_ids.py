@@ -282,3 +282,40 @@ def test_a_scoped_read_over_documents_harel_wrote(mongo_url: str, db_name: str) 
         assert [e.event.kind for e in ours.pending_outbox(within="h:R:0:x")] == [_kind("h:R:0:x")]
     finally:
         ours.close()
+
+
+async def test_the_sweep_relays_each_owners_spawns_with_its_own_definition(mongo_url: str, db_name: str, tmp_path: Path, figures: Figures) -> None:
+    """The sweep relays every owner of pending work with that owner's definition. An owner's
+    descendant may run another machine (an invoked submachine, here a `Forker` under a
+    `Splitter`) and hold region spawns of its own, left by a worker that died before its
+    relay. The ancestor's pass must not create them (with the ancestor's definition they
+    would be `Splitter` regions at a `Forker` path); the descendant's own pass does."""
+    (tmp_path / "forker.stm").write_text(FORK)
+    (tmp_path / "splitter.stm").write_text(SPLITTER)
+    definitions = {
+        "Forker": definition_from_dsl_file(tmp_path / "forker.stm", validate=True),
+        "Splitter": definition_from_dsl_file(tmp_path / "splitter.stm", validate=True),
+    }
+    client: Any = pymongo.AsyncMongoClient(mongo_url)
+    store = AsyncMongoStore(client, db_name)
+    clock = ManualClock()
+    transport = await open_mongo_transport(mongo_url, db_name, clock=clock)
+    try:
+        runner = AsyncDistributedRunner(store, transport, definitions, clock=clock)
+        executions = client[db_name][Names("harel").executions]
+        parent, child = "p:q", "p:q:Call:0"
+        await runner.create("Splitter", {}, execution_id=parent)
+        # the parent holds work of its own (an event for itself), the child its regions
+        await store.commit(await store.load(parent), [(parent, Event(id="poke", kind="Poke"))])
+        await store.commit(Execution(id=child, definition_id="Forker", parent_id=parent), [])
+        exe = await store.load(child)
+        await store.commit(exe, [], spawns=((child + ":Split.A:0", "Split.A", {}), (child + ":Split.B:0", "Split.B", {})))
+        assert await sweep(store, transport, executions, definitions, clock) == 2
+        assert await store.pending_spawns() == []
+        regions = [k for k in (await store.list_executions()).items if k.parent_id == child]
+        assert sorted(k.id for k in regions) == [child + ":Split.A:0", child + ":Split.B:0"]
+        assert {k.definition_id for k in regions} == {"Forker"}
+        figures.set(owners_swept=2, regions_created=len(regions))
+    finally:
+        await transport.close()
+        await store.close()

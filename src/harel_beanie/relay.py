@@ -40,11 +40,17 @@ log = logging.getLogger(__name__)
 class ScopedStore:
     """`store`, with `pending_outbox` / `pending_spawns` narrowed to `execution_id` and its
     descendants (the store's `within=` reads: the pending entries' index, then the holders'
-    `parent_id` chain)."""
+    `parent_id` chain).
 
-    def __init__(self, store: Any, execution_id: str) -> None:
+    With `own_spawns`, the spawns shown are only those `execution_id` itself holds: a
+    descendant may run another machine (an invoked submachine) and its regions must be
+    created with its definition, not this one's. The sweep, which visits every owner with
+    its own definition anyway, relays that way."""
+
+    def __init__(self, store: Any, execution_id: str, *, own_spawns: bool = False) -> None:
         self._store = store
         self._execution_id = execution_id
+        self._own_spawns = own_spawns
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
@@ -53,7 +59,10 @@ class ScopedStore:
         return list(await self._store.pending_outbox(within=self._execution_id))
 
     async def pending_spawns(self) -> list[Any]:
-        return list(await self._store.pending_spawns(within=self._execution_id))
+        spawns = await self._store.pending_spawns(within=self._execution_id)
+        if self._own_spawns:
+            return [s for s in spawns if s.parent_id == self._execution_id]
+        return list(spawns)
 
 
 async def sweep(
@@ -64,7 +73,8 @@ async def sweep(
     clock: Callable[[], float] = time.time,
     trace: bool = False,
 ) -> int:
-    """Relay every execution's pending outbox and spawns with its own definition. Returns
+    """Relay every execution's pending outbox and spawns with its own definition (each
+    owner's pass creates only the children it spawned itself). Returns
     how many executions held any. A relay that conflicts with a handler doing the same is
     left for the next sweep. `trace` as the worker's: the children it starts record their
     first step too."""
@@ -79,7 +89,7 @@ async def sweep(
             continue
         driver = AsyncTransportDriver(
             defn,
-            ScopedStore(store, doc["_id"]),
+            ScopedStore(store, doc["_id"], own_spawns=True),
             transport,
             clock,
             definitions=definitions,
