@@ -68,15 +68,20 @@ def run_tests(kind: str, extra: list[str]) -> tuple[int, dict[str, Any]]:
         argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *marker, *extra,
                 *(rel(f) for f in test_files())]  # fmt: skip
         print("running:", " ".join(["python", *argv[1:]]), flush=True)
+        at = {"commit": git("rev-parse", "--short=12", "HEAD"),
+              "uncommitted_changes": bool(git("status", "--porcelain", "--", "src", "tests"))}  # fmt: skip
         started = time.monotonic()
         status = subprocess.call(argv, cwd=ROOT, env=env)
         seconds = time.monotonic() - started
         records = [json.loads(line) for line in lines.read_text(encoding="utf-8").splitlines()] if lines.exists() else []
     command = shlex.join(["pytest", *marker, *extra]) + " tests/test_reliability_*.py"
-    return status, collect(records, kind, command, seconds, status)
+    return status, collect(records, kind, command, seconds, status, at)
 
 
-def collect(records: list[dict[str, Any]], kind: str, command: str, seconds: float, status: int) -> dict[str, Any]:
+def collect(
+    records: list[dict[str, Any]], kind: str, command: str, seconds: float, status: int, at: dict[str, Any]
+) -> dict[str, Any]:
+    """The run as kept: `at` is the commit the tests ran at (taken before they started)."""
     session: dict[str, Any] = {}
     tests: dict[str, dict[str, Any]] = defaultdict(dict)
     for r in records:
@@ -94,8 +99,7 @@ def collect(records: list[dict[str, Any]], kind: str, command: str, seconds: flo
     return {
         "run": kind,
         "command": command,
-        "commit": git("rev-parse", "--short=12", "HEAD"),
-        "uncommitted_changes": bool(git("status", "--porcelain", "--", "src", "tests")),
+        **at,
         "pytest_status": status,
         "seconds": round(seconds, 1),
         "totals": dict(sorted(totals.items())),

@@ -11,7 +11,6 @@ root that merely starts with the same characters.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any, Optional
 
@@ -264,7 +263,6 @@ async def test_a_workers_relay_never_takes_another_roots_spawns(mongo_url: str, 
     finally:
         await transport.close()
         await store.close()
-    await asyncio.sleep(0)
 
 
 def test_a_scoped_read_over_documents_harel_wrote(mongo_url: str, db_name: str) -> None:
