@@ -153,9 +153,9 @@ def cases(run: Optional[dict[str, Any]], path: Path, name: str) -> str:
 
 
 def tests_table(path: Path, runs: dict[str, dict[str, Any]]) -> str:
-    rows = ["| test | cases run (default; soak) | proves |", "|---|---|---|"]
+    rows = ["| test | cases run | proves |", "|---|---|---|"]
     for f in functions(path):
-        ran = "; ".join(c for c in (cases(runs.get("default"), path, f["name"]), cases(runs.get("soak"), path, f["name"])) if c)
+        ran = "; ".join(f"{k}: {c}" for k in RUNS if (c := cases(runs.get(k), path, f["name"])))
         tags = " (soak)" if f["soak"] else ""
         proves = one_line(f["doc"]) or "*(no docstring: say what it proves in one)*"
         rows.append(f"| `{f['name']}`{tags} | {ran or 'not run'} | {proves} |")
