@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test soak bench typecheck clean browser screenshots
+.PHONY: setup demo test soak reliability reliability-soak bench typecheck clean browser screenshots
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -40,6 +40,13 @@ soak: $(STAMP)
 # headless chromium)
 screenshots: $(STAMP) browser
 	$(BIN)/python docs/screenshots.py
+
+# the reliability tests with their figures recorded, then docs/RELIABILITY.md regenerated
+reliability: $(STAMP)
+	$(BIN)/python docs/reliability.py
+
+reliability-soak: $(STAMP)
+	$(BIN)/python docs/reliability.py --soak
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py

@@ -64,14 +64,59 @@ def either(request: pytest.FixtureRequest, mongo_url: str, db_name: str) -> Iter
     yield from stores(request.param, mongo_url, db_name)
 
 
+# --- figures for docs/RELIABILITY.md (tests/figures.py) ---------------------------------
+
+
 @pytest.fixture
-def record_figure(request: pytest.FixtureRequest) -> Any:
-    """`record_figure(name, value)`: a figure this test produced, for docs/RELIABILITY.md."""
-    figures = request.node.stash.setdefault(_FIGURES, {})
-    return figures.__setitem__
+def figures(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """What this test reports about its run, written under its node id when
+    `HAREL_BEANIE_FIGURES` names a file (docs/reliability.py sets it); inert otherwise."""
+    import time
+
+    from tests.figures import Figures, target
+
+    if target() is not None:
+        request.getfixturevalue("_figures_session")
+    recorded = Figures(request.node.nodeid)
+    started = time.monotonic()
+    yield recorded
+    recorded.flush(time.monotonic() - started)
 
 
-_FIGURES = pytest.StashKey[dict[str, Any]]()
+@pytest.fixture(scope="session")
+def _figures_session(client: pymongo.MongoClient[Any]) -> Iterator[None]:
+    """One line describing the run: the session's server and the machine."""
+    from tests.figures import session_record, write
+
+    info = client.admin.command("buildInfo")
+    hello = client.admin.command("hello")
+    topology = "replica set" if hello.get("setName") else "sharded" if hello.get("msg") == "isdbgrid" else "standalone"
+    embedded = not os.environ.get("MONGODB_URL")
+    server = {
+        "name": "SecantusDB (embedded)" if embedded else "MONGODB_URL",
+        "version": str(info.get("version")),
+        "topology": topology,
+    }
+    write(session_record(server))
+    yield
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each test's outcome beside its figures, when they are recorded."""
+    from tests.figures import target, write
+
+    if target() is None:
+        return
+    if report.when == "call" or (report.when == "setup" and not report.passed) or (report.when == "teardown" and report.failed):
+        outcome = report.outcome
+        reason = getattr(report, "wasxfail", None)
+        if reason is not None:
+            outcome = "xfailed" if report.skipped else "xpassed"
+        elif report.skipped and isinstance(report.longrepr, tuple):
+            reason = str(report.longrepr[2]).removeprefix("Skipped: ")
+        phase = "" if report.when == "call" else f" in {report.when}"
+        write({"kind": "outcome", "test": report.nodeid, "outcome": outcome + phase, "reason": reason,
+               "seconds": round(report.duration, 2)})  # fmt: skip
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -94,7 +94,10 @@ def writes_and_reads(log: Log) -> tuple[list[tuple[str, dict[str, Any]]], list[t
     return writes, reads
 
 
-def test_the_default_write_concern_is_on_every_write(kind, mongo_url, db_name):
+def test_the_default_write_concern_is_on_every_write(kind, mongo_url, db_name, figures):
+    """The default `w="majority", j=True` is on every `insert`, `update`, `delete` and
+    `findAndModify` a run touching every operation sends, and no read concern is sent unless
+    one is set."""
     log = Log()
     store = make(kind, mongo_url, db_name, log)
     every_operation(store)
@@ -110,7 +113,7 @@ def test_the_default_write_concern_is_on_every_write(kind, mongo_url, db_name):
             assert cmd.get("readConcern") == MAJORITY_READ, cmd  # what it reports can't roll back
         else:
             assert "readConcern" not in cmd, cmd  # the server's default unless one is set
-    print("RELIABILITY concerns default", kind, len(writes), "writes checked")
+    figures.set(writes_checked=len(writes), reads_checked=len(reads))
 
 
 @pytest.mark.parametrize(
@@ -119,6 +122,8 @@ def test_the_default_write_concern_is_on_every_write(kind, mongo_url, db_name):
     ids=["w1", "w1-journal-wtimeout", "majority-wtimeout"],
 )
 def test_a_custom_write_concern_is_on_every_write(kind, mongo_url, db_name, concern):
+    """A custom write concern (`w=1, j=False`, a `wtimeout`) replaces the default on every
+    write of the run."""
     log = Log()
     store = make(kind, mongo_url, db_name, log, write_concern=concern)
     every_operation(store)
@@ -148,6 +153,8 @@ def test_an_unsatisfiable_write_concern_is_reported_not_ignored(kind, mongo_url,
 
 
 def test_an_unacknowledged_write_concern_is_refused_up_front(kind, mongo_url, db_name):
+    """`w=0` is refused when the store is made: a CAS whose outcome is never acknowledged
+    cannot work."""
     with pytest.raises(ValueError, match="acknowledged|w=0"):
         store = make(kind, mongo_url, db_name, Log(), write_concern=WriteConcern(w=0))
         close(store)
@@ -155,6 +162,8 @@ def test_an_unacknowledged_write_concern_is_refused_up_front(kind, mongo_url, db
 
 @pytest.mark.parametrize("level", ["local", "majority"])
 def test_the_read_concern_is_on_every_read(kind, mongo_url, db_name, level):
+    """A read concern (`local`, `majority`) is on every `find` of the run, and the writes keep
+    the default write concern."""
     log = Log()
     store = make(kind, mongo_url, db_name, log, read_concern=ReadConcern(level))
     every_operation(store)

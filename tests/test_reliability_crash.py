@@ -48,8 +48,8 @@ worker's relay sweep starts record their `Start` step like any other (the sweep 
 worker's trace setting).
 
 The short run (default) and the soak (`-m soak`) differ only in size. The figures of a run
-are printed (`pytest -s`) as one `crash-run:` line. The last test restarts the server under
-the real command on the wall clock.
+are recorded by the `figures` fixture (tests/figures.py) for docs/RELIABILITY.md. The last
+test restarts the server under the real command on the wall clock.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Optional
 
@@ -796,7 +796,6 @@ async def crash_run(
         want, ref_store = await reference_run(plans, definitions)
         want_processed: Counter[str] = Counter(eid for eid, _ in ref_store._processed)
         problems = compare(got, want, plans, got_processed, want_processed)
-        print(figures.line())
         for p in plans:
             a = sorted(await store.ids_with_prefix(p.oid + ":"))
             b = sorted(await ref_store.ids_with_prefix(p.oid + ":"))
@@ -823,23 +822,33 @@ async def crash_run(
             server.stop()
 
 
-def test_crash_short(tmp_path: Path) -> None:
+def test_crash_short(tmp_path: Path, figures: Any) -> None:
     """The default run: 10 orders (about 50 executions), 5 SIGKILLs, the server SIGKILLed and
     restarted once. About 35 s."""
-    asyncio.run(crash_run(tmp_path, orders=10, waves=2, min_kills=5, max_kills=5, restarts=["kill-server"],
-                          seed=1, timeout=120))  # fmt: skip
+    record(figures, asyncio.run(crash_run(tmp_path, orders=10, waves=2, min_kills=5, max_kills=5, restarts=["kill-server"],
+                          seed=1, timeout=120)))  # fmt: skip
+
+
+def record(figures: Any, run: Figures) -> None:
+    """A crash run's figures into the test's (tests/figures.py, docs/RELIABILITY.md)."""
+    values = asdict(run)
+    values["worker_exits"] = len(run.worker_exits)
+    values["server_restarts"] = ", ".join(run.server_restarts) or "none"
+    values["timer_lateness"] = round(run.timer_lateness, 1)
+    values["seconds"] = round(run.seconds, 1)
+    figures.set(**values)
 
 
 @pytest.mark.soak
-def test_crash_soak(tmp_path: Path) -> None:
+def test_crash_soak(tmp_path: Path, figures: Any) -> None:
     """The soak: 100 orders (about 550 executions) at half speed, SIGKILLs until they all
     finish (at least 20; about 85 in 4-5 minutes), four server restarts (two SIGTERM, two
     SIGKILL). CRASH_SEED and CRASH_ORDERS change the plan."""
     seed = int(os.environ.get("CRASH_SEED", "7"))
     orders = int(os.environ.get("CRASH_ORDERS", "100"))
-    asyncio.run(crash_run(tmp_path, orders=orders, waves=4, min_kills=20, max_kills=10_000,
+    record(figures, asyncio.run(crash_run(tmp_path, orders=orders, waves=4, min_kills=20, max_kills=10_000,
                           restarts=["term-server", "kill-server", "term-server", "kill-server"],
-                          seed=seed, timeout=600, speed=SPEED / 2))  # fmt: skip
+                          seed=seed, timeout=600, speed=SPEED / 2)))  # fmt: skip
 
 
 # --- the server restarted under the real `harel-beanie worker` -------------------------------
@@ -877,7 +886,7 @@ def _expected(definition: str, eid: str, ctx: dict[str, Any]) -> tuple[str, Opti
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
-def test_cli_worker_server_restart(tmp_path: Path, how: str) -> None:
+def test_cli_worker_server_restart(tmp_path: Path, how: str, figures: Any) -> None:
     """`python -m harel-beanie worker` running; the server is stopped (SIGTERM, or SIGKILL)
     while payments wait out their backoff, left down for 1.5 s, and started again on the
     same data directory and port. Every execution must reach the state it would have
@@ -890,18 +899,18 @@ def test_cli_worker_server_restart(tmp_path: Path, how: str) -> None:
     ride out a server restart (issue 5), and does not yet."""
     if os.environ.get("MONGODB_URL"):
         pytest.skip("restarts a server the test starts itself")
-    asyncio.run(_cli_server_restart(tmp_path, kill=(how == "SIGKILL")))
+    asyncio.run(_cli_server_restart(tmp_path, kill=(how == "SIGKILL"), figures=figures))
 
 
-async def _cli_server_restart(tmp: Path, *, kill: bool) -> None:
+async def _cli_server_restart(tmp: Path, *, kill: bool, figures: Any) -> None:
     server = EmbeddedServer(tmp / "data", log_path=tmp / "server.log").start()
     db_name = "cli_" + uuid.uuid4().hex[:10]
-    figures = Figures()
+    run = Figures()
     argv = [
         sys.executable, "-m", "harel_beanie", "worker", "--definitions", str(MODELS), "--url", server.url,
         "--db", db_name, "--sweep-every", "1", "--visibility", "10", "--trace",
     ]  # fmt: skip
-    worker = Worker(argv, tmp / "worker.log", figures, marker=b" ready:")
+    worker = Worker(argv, tmp / "worker.log", run, marker=b" ready:")
     client: Any = pymongo.AsyncMongoClient(server.url)
     store = AsyncMongoStore(client, db_name)
     transport = None
@@ -930,7 +939,7 @@ async def _cli_server_restart(tmp: Path, *, kill: bool) -> None:
         await create(before)
         await asyncio.sleep(1.0)  # payments are between attempts now
         await asyncio.to_thread(server.stop, kill)
-        figures.server_restarts.append("SIGKILL" if kill else "SIGTERM")
+        run.server_restarts.append("SIGKILL" if kill else "SIGTERM")
         await asyncio.sleep(1.5)
         await asyncio.to_thread(server.start)
         await create(after)
@@ -939,7 +948,7 @@ async def _cli_server_restart(tmp: Path, *, kill: bool) -> None:
         deadline = time.monotonic() + 90
         while True:
             if not worker.alive:  # it died during the outage: a restart policy starts it again
-                figures.worker_exits.append(await worker.exited())
+                run.worker_exits.append(await worker.exited())
                 await worker.start()
                 await worker.wait_ready()
             try:
@@ -952,7 +961,7 @@ async def _cli_server_restart(tmp: Path, *, kill: bool) -> None:
                 break
             if time.monotonic() > deadline:
                 wrong = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
-                raise AssertionError(f"not reached after the restart (got, want): {wrong}; {figures.line()}")
+                raise AssertionError(f"not reached after the restart (got, want): {wrong}; {run.line()}")
             await asyncio.sleep(0.3)
         await worker.stop()
 
@@ -992,10 +1001,8 @@ async def _cli_server_restart(tmp: Path, *, kill: bool) -> None:
         if await store.pending_outbox() or await store.pending_spawns():
             problems.append("outbox or spawns left pending")
         assert not problems, "\n".join(problems)
-        print(
-            f"cli-server-restart: {len(want)} executions, server {figures.server_restarts[0]}, "
-            f"{figures.worker_starts} worker starts, worker exits {figures.worker_exits}"
-        )
+        figures.set(executions=len(want), server_restarts=run.server_restarts[0], worker_starts=run.worker_starts,
+                    worker_exits=len(run.worker_exits))  # fmt: skip
     finally:
         if worker.alive:
             await worker.kill()
@@ -1004,4 +1011,4 @@ async def _cli_server_restart(tmp: Path, *, kill: bool) -> None:
         await store.close()
         server.stop()
     # the worker rides out the outage itself (worker._run_through_outages): no restart needed
-    assert not figures.worker_exits, f"the worker exited (codes {figures.worker_exits}); see {tmp / 'worker.log'}"
+    assert not run.worker_exits, f"the worker exited (codes {run.worker_exits}); see {tmp / 'worker.log'}"

@@ -359,7 +359,7 @@ def sweep(runs: Callable[[], Run], admin: pymongo.MongoClient[Any], kind: str, f
     base, commands = baseline(runs, kind)
     targets, data = FAULTS[fault]
     hits = sum(1 for n in commands if n in targets)
-    figures: Counter[str] = Counter()
+    tally: Counter[str] = Counter()
     for k in range(0, hits, stride):
         run = runs()
         store = run.store(kind)
@@ -368,11 +368,11 @@ def sweep(runs: Callable[[], Run], admin: pymongo.MongoClient[Any], kind: str, f
         admin.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
         assert sum(run.log.faults.values()) == 1, (k, run.log.faults)  # the fault really fired
         expect_same(shots, base)
-        figures.update(run.log.faults)
-        figures.update({"caller saw " + k: v for k, v in shots["caller saw"].items()})
-        figures["runs"] += 1
+        tally.update(run.log.faults)
+        tally.update({"caller saw " + k: v for k, v in shots["caller saw"].items()})
+        tally["runs"] += 1
         run.close()
-    return dict(figures)
+    return dict(tally)
 
 
 # Each fault that makes the driver re-check the server costs about half a second (the least
@@ -388,20 +388,28 @@ DEFAULT_STRIDES = {
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
 @pytest.mark.parametrize("fault", list(FAULTS))
-def test_a_fault_at_any_command_changes_nothing(runs, admin, kind, fault):
-    figures = sweep(runs, admin, kind, fault, stride=DEFAULT_STRIDES[kind].get(fault, 1))
-    print("RELIABILITY faults", kind, fault, figures)
+def test_a_fault_at_any_command_changes_nothing(runs, admin, kind, fault, figures):
+    """A failCommand fail point at the k-th command of the scenario, on either store:
+    connection closed, `ShutdownInProgress` and `MaxTimeMSExpired` (outcome unknown to the
+    driver), a plain command error, and a `writeConcernError` returned after the write was
+    applied (Temporal's "execute and timeout"). The default run takes every command for the
+    sync store's dropped connection and applied-then-failed write, every n-th otherwise.
+    Every run ends with the fault-free run's documents."""
+    figures.set(**sweep(runs, admin, kind, fault, stride=DEFAULT_STRIDES[kind].get(fault, 1)))
 
 
 @pytest.mark.soak
 @pytest.mark.parametrize("kind", ["sync", "async"])
 @pytest.mark.parametrize("fault", list(FAULTS))
-def test_a_fault_at_every_command_changes_nothing_soak(runs, admin, kind, fault):
-    figures = sweep(runs, admin, kind, fault, stride=1)
-    print("RELIABILITY faults soak", kind, fault, figures)
+def test_a_fault_at_every_command_changes_nothing_soak(runs, admin, kind, fault, figures):
+    """Every command of the scenario (its writes for the writeConcernError) failed in turn by
+    each fault, on both stores: every run ends with the fault-free run's documents."""
+    figures.set(**sweep(runs, admin, kind, fault, stride=1))
 
 
 def test_the_scenario_uses_only_the_commands_the_faults_cover(runs):
+    """The scenario sends only `createIndexes`, `find`, `findAndModify`, `insert`, `update` and
+    `delete`: the commands the fault sweeps fail."""
     _, commands = baseline(runs, "sync")
     assert set(commands) <= STORE_COMMANDS, set(commands) - STORE_COMMANDS
     _, acommands = baseline(runs, "async")
@@ -431,12 +439,12 @@ def test_the_store_never_sends_an_aggregate(runs, admin):
 
 @pytest.mark.soak
 @pytest.mark.parametrize("kind", ["sync", "async"])
-def test_random_bursts_of_faults_soak(runs, admin, kind):
+def test_random_bursts_of_faults_soak(runs, admin, kind, figures):
     """Many runs, each with a burst of 1-3 consecutive failures of a random kind starting at
     a random command; also several bursts in one run by re-arming between stages."""
     base, commands = baseline(runs, kind)
     rng = random.Random(f"{kind}-20261202")
-    figures: Counter[str] = Counter()
+    tally: Counter[str] = Counter()
     for _ in range(300):
         run = runs()
         store = run.store(kind)
@@ -447,10 +455,10 @@ def test_random_bursts_of_faults_soak(runs, admin, kind):
         shots = scenario(store, run.coll)
         admin.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
         expect_same(shots, base)
-        figures.update(run.log.faults)
-        figures["runs"] += 1
+        tally.update(run.log.faults)
+        tally["runs"] += 1
         run.close()
-    print("RELIABILITY faults soak", kind, dict(figures))
+    figures.set(**tally)
 
 
 # --- 2. a write blocked past the client's timeout, applied after the client gave up ------------
@@ -665,7 +673,7 @@ def test_a_write_whose_outcome_the_caller_never_learned(runs, kind, mode, write)
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
-def test_every_commit_of_the_scenario_survives_a_lost_reply(runs, kind):
+def test_every_commit_of_the_scenario_survives_a_lost_reply(runs, kind, figures):
     """The lost reply at the later commits of the scenario too (the matrix above takes the
     first): the second and third event's commits."""
     base, _ = baseline(runs, kind)
@@ -676,6 +684,7 @@ def test_every_commit_of_the_scenario_survives_a_lost_reply(runs, kind):
             shots = scenario(faulty(run, kind, plan), run.coll)
             assert plan.fired
             expect_same(shots, base)
+            figures.add(replies_lost_or_late=1)
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])

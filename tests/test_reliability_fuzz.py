@@ -45,7 +45,6 @@ from tests.fuzz_strategies import (
 FAST = settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 SOAK = settings(max_examples=1500, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 FAR = 1e300  # a sweep time after every fire time (the store takes only finite ones)
-TRIED: dict[str, int] = {}  # examples run per property, for docs/RELIABILITY.md
 
 
 class World:
@@ -55,14 +54,17 @@ class World:
         self.db = "hbz_" + uuid.uuid4().hex[:10]
         self.client = client
         self.coll = client[self.db]["harel_executions"]
+        self.figures: Any = None  # the running test's (tests/figures.py)
         self.stores = {
             "sync": MongoStore(pymongo.MongoClient(url), self.db),
             "async": BlockingAsyncStore(lambda: AsyncMongoStore(pymongo.AsyncMongoClient(url), self.db)),
         }
 
     def fresh(self, kind: str, what: str) -> Any:
-        """The store of `kind` over an emptied collection."""
-        TRIED[what] = TRIED.get(what, 0) + 1
+        """The store of `kind` over an emptied collection; counted as one example (of
+        `what`) in the running test's figures."""
+        if self.figures is not None:
+            self.figures.add(examples=1, **{"examples " + kind: 1})
         self.coll.delete_many({})
         return self.stores[kind]
 
@@ -80,7 +82,18 @@ def world(mongo_url: str, client: pymongo.MongoClient[Any]) -> Iterator[World]:
     w = World(mongo_url, client)
     yield w
     w.close()
-    print("RELIABILITY fuzz inputs tried", dict(TRIED))
+
+
+@pytest.fixture(autouse=True)
+def _count_examples(request: pytest.FixtureRequest, figures: Any) -> Iterator[None]:
+    """Each property counts the examples it ran into its own figures (docs/RELIABILITY.md)."""
+    if "world" not in request.fixturenames:
+        yield
+        return
+    world: World = request.getfixturevalue("world")
+    world.figures = figures
+    yield
+    world.figures = None
 
 
 kinds = st.sampled_from(["sync", "async"])
@@ -174,6 +187,11 @@ def execution_property(world: World, kind: str, exe_id: str, definition_id: str,
 @FAST
 @given(kind=kinds, exe_id=any_text, definition_id=any_text, first=commits(), second=commits())
 def test_fuzz_executions_round_trip_or_are_refused_whole(world, kind, exe_id, definition_id, first, second):
+    """Execution id, definition id, context keys and values, event id/kind/payload, emit
+    target, processed id, timer paths, spawn child/root/context and trace step, through the
+    creation (insert) and a second commit (update): all round-trip exactly (load, dedupe,
+    outbox, spawns, timers, trace, listing by definition, prefix search), or the commit is
+    refused with a ValueError and the stored document is exactly as before."""
     execution_property(world, kind, exe_id, definition_id, first, second)
 
 
@@ -181,6 +199,7 @@ def test_fuzz_executions_round_trip_or_are_refused_whole(world, kind, exe_id, de
 @SOAK
 @given(kind=kinds, exe_id=any_text, definition_id=any_text, first=commits(), second=commits())
 def test_fuzz_executions_round_trip_or_are_refused_whole_soak(world, kind, exe_id, definition_id, first, second):
+    """The execution round-trip property with the soak's budget of examples."""
     execution_property(world, kind, exe_id, definition_id, first, second)
 
 
@@ -228,6 +247,8 @@ def timers_property(world: World, kind: str, plan: dict[str, Any]) -> None:
 @FAST
 @given(kind=kinds, plan=timer_plans())
 def test_fuzz_timer_paths_round_trip_through_their_lifecycle(world, kind, plan):
+    """Schedule, cancel, sweep, a stale delete, delete: the stored keys are plain field names,
+    decode to the paths, and `next_fire` never hides an armed timer."""
     timers_property(world, kind, plan)
 
 
@@ -235,6 +256,7 @@ def test_fuzz_timer_paths_round_trip_through_their_lifecycle(world, kind, plan):
 @SOAK
 @given(kind=kinds, plan=timer_plans())
 def test_fuzz_timer_paths_round_trip_through_their_lifecycle_soak(world, kind, plan):
+    """The timer-path property with the soak's budget of examples."""
     timers_property(world, kind, plan)
 
 
@@ -261,6 +283,8 @@ def listing_property(world: World, kind: str, ids: set[str], page: int, by_defin
 @FAST
 @given(kind=kinds, ids=st.sets(close_ids, max_size=10), page=st.integers(1, 4), by_definition=st.booleans())
 def test_fuzz_listing_pages_every_id_once_in_order(world, kind, ids, page, by_definition):
+    """Keyset pages over awkward ids, with and without a definition filter: every id once, in
+    code point order."""
     listing_property(world, kind, ids, page, by_definition)
 
 
@@ -268,6 +292,7 @@ def test_fuzz_listing_pages_every_id_once_in_order(world, kind, ids, page, by_de
 @SOAK
 @given(kind=kinds, ids=st.sets(close_ids, max_size=30), page=st.integers(1, 7), by_definition=st.booleans())
 def test_fuzz_listing_pages_every_id_once_in_order_soak(world, kind, ids, page, by_definition):
+    """The listing property with the soak's budget of examples."""
     listing_property(world, kind, ids, page, by_definition)
 
 
@@ -302,6 +327,8 @@ def cursor_property(world: World, kind: str, cursor: str) -> None:
 @FAST
 @given(kind=kinds, cursor=cursors)
 def test_fuzz_foreign_cursors_are_refused_or_start_after_their_id(world, kind, cursor):
+    """Any cursor is refused with a ValueError/TypeError, or names an id and the page starts
+    after it; nothing is written."""
     cursor_property(world, kind, cursor)
 
 
@@ -309,6 +336,7 @@ def test_fuzz_foreign_cursors_are_refused_or_start_after_their_id(world, kind, c
 @SOAK
 @given(kind=kinds, cursor=cursors)
 def test_fuzz_foreign_cursors_are_refused_or_start_after_their_id_soak(world, kind, cursor):
+    """The cursor property with the soak's budget of examples."""
     cursor_property(world, kind, cursor)
 
 
@@ -329,6 +357,7 @@ def prefix_property(world: World, kind: str, ids: set[str], prefixes: list[str])
 @FAST
 @given(kind=kinds, ids=st.sets(close_ids, max_size=10), prefixes=st.lists(st.one_of(close_ids, any_text), max_size=4))
 def test_fuzz_id_prefix_search_matches_literally(world, kind, ids, prefixes):
+    """`ids_with_prefix` equals `str.startswith` for every drawn prefix."""
     prefix_property(world, kind, ids, prefixes)
 
 
@@ -336,6 +365,7 @@ def test_fuzz_id_prefix_search_matches_literally(world, kind, ids, prefixes):
 @SOAK
 @given(kind=kinds, ids=st.sets(close_ids, max_size=30), prefixes=st.lists(st.one_of(close_ids, any_text), max_size=8))
 def test_fuzz_id_prefix_search_matches_literally_soak(world, kind, ids, prefixes):
+    """The prefix property with the soak's budget of examples."""
     prefix_property(world, kind, ids, prefixes)
 
 
@@ -386,6 +416,8 @@ wrong_calls = st.one_of(
 @FAST
 @given(kind=kinds, case=wrong_calls)
 def test_fuzz_values_of_the_wrong_type_are_refused_and_change_nothing(world, kind, case):
+    """A non-str where a str goes, a non-int where an int goes (operators, bools, floats,
+    bytes, lists): refused, nothing written."""
     wrong_type_property(world, kind, *case)
 
 
@@ -393,6 +425,7 @@ def test_fuzz_values_of_the_wrong_type_are_refused_and_change_nothing(world, kin
 @SOAK
 @given(kind=kinds, case=wrong_calls)
 def test_fuzz_values_of_the_wrong_type_are_refused_and_change_nothing_soak(world, kind, case):
+    """The wrong-type property with the soak's budget of examples."""
     wrong_type_property(world, kind, *case)
 
 
@@ -420,6 +453,8 @@ SURROGATE_CALLS = {
 @pytest.mark.parametrize("kind", ["sync", "async"])
 @pytest.mark.parametrize("call", list(SURROGATE_CALLS.values()), ids=list(SURROGATE_CALLS))
 def test_a_lone_surrogate_is_refused_before_anything_is_written(world, kind, call):
+    """A lone surrogate (BSON strings are UTF-8 and cannot hold one) in each argument, on
+    either store: a ValueError before anything is sent, every stored document unchanged."""
     store = world.fresh(kind, "surrogates")
     store.commit(Execution(id="x", definition_id="d"), [], timers=(TimerOp("schedule", "T", 5.0),))
     before = world.raw()
@@ -430,6 +465,7 @@ def test_a_lone_surrogate_is_refused_before_anything_is_written(world, kind, cal
 
 @pytest.mark.parametrize("what", ["execution id", "timer path", "processed event id", "emit target", "id prefix"])
 def test_a_lone_surrogate_is_refused_naming_the_argument(world, what):
+    """The ValueError for a lone surrogate names the argument that held it."""
     store = world.fresh("sync", "surrogates")
     store.commit(Execution(id="x", definition_id="d"), [])
     with pytest.raises(ValueError, match=what):
@@ -441,6 +477,8 @@ def test_a_lone_surrogate_is_refused_naming_the_argument(world, what):
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_a_nan_timer_is_refused_and_never_hides_other_timers(world, kind):
+    """A NaN fire time is refused, and the execution's other timers still come due (a NaN
+    `next_fire` would match no sweep)."""
     store = world.fresh(kind, "numbers")
     exe = Execution(id="n", definition_id="d")
     store.commit(exe, [])
@@ -453,6 +491,8 @@ def test_a_nan_timer_is_refused_and_never_hides_other_timers(world, kind):
 @pytest.mark.parametrize("where", ["context", "event data"])
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
 def test_non_finite_numbers_round_trip_or_are_refused(world, where, value):
+    """A NaN or an infinity in a context or an event's data round-trips as itself or is refused
+    with nothing written, never stored as `null`."""
     store = world.fresh("sync", "numbers")
     payload = {"v": value}
     exe = Execution(id="n", definition_id="d", context=payload if where == "context" else {})
@@ -470,6 +510,8 @@ def test_non_finite_numbers_round_trip_or_are_refused(world, where, value):
     ids=["ack_outbox", "ack_spawn", "purge", "limit"],
 )
 def test_an_int_beyond_int64_is_refused_with_a_value_error(world, call):
+    """An int outside int64 as a seq, a version or a limit is refused with a
+    TypeError/ValueError and nothing is written."""
     store = world.fresh("sync", "numbers")
     store.commit(Execution(id="x", definition_id="d"), [])
     before = world.raw()

@@ -81,6 +81,11 @@ INJECTIONS: dict[str, Callable[[Any], Any]] = {
 
 @pytest.mark.parametrize("call", list(INJECTIONS.values()), ids=list(INJECTIONS))
 def test_operator_injection_through_every_other_value_is_refused(either, client, db_name, call):
+    """Operator injection through every value a caller passes that tests/test_store.py does not
+    already cover (ids of every read, paths, cursors and the ids inside them, statuses,
+    limits, seqs, versions, event ids, emit targets, spawn ids, timer paths, fire times and
+    actions, unvalidated `Execution` fields): refused with TypeError/ValueError, every
+    stored document unchanged."""
     seed(either)
     before = everything(client, db_name)
     with pytest.raises((TypeError, ValueError)):
@@ -90,6 +95,7 @@ def test_operator_injection_through_every_other_value_is_refused(either, client,
 
 @pytest.mark.parametrize("fire_at", [{"$exists": True}, {"$gt": 0}, {"$ne": None}], ids=["exists", "gt", "ne"])
 def test_delete_timer_fire_time_injection_is_refused(either, client, db_name, fire_at):
+    """An operator as `delete_timer`'s fire time is refused and deletes nothing."""
     seed(either)
     before = everything(client, db_name)
     with pytest.raises((TypeError, ValueError)):
@@ -141,6 +147,8 @@ PREFIXES = [
 
 
 def test_the_id_prefix_search_is_literal_for_every_awkward_prefix(either):
+    """The id-prefix search is literal for dots, the fullwidth dot, regex metacharacters, NUL
+    and code point boundaries."""
     for i in PREFIX_IDS:
         either.save(Execution(id=i, definition_id="d"))
     for p in PREFIXES:
@@ -188,6 +196,9 @@ def exercise(store: MongoStore) -> None:
 
 @pytest.mark.parametrize("mechanism", [None, "SCRAM-SHA-256"])
 def test_scram_credentials_in_the_url_work_for_the_sync_store(auth_server, mechanism):
+    """SCRAM-SHA-256 through the URL (a password holding `@:/%?#[]`, `authSource`, optional
+    `authMechanism`) works for the sync store as a user with only `readWrite` on its
+    database."""
     url = app_url(auth_server, **({"authMechanism": mechanism} if mechanism else {}))
     store = MongoStore.from_url(url, "app", retry=QUICK)
     exercise(store)
@@ -195,6 +206,7 @@ def test_scram_credentials_in_the_url_work_for_the_sync_store(auth_server, mecha
 
 
 async def test_scram_credentials_in_the_url_work_for_the_async_store(auth_server):
+    """The same SCRAM credentials work for the async store."""
     store = await AsyncMongoStore.from_url(app_url(auth_server), "app", retry=QUICK)
     exe = Execution(id="b", definition_id="d")
     await store.commit(exe, [("b", Event(kind="A"))])
@@ -204,6 +216,8 @@ async def test_scram_credentials_in_the_url_work_for_the_async_store(auth_server
 
 
 def test_an_unauthenticated_client_is_refused_and_writes_nothing(auth_server):
+    """An unauthenticated sync client is refused with code 13 (Unauthorized) and writes
+    nothing."""
     root: pymongo.MongoClient[Any] = pymongo.MongoClient(f"mongodb://root:rootpw@127.0.0.1:{auth_server.port}/")
     before = everything(root, "app")
     for options in ({}, {"create_schema": False}):
@@ -218,6 +232,7 @@ def test_an_unauthenticated_client_is_refused_and_writes_nothing(auth_server):
 
 
 async def test_an_unauthenticated_async_client_is_refused(auth_server):
+    """An unauthenticated async client is refused with code 13."""
     store = AsyncMongoStore(pymongo.AsyncMongoClient(auth_server.url, serverSelectionTimeoutMS=2000), "app")
     with pytest.raises(OperationFailure) as err:
         await store.commit(Execution(id="intruder", definition_id="d"), [])
@@ -226,6 +241,7 @@ async def test_an_unauthenticated_async_client_is_refused(auth_server):
 
 
 def test_a_user_of_another_database_is_refused(auth_server):
+    """A user of another database is refused with code 13."""
     store = MongoStore(pymongo.MongoClient(app_url(auth_server)), "elsewhere")
     with pytest.raises(OperationFailure) as err:
         store.load("a")
@@ -234,6 +250,8 @@ def test_a_user_of_another_database_is_refused(auth_server):
 
 
 def test_a_wrong_password_is_reported_with_the_password_masked(auth_server):
+    """A wrong password is reported as StoreUnavailable with the password masked in the
+    message."""
     with pytest.raises(StoreUnavailable) as err:
         MongoStore.from_url(app_url(auth_server, password="wrong-Secret"), "app", retry=QUICK)
     text = str(err.value)
@@ -270,6 +288,7 @@ def tls_url(server: EmbeddedServer, ca: Path) -> str:
 
 
 def test_tls_options_in_the_url_work_for_the_sync_store(tls_server):
+    """TLS through the URL (`tls=true&tlsCAFile=...`) works for the sync store."""
     server, ca = tls_server
     store = MongoStore.from_url(tls_url(server, ca), "tls", retry=QUICK)
     exercise(store)
@@ -277,6 +296,7 @@ def test_tls_options_in_the_url_work_for_the_sync_store(tls_server):
 
 
 async def test_tls_options_in_the_url_work_for_the_async_store(tls_server):
+    """TLS through the URL works for the async store."""
     server, ca = tls_server
     store = await AsyncMongoStore.from_url(tls_url(server, ca), "tls", retry=QUICK)
     await store.commit(Execution(id="t", definition_id="d"), [])
@@ -285,12 +305,14 @@ async def test_tls_options_in_the_url_work_for_the_async_store(tls_server):
 
 
 def test_a_plaintext_client_cannot_talk_to_a_tls_server(tls_server):
+    """A plaintext client cannot talk to the TLS server: StoreUnavailable."""
     server, _ = tls_server
     with pytest.raises(StoreUnavailable):
         MongoStore.from_url(server.url, "tls", retry=ONCE)
 
 
 def test_a_tls_client_refuses_a_server_it_cannot_verify(tls_server):
+    """A TLS client without the CA refuses the server: certificate verify failed."""
     server, _ = tls_server
     with pytest.raises(StoreUnavailable, match="CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
         MongoStore.from_url(f"mongodb://127.0.0.1:{server.port}/?tls=true", "tls", retry=ONCE)

@@ -52,7 +52,7 @@ def stop_cleanly(store: MongoStore) -> None:
     store._drive(flows.release_lease(store._state))
 
 
-def test_instances_started_and_stopped_past_the_node_count_never_share_a_seq(shared, db_name, record_figure):
+def test_instances_started_and_stopped_past_the_node_count_never_share_a_seq(shared, db_name, figures):
     """1,100 store instances over the database's life (more than the 1,024 nodes), each
     committing an emit in the very same millisecond: some stop cleanly, some just vanish
     (their lease expires), and every so often the survivors are long gone. No seq repeats,
@@ -80,12 +80,10 @@ def test_instances_started_and_stopped_past_the_node_count_never_share_a_seq(sha
         left = shared[db_name]["harel_executions"].find_one({"_id": owner})
         assert left is not None and left["outbox"] == []
     assert len(cold.pending_outbox()) == instances - 100  # nobody else's entry went with them
-    record_figure("instances", instances)
-    record_figure("distinct seqs", len(seqs))
-    record_figure("nodes reused", instances - len(nodes))
+    figures.set(instances=instances, distinct_seqs=len(seqs), instances_on_a_reused_node=instances - len(nodes))
 
 
-def test_live_instances_minting_at_once_in_one_millisecond_stay_apart(shared, db_name, record_figure):
+def test_live_instances_minting_at_once_in_one_millisecond_stay_apart(shared, db_name, figures):
     """48 instances alive together, each in its own thread minting 300 seqs with the same
     frozen clock: 14,400 seqs, all distinct; each instance on a node of its own."""
     clocks = Clocks()
@@ -106,7 +104,7 @@ def test_live_instances_minting_at_once_in_one_millisecond_stay_apart(shared, db
     assert len({node_of(batch[0]) for batch in out}) == 48
     for batch in out:
         assert batch == sorted(batch) and len({node_of(s) for s in batch}) == 1
-    record_figure("seqs minted at once", len(every))
+    figures.set(instances=len(stores), distinct_seqs=len(every))
 
 
 def test_an_instance_that_outlives_its_lease_keeps_minting_unique_seqs(shared, db_name):

@@ -46,7 +46,7 @@ def document_bytes(client: pymongo.MongoClient[Any], db_name: str, exe_id: str) 
 
 
 @pytest.mark.parametrize("context_kb", [1, 100, 1024, 4096])
-def test_a_traced_execution_with_a_large_context_keeps_committing(mongo_url, db_name, client, ledger, context_kb, record_figure):
+def test_a_traced_execution_with_a_large_context_keeps_committing(mongo_url, db_name, client, ledger, context_kb, figures):
     """24 traced events on one execution whose context holds `context_kb` kB: every commit
     lands, the document stays under the server's limit (with a 4 MB context harel's store and
     this store before the byte bounds stopped after 3 events), and the trace keeps every
@@ -67,11 +67,11 @@ def test_a_traced_execution_with_a_large_context_keeps_committing(mongo_url, db_
         assert steps[-1]["context_out"] == {"omitted_bytes": pytest.approx(context_kb * 1024, rel=0.01)}
     else:
         assert steps[-1]["context_out"]["notes"] == events
-    record_figure(f"document bytes after {events} traced events, {context_kb} kB context", size)
+    figures.set(context_bytes=context_kb * 1024, traced_events=events, document_bytes=size)
     store.close()
 
 
-def test_the_trace_ring_is_bounded_in_bytes_whatever_the_steps(mongo_url, db_name, client, record_figure):
+def test_the_trace_ring_is_bounded_in_bytes_whatever_the_steps(mongo_url, db_name, client, figures):
     """A full ring of the largest steps (each over the per-step bound) stays within
     `trace_max` x `trace_step_bytes`, and its document under the limit with room for the
     dedupe window."""
@@ -86,11 +86,11 @@ def test_the_trace_ring_is_bounded_in_bytes_whatever_the_steps(mongo_url, db_nam
     ring = len(bson.encode({"t": doc["trace"]}))
     assert ring <= 40 * (DEFAULT_TRACE_STEP_BYTES + 64)
     assert [s["i"] for s in store.read_trace("ring")] == list(range(20, 60))  # slimmed, still indexed
-    record_figure("trace ring bytes (40 steps of 400 kB each)", ring)
+    figures.set(steps_kept=40, step_bytes_offered=len(str(wide)), ring_bytes=ring)
     store.close()
 
 
-def test_long_event_ids_are_remembered_in_bounded_bytes(mongo_url, db_name, client, record_figure):
+def test_long_event_ids_are_remembered_in_bounded_bytes(mongo_url, db_name, client, figures):
     """Event ids of 50 kB each: 400 of them would be 20 MB in the dedupe window (a wedged
     execution); a long id is remembered by its digest, and still recognised, as is one
     harel's store wrote whole."""
@@ -107,7 +107,7 @@ def test_long_event_ids_are_remembered_in_bounded_bytes(mongo_url, db_name, clie
     assert store.is_processed("ids", legacy)  # harel's store kept the id itself
     size = document_bytes(client, db_name, "ids")
     assert size < 200_000
-    record_figure("document bytes after 400 events with 50 kB ids", size)
+    figures.set(events=400, event_id_bytes=50_004, document_bytes=size)
     store.close()
 
 

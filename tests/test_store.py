@@ -309,8 +309,11 @@ def test_unmigrated_harel_documents_keep_their_timers_and_trace_order(mongo_url,
 
 
 def test_pending_work_within_one_execution_tree(either):
-    for i in ("o1", "o1:Fork.A:0", "o1:Fork.A:0:Pick:1", "o10", "o2"):
-        either.commit(Execution(id=i, definition_id="d"), [(None, Event(kind=i))], spawns=((i + ":c", "C", {}),))
+    # a tree is its parent_id chain, as harel writes it (tests/test_reliability_ids.py: any id)
+    parents = {"o1": None, "o1:Fork.A:0": "o1", "o1:Fork.A:0:Pick:1": "o1:Fork.A:0", "o10": None, "o2": None}
+    for i, parent in parents.items():
+        exe = Execution(id=i, definition_id="d", parent_id=parent)
+        either.commit(exe, [(None, Event(kind=i))], spawns=((i + ":c", "C", {}),))
     tree = {"o1", "o1:Fork.A:0", "o1:Fork.A:0:Pick:1"}
     assert {e.event.kind for e in either.pending_outbox(within="o1")} == tree
     assert {s.parent_id for s in either.pending_spawns(within="o1")} == tree

@@ -174,12 +174,19 @@ class LegacySummaryView(SummaryView):
 
 
 class OutboxView(BaseModel):
+    """`pending_outbox`: the entries, and the holder's parent, which decides whether the
+    holder is in the tree a scoped relay asked for (`pending_outbox(within=...)`)."""
+
     id: str = Field(alias="_id")
+    parent_id: Optional[str] = None
     outbox: list[OutboxItem] = []
 
 
 class SpawnView(BaseModel):
+    """`pending_spawns`, as `OutboxView`."""
+
     id: str = Field(alias="_id")
+    parent_id: Optional[str] = None
     spawns: list[SpawnItem] = []
 
 

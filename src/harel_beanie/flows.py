@@ -465,19 +465,95 @@ def append_trace(st: StoreState, execution_id: str, entry: dict[str, Any]) -> Fl
 # --- relays and sweeps --------------------------------------------------------------------
 
 
-def in_tree(execution_id: Optional[str]) -> Callable[[Mapping[str, Any]], bool]:
-    """Whether a document is `execution_id` or one of its descendants (harel names a child
-    `<parent id>:<path>:<n>`); every document for None. Applied to what the pending-entry
-    index returned (a few documents), which beats an `_id` range that some servers scan."""
-    if execution_id is None:
-        return lambda doc: True
-    below = require_str("execution id", execution_id) + ":"
-    return lambda doc: doc["_id"] == execution_id or str(doc["_id"]).startswith(below)
+class _Unknown:
+    """The parent of a document not read yet (or written by harel's store, not migrated)."""
+
+
+_UNKNOWN = _Unknown()
+
+
+def _parent_of(doc: Mapping[str, Any]) -> Optional[str] | _Unknown:
+    """A document's parent id: the promoted field, else (a document harel's store wrote)
+    the one inside `data`, else unknown."""
+    if "parent_id" in doc:
+        parent = doc["parent_id"]
+        return parent if parent is None or isinstance(parent, str) else None
+    if isinstance(doc.get("data"), str):
+        parent = json.loads(doc["data"]).get("parent_id")
+        return parent if isinstance(parent, str) else None
+    return _UNKNOWN
+
+
+def in_tree(execution_id: str, parents: Mapping[str, Optional[str] | _Unknown]) -> Callable[[str], Optional[bool] | str]:
+    """Whether the execution with a given id is `execution_id` or one of its descendants,
+    decided by the `parent_id` chain in `parents` (id -> parent id): True, False, or the id
+    of the ancestor whose parent must be read first.
+
+    An id says nothing by itself: a user may name a root `a:b`, which is no child of `a`.
+    It only rules out: harel names every child `<parent id>:<path>:<n>`, so the id of each
+    descendant, and of each ancestor between it and `execution_id`, starts with
+    `execution_id + ":"`. A chain leaving that prefix, ending at a root or at a document
+    that no longer exists is outside the tree."""
+    below = execution_id + ":"
+    verdicts: dict[str, bool] = {execution_id: True}
+
+    def decide(doc_id: str) -> Optional[bool] | str:
+        chain: list[str] = []
+        at: Optional[str] = doc_id
+        while True:
+            if at is not None and at in verdicts:
+                verdict = verdicts[at]
+                break
+            if at is None or not at.startswith(below) or at in chain:
+                verdict = False  # a root, another tree, or a cycle (never written by harel)
+                break
+            parent = parents.get(at, _UNKNOWN)
+            if isinstance(parent, _Unknown):
+                return at  # read its parent, then ask again
+            chain.append(at)
+            at = parent
+        for member in chain:
+            verdicts[member] = verdict
+        return verdict
+
+    return decide
+
+
+def tree_docs(st: StoreState, within: Optional[str], docs: list[dict[str, Any]]) -> Flow[list[dict[str, Any]]]:
+    """The documents among `docs` (each with `_id` and, promoted, `parent_id`) that are
+    `within` or its descendants; all of them for None.
+
+    The parent of each document is in `docs` already, so a child of `within`, or a
+    descendant whose ancestors below `within` hold pending work too, is decided without
+    I/O. Only an id that starts like a descendant's but whose parent is neither `within`
+    nor among `docs` costs a read: one `_id` point read of the missing ancestors per level
+    of the tree, projecting their parent only."""
+    if within is None:
+        return docs
+    require_str("execution id", within)
+    below = within + ":"
+    candidates = [d for d in docs if d["_id"] == within or str(d["_id"]).startswith(below)]
+    if not candidates:
+        return []
+    parents: dict[str, Optional[str] | _Unknown] = {d["_id"]: _parent_of(d) for d in docs}
+    decide = in_tree(within, parents)
+    proj = {"parent_id": 1, "data": 1} if st.compat else {"parent_id": 1}
+    while True:
+        verdicts = {d["_id"]: decide(d["_id"]) for d in candidates}
+        missing = sorted({v for v in verdicts.values() if isinstance(v, str)})
+        if not missing:
+            return [d for d in candidates if verdicts[d["_id"]] is True]
+        found = yield Find("executions", {"_id": {"$in": missing}}, proj)
+        for doc_id in missing:
+            parents[doc_id] = None  # gone (purged): the chain ends outside the tree
+        for doc in found:
+            parent = _parent_of(doc)
+            parents[doc["_id"]] = None if isinstance(parent, _Unknown) else parent
 
 
 def pending_outbox(st: StoreState, within: Optional[str] = None) -> Flow[list[OutboxEntry]]:
     docs = yield Find("executions", {"outbox.seq": ANY_SEQ}, projection(OutboxView))
-    entries, owners = records.outbox_entries(filter(in_tree(within), docs))
+    entries, owners = records.outbox_entries((yield from tree_docs(st, within, docs)))
     st.remember(owners)
     return entries
 
@@ -488,7 +564,7 @@ def ack_outbox(st: StoreState, seq: int) -> Flow[None]:
 
 def pending_spawns(st: StoreState, within: Optional[str] = None) -> Flow[list[SpawnEntry]]:
     docs = yield Find("executions", {"spawns.seq": ANY_SEQ}, projection(SpawnView))
-    entries, owners = records.spawn_entries(filter(in_tree(within), docs))
+    entries, owners = records.spawn_entries((yield from tree_docs(st, within, docs)))
     st.remember(owners)
     return entries
 

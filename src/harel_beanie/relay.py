@@ -16,7 +16,8 @@ when `harel-beanie demo` first ran the shop models:
 
 So the commands run each handler's relay over `ScopedStore`: the store as it is, except
 that the pending outbox and spawns it shows are those of the handled execution and its
-descendants (harel names a child `<parent id>:<path>:<n>`). What a relay still leaves
+descendants, by their `parent_id` chain: never those of another root whose id merely starts
+like a child's (a user may name a root `a:b`; harel names `a`'s children `a:<path>:<n>`). What a relay still leaves
 behind (a crash, a conflict) is picked up by `sweep`, which relays each owner's entries
 with that owner's own definition. Nothing here changes what harel commits.
 """
@@ -38,11 +39,18 @@ log = logging.getLogger(__name__)
 
 class ScopedStore:
     """`store`, with `pending_outbox` / `pending_spawns` narrowed to `execution_id` and its
-    descendants (the store's `within=` reads, served by the `_id` index)."""
+    descendants (the store's `within=` reads: the pending entries' index, then the holders'
+    `parent_id` chain).
 
-    def __init__(self, store: Any, execution_id: str) -> None:
+    With `own_spawns`, the spawns shown are only those `execution_id` itself holds: a
+    descendant may run another machine (an invoked submachine) and its regions must be
+    created with its definition, not this one's. The sweep, which visits every owner with
+    its own definition anyway, relays that way."""
+
+    def __init__(self, store: Any, execution_id: str, *, own_spawns: bool = False) -> None:
         self._store = store
         self._execution_id = execution_id
+        self._own_spawns = own_spawns
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
@@ -51,7 +59,10 @@ class ScopedStore:
         return list(await self._store.pending_outbox(within=self._execution_id))
 
     async def pending_spawns(self) -> list[Any]:
-        return list(await self._store.pending_spawns(within=self._execution_id))
+        spawns = await self._store.pending_spawns(within=self._execution_id)
+        if self._own_spawns:
+            return [s for s in spawns if s.parent_id == self._execution_id]
+        return list(spawns)
 
 
 async def sweep(
@@ -62,7 +73,8 @@ async def sweep(
     clock: Callable[[], float] = time.time,
     trace: bool = False,
 ) -> int:
-    """Relay every execution's pending outbox and spawns with its own definition. Returns
+    """Relay every execution's pending outbox and spawns with its own definition (each
+    owner's pass creates only the children it spawned itself). Returns
     how many executions held any. A relay that conflicts with a handler doing the same is
     left for the next sweep. `trace` as the worker's: the children it starts record their
     first step too."""
@@ -77,7 +89,7 @@ async def sweep(
             continue
         driver = AsyncTransportDriver(
             defn,
-            ScopedStore(store, doc["_id"]),
+            ScopedStore(store, doc["_id"], own_spawns=True),
             transport,
             clock,
             definitions=definitions,
