@@ -3,10 +3,10 @@ harel's three runners — `DurableRunner` (sync store), `AsyncDurableRunner` and
 `AsyncDistributedRunner` + `AsyncWorker` pair (async store, a transport) — and every run
 compared with the same run on harel's own in-memory store (`DictStore` / `AsyncDictStore`).
 
-Each scenario is a script (`harel_beanie.workloads`: create, send, let time pass, control
+Each scenario is a script (`harel_beanie.drivers`: create, send, let time pass, control
 commands) with expectations along the way (`Expect`) and at the end (`final`: every
 execution the run leaves, status / outcome / state). The differential compares what the two
-stores hold at the end (`workloads.snapshot`): every `Execution.model_dump()`, each trace,
+stores hold at the end (`drivers.snapshot`): every `Execution.model_dump()`, each trace,
 the armed timers, the pending outbox and spawns. Nothing is excluded from the executions:
 the runs share a `ManualClock`, so even `created_at` / `updated_at` / `finished_at` match.
 One thing is normalised, for the async drivers only: in a trace, a batch of consecutive
@@ -30,7 +30,7 @@ from harel.engine.aio_transport import AsyncInMemoryTransport
 from harel.spec.states import Event
 
 from harel_beanie import AsyncMongoStore
-from harel_beanie.workloads import (
+from harel_beanie.drivers import (
     AsyncDurable,
     AsyncWorkerDriver,
     Control,
@@ -40,11 +40,11 @@ from harel_beanie.workloads import (
     SyncDurable,
     Timers,
     asnapshot,
-    load_models,
     open_mongo_transport,
     order_steps,
     snapshot,
 )
+from harel_beanie.loader import load_models
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
 

@@ -21,7 +21,7 @@ when nothing else is armed that they could overtake: 15 minutes when a wave of o
 finished paying (their cooling-off), 8 days at the end (the lost parcels).
 
 What is compared, and why. The same orders are run once more, uninterrupted, on harel's
-in-memory `AsyncDictStore` and transport (`workloads.AsyncWorkerDriver`, a manual clock that
+in-memory `AsyncDictStore` and transport (`drivers.AsyncWorkerDriver`, a manual clock that
 jumps straight to each timer). Each order's fate is a function of its inputs, not of timing
 or interleaving, so after the crash run the two must hold:
 
@@ -82,7 +82,7 @@ from harel_beanie.connect import RetryPolicy
 from harel_beanie.embedded import EmbeddedServer
 from harel_beanie.stack import open_transport
 from harel_beanie.where import Target
-from harel_beanie.workloads import (
+from harel_beanie.drivers import (
     EPOCH,
     AsyncWorkerDriver,
     Control,
@@ -91,8 +91,8 @@ from harel_beanie.workloads import (
     Send,
     Timers,
     asnapshot,
-    load_models,
 )
+from harel_beanie.loader import load_models
 from tests.crash_clock import ClockControl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,7 +187,7 @@ def plan_orders(count: int, waves: int, seed: int) -> list[OrderPlan]:
 
 
 def reference_steps(p: OrderPlan) -> list[Any]:
-    """The same order, uninterrupted, as a `workloads` script."""
+    """The same order, uninterrupted, as a `drivers` script."""
     steps: list[Any] = [Create("Order", p.oid, p.context())]
     if p.ending == "cancel_cooling":
         return steps + [Timers(within=200), Control("cancel", p.oid), Timers(within=3600)]

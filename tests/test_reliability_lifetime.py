@@ -21,7 +21,7 @@ from pymongo.errors import AutoReconnect, DuplicateKeyError
 
 from harel_beanie import MongoStore, calls
 from harel_beanie.commit import COMMIT_TOKENS
-from harel_beanie.workloads import load_models
+from harel_beanie.loader import load_models
 from tests.both import BlockingAsyncStore, make_store
 
 COMMIT_UPDATE = lambda c: isinstance(c, calls.UpdateOne) and isinstance(c.update, dict) and "commit_tokens" in c.update.get("$push", {})  # noqa: E731

@@ -20,7 +20,7 @@ from harel.spec.states import Event
 
 from harel_beanie import ExecutionTooLarge, MongoStore
 from harel_beanie.commit import DEFAULT_TRACE_STEP_BYTES, MAX_DOCUMENT_BYTES, data_budget
-from harel_beanie.workloads import load_models
+from harel_beanie.loader import load_models
 
 MODEL = """
 event Note {}

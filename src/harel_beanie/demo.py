@@ -52,7 +52,8 @@ from harel_beanie.async_store import AsyncMongoStore
 from harel_beanie.relay import sweep
 from harel_beanie.stack import LABEL, CommandCounter, CountingWorker, open_client, open_transport, transport_collections
 from harel_beanie.where import ConfigError, Target
-from harel_beanie.workloads import ManualClock, default_models_dir, load_models
+from harel_beanie.drivers import ManualClock
+from harel_beanie.loader import default_models_dir, load_models
 
 FINISHED = ("DONE", "FAILED", "CANCELLED")
 DAY = 86_400.0

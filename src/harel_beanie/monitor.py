@@ -20,7 +20,7 @@ from harel.config import Config
 
 from harel_beanie.stack import open_sync_store
 from harel_beanie.where import ConfigError, Target
-from harel_beanie.workloads import load_models
+from harel_beanie.loader import load_models
 
 
 def definition_source(directory: Optional[str]) -> Any:

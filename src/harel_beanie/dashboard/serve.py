@@ -58,7 +58,7 @@ def build_app(
         raise ConfigError("--allow needs --definitions DIR: harel's runner needs the machines to act on executions")
     definitions = None
     if definitions_dir:
-        from harel_beanie.workloads import load_models
+        from harel_beanie.loader import load_models
 
         try:
             definitions = load_models(definitions_dir)

@@ -1,13 +1,10 @@
-"""Run the statechart workloads in `models/` on a store, with harel's own runners.
+"""Drivers for tests and the benchmark: harel's own runners replaying a script on a store.
 
 Why this module exists: the store is only worth something if harel's engine runs real
 machines on it — invokes, forks and joins, fan-outs, durable timers, the outbox, the
-control plane. The engine tests, the demo command and the benchmark all need the same
-three things, written once here:
+control plane. The engine tests, the demo command and the benchmark need the same pieces,
+written once here (loading the models they run is `harel_beanie.loader`'s job):
 
-- `load_models(path)`: every machine of every `*.stm` in a directory, validated, keyed by
-  definition id, with the directory put on `sys.path` so the models' dotted action names
-  (`shop_actions.capture`) import.
 - Drivers with one shape over harel's three ways of running a machine: `SyncDurable`
   (`DurableRunner` over a sync store), `AsyncDurable` (`AsyncDurableRunner` over an async
   store) and `AsyncWorkerDriver` (`AsyncDistributedRunner` queues onto a transport, an
@@ -20,74 +17,32 @@ three things, written once here:
   what a store holds at the end, for comparing runs on different stores.
 
 Nothing here is Mongo-specific except `open_mongo_transport` (harel's `AsyncMongoTransport`,
-the deployment's queue, on a Motor client): the drivers take any harel store or transport.
+the deployment's queue, opened by `harel_beanie.stack`): the drivers take any harel store
+or transport.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
-import sys
+import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence, Union
 
 from harel.definition.model import Definition
-from harel.dsl import definition_from_dsl_file, parse
 from harel.engine.aio.distributed import AsyncDistributedRunner, AsyncWorker
 from harel.engine.aio.durable import AsyncDurableRunner
 from harel.engine.durable import DurableRunner
 from harel.engine.schema import DEFAULT_PREFIX
 from harel.spec.states import Event
 
+from harel_beanie.connect import RetryPolicy
+from harel_beanie.stack import open_transport
+from harel_beanie.where import Target
+
 # A clock start far from 0, so timestamps look like real epoch seconds.
 EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 CONTROL_COMMANDS = ("cancel", "terminate", "suspend", "resume", "purge")
-
-
-def default_models_dir() -> Path:
-    """`models/` of the source checkout this package runs from."""
-    return Path(__file__).resolve().parents[2] / "models"
-
-
-# --- loading -----------------------------------------------------------------------------
-
-
-def load_models(path: Union[str, Path, None] = None) -> dict[str, Definition]:
-    """Every machine declared in `path`/*.stm (default `models/`), validated, keyed by its
-    definition id. Machines a model `import`s come along as its submachines (the runners
-    register them under their `alias.Name`). `path` goes on `sys.path` (once) so the action
-    modules beside the models import; every action a definition names is imported here, so
-    a typo fails at load, not at the first event that reaches it."""
-    directory = Path(path) if path is not None else default_models_dir()
-    directory = directory.resolve()
-    if not directory.is_dir():
-        raise FileNotFoundError(f"no models directory at {directory}")
-    if str(directory) not in sys.path:
-        sys.path.insert(0, str(directory))
-        importlib.invalidate_caches()
-    registry: dict[str, Definition] = {}
-    for stm in sorted(directory.glob("*.stm")):
-        for name in parse(stm.read_text()).machines:
-            defn = definition_from_dsl_file(stm, name, validate=True)
-            if defn.id in registry:
-                raise ValueError(f"machine {defn.id!r} is declared twice (again in {stm.name})")
-            _import_actions(defn)
-            registry[defn.id] = defn
-    return registry
-
-
-def _import_actions(defn: Definition) -> None:
-    for d in (defn, *defn.submachines.values()):
-        for node in d.index.values():
-            refs = [node.on_enter, node.on_exit, node.on_activity]
-            refs += [t.selector.action for t in node.transitions if t.selector is not None]
-            for ref in refs:
-                if ref is not None and isinstance(ref.function, str):
-                    module, _, attr = ref.function.rpartition(".")
-                    if not callable(getattr(importlib.import_module(module, ref.package), attr, None)):
-                        raise ImportError(f"{d.id}: action {ref.function!r} is not a function")
 
 
 # --- the clock ---------------------------------------------------------------------------
@@ -378,17 +333,11 @@ class AsyncWorkerDriver(_AsyncDriver):
 
 async def open_mongo_transport(url: str, db_name: str, *, clock: Any = None, prefix: str = DEFAULT_PREFIX) -> Any:
     """harel's `AsyncMongoTransport` (what a deployment queues on, `harel[mongo]`) on a new
-    Motor client for `url`, its claim index created. `clock` defaults to the wall clock;
-    pass the run's `ManualClock` to replay a script. Close it with `await t.close()`."""
-    import time
-
-    import motor.motor_asyncio
-    from harel.engine.aio_transport import AsyncMongoTransport
-
-    client: Any = motor.motor_asyncio.AsyncIOMotorClient(url)
-    transport = AsyncMongoTransport(client, db_name, clock=clock or time.time, prefix=prefix)
-    await transport._locks.create_index("available_at")  # the index its claim sorts on
-    return transport
+    client for `url`, opened the way the commands open it (`harel_beanie.stack.open_transport`).
+    `clock` defaults to the wall clock; pass the run's `ManualClock` to replay a script.
+    Close it with `await t.close()`."""
+    target = Target(url, db_name, prefix, RetryPolicy(), source="driver")
+    return await open_transport(target, clock=clock or time.time)
 
 
 def _next_fire(due: Sequence[tuple[str, str, float]], now: float) -> Optional[float]:
