@@ -1,5 +1,5 @@
 """The `harel-beanie` command line: refusals (one line, exit 2), `status` on a backlog the
-test really creates, `monitor` driven through Textual's pilot, `migrate` dispatch.
+test really creates, `monitor` driven through Textual's pilot, `migrate` parsed like the others.
 
 Commands run as a user runs them: `python -m harel_beanie ...` in a child process, pointed
 at the session's server with `--url`. The helpers here are shared by the other CLI tests.
@@ -125,15 +125,20 @@ def test_help_lists_every_command(tmp_path):
         assert sub.returncode == 0 and "--url" in sub.stdout, sub.stderr
 
 
-def test_migrate_is_dispatched_to_its_module(monkeypatch):
+def test_migrate_is_parsed_like_every_command(monkeypatch):
+    """`migrate` is one more command of the same parser, resolving --url/--db/--prefix by
+    the same rules, and run by its own module."""
     import harel_beanie
     from harel_beanie import migrate
+    from harel_beanie.migrate import command
 
-    seen: list[list[str]] = []
-    monkeypatch.setattr(migrate, "main", lambda argv: seen.append(argv) or 0)
+    for var in _SCRUB:
+        monkeypatch.delenv(var, raising=False)
+    seen: list[tuple[str, str, str, str]] = []
+    monkeypatch.setattr(command, "main", lambda args, t: seen.append((args.action, t.url, t.db, t.prefix)) or 0)
     assert harel_beanie.migrate is migrate
     assert cli.main(["migrate", "up", "--url", "mongodb://x"]) == 0
-    assert seen == [["up", "--url", "mongodb://x"]]
+    assert seen == [("up", "mongodb://x", "harel", "harel")]
 
 
 # --- status -------------------------------------------------------------------------------

@@ -2,10 +2,12 @@
 
 Why this module exists: one entry point for running statechart workloads on the store
 (`demo`, `worker`), watching them (`status`, `monitor`, `dashboard`), removing finished ones
-(`prune`) and evolving the schema (`migrate`, dispatched to `harel_beanie.migrate`). This module only parses flags and turns the errors a
-user can cause — a wrong flag, an unreachable server, a missing directory, a database in
-another layout — into one line on stderr and exit code 2. Each command lives in its own
-module, imported only when it runs.
+(`prune`) and evolving the schema (`migrate`). This module only parses flags — one parser,
+and one set of `--url`/`--db`/`--prefix` rules (`harel_beanie.where`) for every command —
+and turns the errors a user can cause — a wrong flag, an unreachable server, a missing
+directory, a database in another layout — into one line on stderr and exit code 2 (a
+command that refuses or fails on its own terms raises `CommandFailed`: one line, its exit
+code). Each command lives in its own module, imported only when it runs.
 """
 
 from __future__ import annotations
@@ -21,6 +23,14 @@ PROG = "harel-beanie"
 
 class UsageError(Exception):
     pass
+
+
+class CommandFailed(Exception):
+    """A command refused or failed in a way it explains: printed as one line, exit `code`."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class _Parser(argparse.ArgumentParser):
@@ -157,7 +167,18 @@ def build_parser() -> argparse.ArgumentParser:
     _connection(prune, embedded=True)
     prune.set_defaults(handler=_prune)
 
-    sub.add_parser("migrate", help="bring a database's layout up to date (harel-beanie migrate --help)", add_help=False)
+    migrate = sub.add_parser("migrate", help="move a database between layout versions (0: harel's MongoStore layout)",
+                             description="Move a harel-beanie database between layout versions (0 is harel's own "
+                             "MongoStore layout), in batches, resuming where an interrupted run stopped. Stop the "
+                             "workers on the database first.")  # fmt: skip
+    migrate.add_argument("action", choices=("up", "down", "status"), help="up: to this package's layout; "
+                         "down: one version back (or --to); status: what the database holds")  # fmt: skip
+    migrate.add_argument("--to", type=int, metavar="VERSION", help="target layout version (0 = harel's MongoStore)")
+    migrate.add_argument("--batch-size", type=_positive_int, metavar="N", help="executions per batch (default 500)")
+    _connection(migrate, embedded=False)
+    # the flag's name before migrate shared the other commands' connection flags
+    migrate.add_argument("--timeout", dest="connect_timeout", type=_positive_float, help=argparse.SUPPRESS)
+    migrate.set_defaults(handler=_migrate)
     return parser
 
 
@@ -234,10 +255,13 @@ def _prune(args: Any) -> int:
         return prune.main(args, target)
 
 
-def _migrate(argv: Sequence[str]) -> int:
-    from harel_beanie import migrate
+def _migrate(args: Any) -> int:
+    # never the embedded server: a migration is for a deployment's database, and the
+    # embedded one's data was written by this package, at its layout
+    from harel_beanie.migrate import command
 
-    return int(migrate.main(list(argv)) or 0)
+    with _target(args, embedded_ok=False, say=_stderr) as target:
+        return command.main(args, target)
 
 
 # --- entry point --------------------------------------------------------------------------
@@ -255,8 +279,6 @@ def _one_line(exc: BaseException) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "migrate":
-        return _migrate(argv[1:])
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)
@@ -283,6 +305,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (ConfigError, StoreUnavailable, SchemaMismatch) as exc:
         _stderr(f"{where}: {_one_line(exc)}")
         return 2
+    except CommandFailed as exc:
+        _stderr(f"{where}: {_one_line(exc)}")
+        return exc.code
     except KeyboardInterrupt:
         _stderr(f"{where}: interrupted")
         return 130

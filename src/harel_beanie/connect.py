@@ -56,13 +56,26 @@ class RetryPolicy:
             yield 0.0 if i == 0 else self.delay
 
 
+#: Where the driver's own additions to a message start: its timeout settings, its topology
+#: description, the server's whole reply.
+_DRIVER_TAILS = (" (configured timeouts", ", Timeout:", ", full error:")
+
+
+def driver_message(err: BaseException, limit: int = 240) -> str:
+    """What went wrong, in the driver's words, on one line: its first clause (refused,
+    unknown host, authentication failed, ...) without the timeout settings, topology dump or
+    full server reply it appends, any password in a URL masked, at most `limit` characters."""
+    text = str(err).strip()
+    text = text.splitlines()[0] if text else type(err).__name__
+    for tail in _DRIVER_TAILS:
+        text = text.split(tail, 1)[0]
+    return mask_url(text)[:limit]
+
+
 def unreachable_message(url: str, policy: RetryPolicy, last: BaseException | None) -> str:
     reason = "no reply"
     if last is not None:
-        # the driver appends its whole topology description: keep the first clause, which
-        # says what went wrong (refused, unknown host, authentication failed, ...)
-        detail = str(last).split(", Timeout:")[0].split(" (configured timeouts")[0]
-        reason = f"{type(last).__name__}: {mask_url(detail)[:240]}"
+        reason = f"{type(last).__name__}: {driver_message(last)}"
     return (
         f"MongoDB at {mask_url(url)} did not answer a ping after {policy.attempts} attempts "
         f"over about {policy.delay * (policy.attempts - 1):.0f}s: {reason}"

@@ -51,7 +51,7 @@ from rich.table import Table
 from harel_beanie.async_store import AsyncMongoStore
 from harel_beanie.relay import sweep
 from harel_beanie.stack import LABEL, CommandCounter, CountingWorker, open_client, open_transport, transport_collections
-from harel_beanie.where import ConfigError, Target
+from harel_beanie.where import DEFAULT_DB, ConfigError, Target
 from harel_beanie.drivers import ManualClock
 from harel_beanie.loader import default_models_dir, load_models
 
@@ -479,7 +479,7 @@ def report(console: Console, target: Target, result: Result, workers: int, concu
     console.print(f"  this run's ids start with {r.run_id}-")
     console.print()
     flags = "" if target.source == "embedded" else f" --url '{target.masked_url}'"
-    flags += "" if target.db == "harel" else f" --db {target.db}"
+    flags += "" if target.db == DEFAULT_DB else f" --db {target.db}"
     command = _command()
     console.print("Look at them:")
     console.print(f"  {command} status{flags}")

@@ -62,6 +62,16 @@ def decode_path(key: str) -> str:
     return "".join(out)
 
 
+def harel_timer_key(key: str) -> str:
+    """The `timers` field name harel's store uses for the path `key` stands for. This store's
+    encoding is harel's for every ordinary path; a path harel cannot store (empty, a leading
+    `$`, a NUL) keeps this store's key."""
+    path = decode_path(key)
+    if not path or path.startswith("$") or "\x00" in path:
+        return key
+    return path.replace(".", _DOT)
+
+
 def timer_field(path: str) -> str:
     """The dotted update path of a node's timer."""
     return "timers." + encode_path(path)

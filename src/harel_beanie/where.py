@@ -32,6 +32,13 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 
 from harel_beanie.connect import RetryPolicy, mask_url
 
+#: Where every command looks for its server, database and prefix when no flag names them:
+#: the variables harel's own worker reads (then the tests' `MONGODB_URL`), so both find the
+#: same data by default.
+URL_ENV = ("HAREL_MONGO_URL", "MONGODB_URL")
+DB_ENV = "HAREL_MONGO_DB"
+PREFIX_ENV = "HAREL_PREFIX"
+DEFAULT_DB = "harel"
 DEFAULT_DATA_DIR = "harel-beanie-data"
 HANDOFF_FILE = "server.json"
 CLI_RETRY = RetryPolicy(attempts=5, delay=0.5, timeout_ms=1000)
@@ -67,7 +74,7 @@ def url_from(flag: Optional[str], env: Mapping[str, str]) -> tuple[Optional[str]
     if flag:
         found = flag, "--url"
     else:
-        for var in ("HAREL_MONGO_URL", "MONGODB_URL"):
+        for var in URL_ENV:
             if env.get(var):
                 found = env[var], var
                 break
@@ -90,20 +97,40 @@ def retry_policy(attempts: Optional[int], timeout: Optional[float]) -> RetryPoli
     return policy
 
 
-def db_and_prefix(db: Optional[str], prefix: Optional[str], env: Mapping[str, str]) -> tuple[str, str]:
-    """The database and prefix, checked the way the store checks them (so a bad name is one
-    line here, not an exception from deep inside the driver)."""
-    from harel.engine.schema import Names
+def prefix_from(flag: Optional[str], env: Mapping[str, str]) -> str:
+    """The collection prefix (`--prefix`, else `HAREL_PREFIX`, else harel's default),
+    checked by harel's own rule for collection names."""
+    from harel.engine.schema import DEFAULT_PREFIX, Names
 
-    db = db or env.get("HAREL_MONGO_DB") or "harel"
-    prefix = prefix or env.get("HAREL_PREFIX") or "harel"
-    if any(c in db for c in '/\\. "$\x00'):
-        raise ConfigError(f"{db!r} is not a MongoDB database name")
+    prefix, source = (flag, "--prefix") if flag else (env.get(PREFIX_ENV), PREFIX_ENV)
+    if not prefix:
+        return str(DEFAULT_PREFIX)
     try:
         Names(prefix)
     except ValueError as exc:
-        raise ConfigError(f"prefix {prefix!r} is refused: {exc}") from None
-    return db, prefix
+        raise ConfigError(f"{source}: prefix {prefix!r} is refused: {exc}") from None
+    return prefix
+
+
+def db_from(flag: Optional[str], env: Mapping[str, str]) -> str:
+    """The database (`--db`, else `HAREL_MONGO_DB`, else harel), checked by the store's own
+    rule (`StoreSettings`), so a command refuses in one line exactly what the store would
+    refuse deep inside."""
+    from harel_beanie.settings import StoreSettings
+
+    db, source = (flag, "--db") if flag else (env.get(DB_ENV), DB_ENV)
+    if not db:
+        return DEFAULT_DB
+    try:
+        StoreSettings(db_name=db)
+    except ValueError:
+        raise ConfigError(f"{source}: {db!r} is not a MongoDB database name") from None
+    return db
+
+
+def db_and_prefix(db: Optional[str], prefix: Optional[str], env: Mapping[str, str]) -> tuple[str, str]:
+    """The database and prefix (see `db_from`, `prefix_from`)."""
+    return db_from(db, env), prefix_from(prefix, env)
 
 
 # --- the embedded server on the data folder --------------------------------------------------

@@ -1,0 +1,58 @@
+"""Layout migrations: adopt a database harel's MongoStore wrote, and evolve this store's layout.
+
+The pieces, each in a module of its own:
+
+- `engine`: the `Migrator` that runs steps safely with no transactions (batches, a progress
+  record to resume from, writes guarded on each document's version, the version checks);
+- one module per step (`adopt_harel_mongostore`: version 1 over harel's layout), listed in
+  `steps.STEPS`;
+- `command`: `harel-beanie migrate up|down|status`, parsed by the package's one command
+  line (`harel_beanie.cli`) with the same `--url`/`--db`/`--prefix` rules as every command;
+  `python -m harel_beanie.migrate ...` and `main(argv)` below run the same.
+
+Beanie's CLI runs the same steps: each file in `migrations/` is a Beanie migration whose
+`Forward` / `Backward` call `run_beanie_step` for its version (the prefix comes from
+`HAREL_PREFIX`, since Beanie's CLI has no option for it).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional, Sequence
+
+from harel_beanie.migrate.adopt_harel_mongostore import ADDED_FIELDS
+from harel_beanie.migrate.engine import (
+    BATCH_SIZE,
+    PROGRESS_ID,
+    LayoutStatus,
+    MigrationError,
+    Migrator,
+    Step,
+    StepReport,
+    run_beanie_step,
+)
+from harel_beanie.migrate.steps import STEPS
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """`harel-beanie migrate` with `argv` (default: this process's arguments). Exit status:
+    0 done, 1 the migration refused or failed (the message says why; re-running resumes),
+    2 bad arguments or no server."""
+    from harel_beanie import cli
+
+    return cli.main(["migrate", *(sys.argv[1:] if argv is None else argv)])
+
+
+__all__ = [
+    "ADDED_FIELDS",
+    "BATCH_SIZE",
+    "LayoutStatus",
+    "MigrationError",
+    "Migrator",
+    "PROGRESS_ID",
+    "STEPS",
+    "Step",
+    "StepReport",
+    "main",
+    "run_beanie_step",
+]

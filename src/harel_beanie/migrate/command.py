@@ -1,0 +1,60 @@
+"""`harel-beanie migrate up|down|status`: the migration engine from the command line.
+
+Why this module exists: `harel_beanie.cli` parses the flags and `harel_beanie.where`
+resolves the server, database and prefix, as for every command; this module turns the
+action into `Migrator` calls, prints what each step did, and turns what can go wrong during
+a migration into one line: a refusal or failure (exit 1: the message says what to do, and
+running the same command again resumes), an interruption (exit 130, resumable too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pymongo.errors import PyMongoError
+
+from harel_beanie.cli import CommandFailed
+from harel_beanie.connect import driver_message
+from harel_beanie.documents import SCHEMA_VERSION
+from harel_beanie.migrate.engine import BATCH_SIZE, MigrationError, Migrator
+from harel_beanie.stack import open_client
+from harel_beanie.where import ConfigError, Target
+
+RESUME = "run the same command again to resume"
+
+
+async def run(args: Any, target: Target) -> None:
+    client = await open_client(target)
+    try:
+        m = Migrator(client[target.db], target.prefix, batch_size=args.batch_size or BATCH_SIZE, say=print)
+        if args.action == "status":
+            for line in (await m.status()).lines(m.where):
+                print(line)
+            return
+        if args.action == "up":
+            await m.up(SCHEMA_VERSION if args.to is None else args.to)
+        else:
+            await m.down(args.to)
+        print(f"{m.where}: at layout version {(await m.status()).version}")
+    finally:
+        await client.close()
+
+
+def main(args: Any, target: Target) -> int:
+    """Run `args.action` against `target` (see `harel_beanie.cli` for the flags)."""
+    if args.to is not None and args.action == "status":
+        raise ConfigError("--to goes with up or down")
+    if args.to is not None and not 0 <= args.to <= SCHEMA_VERSION:
+        raise ConfigError(f"--to must be a layout version from 0 to {SCHEMA_VERSION}, got {args.to}")
+    try:
+        asyncio.run(run(args, target))
+    except MigrationError as err:
+        raise CommandFailed(str(err)) from None
+    except PyMongoError as err:
+        raise CommandFailed(
+            f"the server failed during the migration ({type(err).__name__}: {driver_message(err)}); {RESUME}"
+        ) from None
+    except KeyboardInterrupt:
+        raise CommandFailed(f"interrupted; {RESUME}", code=130) from None
+    return 0

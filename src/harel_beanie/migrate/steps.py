@@ -1,0 +1,15 @@
+"""Every layout step this package has, by the layout version it brings a database to.
+
+Each step is a module of its own, as Beanie keeps one file per migration; the Beanie
+migration file of the same name in `migrations/` runs it under Beanie's CLI. A new layout
+version adds its module here, its file in `migrations/`, and raises `SCHEMA_VERSION`.
+"""
+
+from __future__ import annotations
+
+from harel_beanie.documents import SCHEMA_VERSION
+from harel_beanie.migrate.adopt_harel_mongostore import AdoptHarelLayout
+from harel_beanie.migrate.engine import Step
+
+STEPS: dict[int, Step] = {s.version: s for s in (AdoptHarelLayout(),)}
+assert sorted(STEPS) == list(range(1, SCHEMA_VERSION + 1)), "one step per layout version"
