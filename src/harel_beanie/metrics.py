@@ -1,7 +1,7 @@
 """Prometheus figures for the store: what is stored and pending (read on each scrape) and
 what commits cost (observed as they happen, by `harel_beanie.instrument`).
 
-Why this module exists: issue 12 asks for a `/metrics` endpoint an operator can alert on.
+Why this module exists: an operator alerts on a `/metrics` endpoint.
 `prometheus-client` is an optional dependency (the `dashboard` extra) and its default global
 registry is shared by everything in a process, so nothing is registered at import: the app
 passes the `CollectorRegistry` to register on, once, and serves it where it likes (the

@@ -2,7 +2,7 @@
 and the optional TTL index that does the same by age alone.
 
 Why this module exists: nothing else ever removes an execution, so a database in use for a
-year holds every execution it ever ran (issue 12). `prune` is the careful way, run from
+year holds every execution it ever ran. `prune` is the careful way, run from
 `harel-beanie prune` or a scheduler; `ensure_ttl` is the blunt one, left to the server.
 
 What `prune` removes, and why only that:

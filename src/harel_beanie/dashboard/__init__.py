@@ -1,7 +1,7 @@
 """A web dashboard for the store, as a FastAPI `APIRouter` the app includes in its own app.
 
 Why this package exists: an app already on FastAPI and Beanie wants to see its statecharts
-where it already serves its pages (issue 12), not run another server. Three lines:
+where it already serves its pages, not run another server. Three lines:
 
     from harel_beanie.dashboard import dashboard_router
     app.include_router(dashboard_router(store, auth=require_staff), prefix="/ops/harel")
