@@ -141,6 +141,15 @@ def test_migrate_is_parsed_like_every_command(monkeypatch):
     assert seen == [("up", "mongodb://x", "harel", "harel")]
 
 
+def test_python_m_harel_beanie_migrate_is_the_migrate_command(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "harel_beanie.migrate", "--help"], cwd=tmp_path, env=cli_env(),
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0 and "harel-beanie migrate" in proc.stdout and "{up,down,status}" in proc.stdout
+    line = one_line_error(subprocess.run([sys.executable, "-m", "harel_beanie.migrate", "up"], cwd=tmp_path,
+                                         env=cli_env(), capture_output=True, text=True, timeout=60))  # fmt: skip
+    assert line.startswith("harel-beanie migrate: no MongoDB URL"), line
+
+
 # --- status -------------------------------------------------------------------------------
 
 

@@ -79,9 +79,6 @@ from pymongo.errors import ConnectionFailure
 
 from harel_beanie import AsyncMongoStore
 from harel_beanie.connect import RetryPolicy
-from harel_beanie.embedded import EmbeddedServer
-from harel_beanie.stack import open_transport
-from harel_beanie.where import Target
 from harel_beanie.drivers import (
     EPOCH,
     AsyncWorkerDriver,
@@ -92,7 +89,10 @@ from harel_beanie.drivers import (
     Timers,
     asnapshot,
 )
+from harel_beanie.embedded import EmbeddedServer
 from harel_beanie.loader import load_models
+from harel_beanie.stack import open_transport
+from harel_beanie.where import Target
 from tests.crash_clock import ClockControl
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -50,10 +50,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from harel_beanie.async_store import AsyncMongoStore
 from harel_beanie.demo_report import report
-from harel_beanie.relay import sweep
-from harel_beanie.stack import LABEL, CommandCounter, CountingWorker, open_client, open_transport, transport_collections
 from harel_beanie.drivers import ManualClock
 from harel_beanie.loader import default_models_dir, load_models
+from harel_beanie.relay import sweep
+from harel_beanie.stack import LABEL, CommandCounter, CountingWorker, open_client, open_transport, transport_collections
 from harel_beanie.where import ConfigError, Target
 
 FINISHED = ("DONE", "FAILED", "CANCELLED")

@@ -18,9 +18,9 @@ from typing import Any, Optional
 
 from harel.config import Config
 
+from harel_beanie.loader import load_models
 from harel_beanie.stack import open_sync_store
 from harel_beanie.where import ConfigError, Target
-from harel_beanie.loader import load_models
 
 
 def definition_source(directory: Optional[str]) -> Any:

@@ -37,10 +37,10 @@ from harel.engine.schema import Names
 from pymongo.errors import ConnectionFailure
 
 from harel_beanie.async_store import AsyncMongoStore
+from harel_beanie.loader import load_models
 from harel_beanie.relay import sweep
 from harel_beanie.stack import CountingWorker, open_client, open_transport
 from harel_beanie.where import ConfigError, Target
-from harel_beanie.loader import load_models
 
 log = logging.getLogger("harel_beanie.worker")
 
