@@ -103,8 +103,6 @@ class AsyncMongoStore(StoreShell):
                 send, error = None, exc
 
     async def _call(self, c: calls.Call) -> Any:
-        if isinstance(c, calls.Command):
-            return await self._client.admin.command(c.command)
         coll = self._colls[c.target]
         if isinstance(c, calls.FindOne):
             return await coll.find_one(c.filter, c.projection)

@@ -100,13 +100,6 @@ class CreateIndexes:
     indexes: list[Any] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class Command:
-    """-> the command's reply (run on the `admin` database)."""
-
-    command: dict[str, Any]
-
-
-Call = Union[FindOne, Find, InsertOne, UpdateOne, ReplaceOne, UpdateMany, DeleteOne, Increment, CreateIndexes, Command]
+Call = Union[FindOne, Find, InsertOne, UpdateOne, ReplaceOne, UpdateMany, DeleteOne, Increment, CreateIndexes]
 T = TypeVar("T")
 Flow = Generator[Call, Any, T]

@@ -79,8 +79,6 @@ class MongoStore(StoreShell):
                 send, error = None, exc
 
     def _call(self, c: calls.Call) -> Any:
-        if isinstance(c, calls.Command):
-            return self._client.admin.command(c.command)
         coll = self._colls[c.target]
         if isinstance(c, calls.FindOne):
             return coll.find_one(c.filter, c.projection)
