@@ -95,9 +95,9 @@ INDEX_PURPOSE = {
     "hb_status": "list_executions(status=...) keyset pages",
     "hb_status_updated": "dashboard queries (harel_beanie.queries: failed since, running but silent); no store operation",
     "hb_parent": "list_executions(roots_only=True); the children of an execution",
-    "hb_outbox_seq": "pending_outbox reads only documents holding entries; ack_outbox without an owner hint; purge finds the entries addressed to it",
-    "hb_spawn_seq": "pending_spawns; ack_spawn without an owner hint",
-    "hb_next_fire": "due_timers reads only documents with a timer due",
+    "hb_outbox_pending": "pending_outbox reads only documents holding entries; ack_outbox without an owner hint; purge finds the entries addressed to it",
+    "hb_spawn_pending": "pending_spawns; ack_spawn without an owner hint",
+    "hb_timer_pending": "due_timers reads only documents with a timer due",
 }
 
 log = logging.getLogger("bench")
@@ -870,6 +870,7 @@ def report_server(run: ServerRun) -> str:
                 continue
             keys = ", ".join(f"{k} {v}" for k, v in dict(ix.document["key"]).items())
             extra = " sparse" if ix.document.get("sparse") else ""
+            extra += " partial" if ix.document.get("partialFilterExpression") else ""
             lines.append(
                 f"| `{name}` ({keys}){extra} | {INDEX_PURPOSE.get(name, '(not described)')} | "
                 f"{cost['state']:+.2f} | {cost['emit_ack']:+.2f} |"

@@ -46,4 +46,4 @@ def test_bench_quick_run_writes_a_report(tmp_path: Path) -> None:
     store_h, store_b, transport = trips[("AsyncWorker, concurrency 1", "empty")]
     assert float(store_h) > 0 and float(store_b) > 0
     assert all(float(x) > 0 for x in transport.split(" / "))
-    assert "`hb_outbox_seq`" in text
+    assert "`hb_outbox_pending`" in text

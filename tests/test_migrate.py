@@ -277,8 +277,9 @@ def test_up_then_this_store_finishes_what_harels_store_left(world: World, refere
     assert before["outbox"] and before["spawns"] and before["timers"]
     assert world.harel().load("p1").status.value == "SUSPENDED"
 
-    [report] = world.migrate("up")
+    [report, indexes] = world.migrate("up")
     assert (report.version, report.direction, report.read) == (1, "up", 6)
+    assert (indexes.version, indexes.direction, indexes.updated) == (2, "up", 0)  # indexes only
 
     ours = world.ours()
     assert pending(ours) == before  # every entry, seq and timer carried over as it was
@@ -307,7 +308,8 @@ def test_down_leaves_a_database_harels_store_finishes(world: World, reference: d
     world.ours().commit(gone, [])
     assert world.ours().purge(gone.id, 1) and world.executions.find_one({"_id": gone.id})["tomb"]
 
-    [report] = world.migrate("down")
+    [indexes, report] = world.migrate("down", to=0)
+    assert (indexes.version, indexes.direction, indexes.updated) == (2, "down", 0)
     assert world.executions.find_one({"_id": gone.id}) is None
     assert world.counters.count_documents({"_id": {"$regex": "^harel_beanie:node:"}}) == 0  # the seq leases
     assert (report.version, report.direction) == (1, "down")
@@ -345,12 +347,13 @@ def test_an_interrupted_step_finishes_when_run_again(world: World, reference: di
     assert world.counters.find_one({"_id": SCHEMA_MARKER_ID}) is None  # not at version 1 yet
     assert world.executions.count_documents({"status": {"$exists": True}}) == 4
 
-    [report] = world.migrate("up", batch_size=2)
+    [report, _] = world.migrate("up", batch_size=2)
     assert report.resumed_after == progress["after"] and report.read == 2
     assert world.counters.find_one({"_id": PROGRESS_ID}) is None
     assert world.migrate("up") == []  # at version 1: nothing to do
 
     advance(world, world.ours())
+    world.migrate("down", to=1)  # the index step, then step 1 interrupted
     with pytest.raises(KeyboardInterrupt):
         world.migrate("down", batch_size=3, on_batch=stop_after(1))
     assert world.counters.find_one({"_id": SCHEMA_MARKER_ID}) is None  # the store reads both layouts meanwhile
@@ -381,14 +384,14 @@ def test_running_a_step_again_changes_nothing(world: World) -> None:
     after_up = _raw(world)
     # as if the first run stopped just before recording the version: the whole pass again
     world.counters.delete_one({"_id": SCHEMA_MARKER_ID})
-    [again] = world.migrate("up", batch_size=4)
+    [again, _] = world.migrate("up", batch_size=4)
     assert again.read == 13 and again.updated == 0
     assert _raw(world) == after_up
 
     advance_more = world.ours()
     world.now = 1020.0
     world.runner(advance_more).create("Job", execution_id="x1")  # one written by this store
-    world.migrate("down")
+    world.migrate("down", to=0)
     after_down = _raw(world)
     world.counters.insert_one({"_id": PROGRESS_ID, "step": 1, "direction": "down", "after": None})
     [again] = world.migrate("down")
@@ -452,7 +455,7 @@ def test_migrate_command(world: World, capsys: pytest.CaptureFixture[str]) -> No
     assert "layout version 0" in capsys.readouterr().out
     assert main(["up", *args, "--batch-size", "2"]) == 0
     out = capsys.readouterr().out
-    assert "6 executions read in 3 batches" in out and "at layout version 1" in out
+    assert "6 executions read in 3 batches" in out and "at layout version 2" in out
     assert main(["status", *args]) == 0
     assert "up to date" in capsys.readouterr().out
     assert main(["down", *args, "--to", "0"]) == 0
@@ -516,7 +519,7 @@ def test_beanies_cli_runs_the_migration_files(client: pymongo.MongoClient[Any], 
     assert world.counters.find_one({"_id": SCHEMA_MARKER_ID})["n"] == SCHEMA_VERSION
     assert world.executions.count_documents({"status": {"$exists": True}}) == 6
     assert client[db_name][Names(PREFIX).counters].find_one({"_id": SCHEMA_MARKER_ID}) is None  # only that prefix
-    beanie_migrate("--backward", "-d", "1")
+    beanie_migrate("--backward", "-d", "2")
     assert world.counters.find_one({"_id": SCHEMA_MARKER_ID}) is None
     assert world.executions.count_documents({"status": {"$exists": True}}) == 0
     finish_part = world.runner(world.harel())

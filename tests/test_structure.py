@@ -481,12 +481,12 @@ def _same_at_every_n(key: str, by_n: dict[int, Observed], slack: int = 0) -> Non
 
 # operation -> (index that must serve it, max documents examined, max keys examined)
 INDEXED = {
-    "pending_outbox": ("hb_outbox_seq", K, 2 * K + 1),
-    "pending_spawns": ("hb_spawn_seq", K, K + 1),
-    "due_timers": ("hb_next_fire", K, K + 1),
-    "ack_outbox": ("hb_outbox_seq", 1, 2),
-    "ack_spawn": ("hb_spawn_seq", 1, 2),
-    "purge_pending": ("hb_outbox_seq", K, 2 * K + 1),
+    "pending_outbox": ("hb_outbox_pending", K, 2 * K + 1),
+    "pending_spawns": ("hb_spawn_pending", K, K + 1),
+    "due_timers": ("hb_timer_pending", K, K + 1),
+    "ack_outbox": ("hb_outbox_pending", 1, 2),
+    "ack_spawn": ("hb_spawn_pending", 1, 2),
+    "purge_pending": ("hb_outbox_pending", K, 2 * K + 1),
     # a filter matching few: about those (2K roots: K Hot + K Broken)
     "list_status": ("hb_status", K + 1, K + 2),
     "list_status_page2": ("hb_status", K + 1, K + 2),

@@ -23,9 +23,12 @@ from harel.engine.schema import DEFAULT_PREFIX, Names
 from pydantic import BaseModel, ConfigDict, Field
 from pymongo import ASCENDING, IndexModel
 
+from harel_beanie.keys import ANY_SEQ, ANY_TIME
+
 #: The layout version this package writes and reads; recorded in the counters collection.
-#: Bump it with every migration in migrations/.
-SCHEMA_VERSION = 1
+#: Bump it with every migration in migrations/. Version 2 changed only the indexes (the
+#: pending-work indexes became partial: see `LAYOUT_1_INDEXES`); no document changed.
+SCHEMA_VERSION = 2
 
 #: The `_id` of the counters-collection document holding the recorded layout version.
 SCHEMA_MARKER_ID = "harel_beanie:schema"
@@ -102,14 +105,29 @@ class ExecutionDocument(Document):
             IndexModel([("status", ASCENDING), ("updated_at", ASCENDING)], name="hb_status_updated"),
             # roots_only (parent_id null) and the children of an execution
             IndexModel([("parent_id", ASCENDING), ("_id", ASCENDING)], name="hb_parent"),
+            # The pending-work indexes are partial: a document holds keys in them only while
+            # it holds that work (an outbox entry, a spawn, an armed timer bound), so the many
+            # documents with none write no key there on any commit (and, on SecantusDB, skip
+            # the index altogether). Every read of pending work names the filter, so the
+            # server may use them (`ANY_SEQ`, `ANY_TIME`; an equality on a seq implies it too).
             # pending_outbox reads only documents holding entries; ack_outbox without its owner;
             # purge finds the entries addressed to the purged execution among those
-            IndexModel([("outbox.seq", ASCENDING)], name="hb_outbox_seq"),
+            IndexModel([("outbox.seq", ASCENDING)], name="hb_outbox_pending", partialFilterExpression={"outbox.seq": ANY_SEQ}),
             # pending_spawns / ack_spawn, as for the outbox
-            IndexModel([("spawns.seq", ASCENDING)], name="hb_spawn_seq"),
+            IndexModel([("spawns.seq", ASCENDING)], name="hb_spawn_pending", partialFilterExpression={"spawns.seq": ANY_SEQ}),
             # due_timers reads only documents with a timer due by now
-            IndexModel([("next_fire", ASCENDING)], name="hb_next_fire", sparse=True),
+            IndexModel([("next_fire", ASCENDING)], name="hb_timer_pending", partialFilterExpression={"next_fire": ANY_TIME}),
         ]
+
+
+#: The pending-work indexes of layout version 1 (full, not partial: a key for every document,
+#: even one holding no work). Layout version 2 replaced them; its migration drops them on the
+#: way up and creates them again on the way down.
+LAYOUT_1_INDEXES: list[IndexModel] = [
+    IndexModel([("outbox.seq", ASCENDING)], name="hb_outbox_seq"),
+    IndexModel([("spawns.seq", ASCENDING)], name="hb_spawn_seq"),
+    IndexModel([("next_fire", ASCENDING)], name="hb_next_fire", sparse=True),
+]
 
 
 class Tombstone(BaseModel):

@@ -82,7 +82,7 @@ from harel_beanie.documents import (
     projection,
 )
 from harel_beanie.errors import ExecutionTooLarge, SchemaMismatch
-from harel_beanie.keys import ANY_SEQ, prefix_range, require_int, require_str, require_time, timer_field
+from harel_beanie.keys import ANY_SEQ, ANY_TIME, prefix_range, require_int, require_str, require_time, timer_field
 from harel_beanie.listing import listing_page, listing_query
 from harel_beanie.seqs import (
     HAREL_SEQ_COUNTERS,
@@ -135,9 +135,12 @@ class StoreState:
 def setup(st: StoreState) -> Flow[None]:
     """Indexes (when create_schema) and the layout check. The seq lease is taken on the
     first mint, so a store that only reads never holds one."""
+    marker = yield FindOne("counters", {"_id": SCHEMA_MARKER_ID})
+    if marker is not None and marker.get("n") != SCHEMA_VERSION:
+        # before any index is created: another layout's indexes are its migration's business
+        raise SchemaMismatch(int(marker.get("n") or 0), SCHEMA_VERSION, st.where)
     if st.create_schema:
         yield CreateIndexes("executions", st.indexes)
-    marker = yield FindOne("counters", {"_id": SCHEMA_MARKER_ID})
     if marker is None:
         some = yield FindOne("executions", {}, {"_id": 1})
         if some is not None:
@@ -149,8 +152,6 @@ def setup(st: StoreState) -> Flow[None]:
             )
         elif st.create_schema:
             yield UpdateOne("counters", {"_id": SCHEMA_MARKER_ID}, {"$setOnInsert": {"n": SCHEMA_VERSION}}, upsert=True)
-    elif marker.get("n") != SCHEMA_VERSION:
-        raise SchemaMismatch(int(marker.get("n") or 0), SCHEMA_VERSION, st.where)
     st.ready = True
 
 
@@ -494,7 +495,8 @@ def _by_entry(st: StoreState, array: str, seq: int) -> dict[str, Any]:
 
 
 def due_timers(st: StoreState, now: float) -> Flow[list[tuple[str, str, float]]]:
-    due_now: dict[str, Any] = {"next_fire": {"$lte": require_time("now", now, infinite_ok=True)}}
+    # the lower bound names the partial timer index's filter (see documents.py)
+    due_now: dict[str, Any] = {"next_fire": {**ANY_TIME, "$lte": require_time("now", now, infinite_ok=True)}}
     if st.compat:
         # harel's documents carry no bound, and a commit of ours sets one from its own
         # timers only: until the database is migrated, every document with a timer is read

@@ -59,7 +59,7 @@ from pymongo.errors import ConfigurationError, CursorNotFound, InvalidURI, PyMon
 from harel_beanie import records
 from harel_beanie.commit import summary_fields
 from harel_beanie.connect import mask_url
-from harel_beanie.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION, ExecutionDocument, index_models
+from harel_beanie.documents import LAYOUT_1_INDEXES, SCHEMA_MARKER_ID, SCHEMA_VERSION, ExecutionDocument, index_models
 from harel_beanie.keys import decode_path
 from harel_beanie.seqs import EPOCH_MS, NODE_BITS, SEQ_BITS
 from harel_beanie.settings import DEFAULT_WRITE_CONCERN
@@ -496,7 +496,7 @@ class AdoptHarelLayout(Step):
 
 
 async def _drop_indexes(m: Migrator) -> None:
-    names = {ix.document["name"] for ix in m.indexes}
+    names = {ix.document["name"] for ix in [*m.indexes, *LAYOUT_1_INDEXES]}
     for name in [ix["name"] async for ix in await m.exes.list_indexes()]:
         if name in names:
             await m.exes.drop_index(name)
@@ -586,7 +586,44 @@ def harel_timer_key(key: str) -> str:
     return path.replace(".", _HAREL_DOT)
 
 
-STEPS: dict[int, Step] = {s.version: s for s in (AdoptHarelLayout(),)}
+class PartialPendingIndexes(Step):
+    """Version 2: the pending-work indexes become partial (`documents.LAYOUT_1_INDEXES` are
+    replaced by the partial `hb_outbox_pending`, `hb_spawn_pending`, `hb_timer_pending`), so
+    a document holding no work writes no key in them. No document changes: the step only
+    swaps indexes, after reading the `_id`s once (the migrator's batches)."""
+
+    version = 2
+    name = "0002_partial_pending_indexes"
+    up_projection = {"_id": 1}
+    down_projection = {"_id": 1}
+
+    async def up_batch(self, m: Migrator, docs: list[dict[str, Any]]) -> int:
+        return 0
+
+    async def down_batch(self, m: Migrator, docs: list[dict[str, Any]]) -> int:
+        return 0
+
+    async def after_up(self, m: Migrator) -> None:
+        # the new ones first, so the pending reads stay index-backed throughout
+        if m.indexes:
+            await m.exes.create_indexes(m.indexes)
+        await _drop_named(m, [ix.document["name"] for ix in LAYOUT_1_INDEXES])
+        await m.counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": self.version}}, upsert=True)
+
+    async def after_down(self, m: Migrator) -> None:
+        await m.exes.create_indexes(LAYOUT_1_INDEXES)
+        await _drop_named(m, [ix.document["name"] for ix in m.indexes if "partialFilterExpression" in ix.document])
+        await m.counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": self.version - 1}}, upsert=True)
+
+
+async def _drop_named(m: Migrator, names: list[str]) -> None:
+    present = {ix["name"] async for ix in await m.exes.list_indexes()}
+    for name in names:
+        if name in present:
+            await m.exes.drop_index(name)
+
+
+STEPS: dict[int, Step] = {s.version: s for s in (AdoptHarelLayout(), PartialPendingIndexes())}
 assert sorted(STEPS) == list(range(1, SCHEMA_VERSION + 1)), "one step per layout version"
 
 

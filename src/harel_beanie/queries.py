@@ -27,7 +27,7 @@ from beanie.odm.queries.find import FindMany
 from pydantic import BaseModel, Field
 
 from harel_beanie.documents import ExecutionDocument
-from harel_beanie.keys import ANY_SEQ, decode_path
+from harel_beanie.keys import ANY_SEQ, ANY_TIME, decode_path
 from harel_beanie.seqs import minted_at
 
 
@@ -80,8 +80,8 @@ def children_of(parent_id: str, *, doc: Executions = ExecutionDocument) -> FindM
 
 def waiting_on_timer(*, before: Optional[float] = None, doc: Executions = ExecutionDocument) -> FindMany[TimerRow]:
     """Executions with an armed timer (due before `before`, if given), soonest first.
-    Index: hb_next_fire (next_fire)."""
-    bound: dict[str, Any] = {"$lte": before} if before is not None else {"$gte": float("-inf")}
+    Index: hb_timer_pending (next_fire, partial: documents with a timer bound)."""
+    bound: dict[str, Any] = {**ANY_TIME, "$lte": before} if before is not None else dict(ANY_TIME)
     return doc.find({"next_fire": bound}, projection_model=TimerRow).sort([("next_fire", SortDirection.ASCENDING)])
 
 
@@ -133,7 +133,7 @@ async def backlog(*, doc: Executions = ExecutionDocument, stuck_after: float = 3
                 born = minted_at(rows[0]["low"])
                 age = None if born is None else max(0.0, now - born)
                 setattr(out, "oldest_outbox_age" if array == "outbox" else "oldest_spawn_age", age)
-    out.due_timers = await doc.find({"next_fire": {"$lte": now}}).count()
+    out.due_timers = await doc.find({"next_fire": {**ANY_TIME, "$lte": now}}).count()
     # the bound may be stale (a cancelled timer): report the real timers
     for row in await waiting_on_timer(doc=doc).limit(show).to_list():
         for key, at in sorted(row.timers.items(), key=lambda kv: kv[1]):
