@@ -253,6 +253,8 @@ def plan_commit(
             "commit_tokens": [token],
             "born": token,  # which creation this is: a purge buries it (see flows.purge)
         }
+        if outbox or spawn_items:
+            doc["pending"] = True  # the relays' index (documents.PENDING)
         # absent rather than null when there is none: `$min`/`$max` keep a null (null sorts
         # below every number), so a null bound would hide every later timer from the sweep
         if schedules:
@@ -262,6 +264,8 @@ def plan_commit(
         return CommitPlan(exe.id, old, {"_id": exe.id}, {}, doc, out_seqs, spawn_seqs, token=token, **sizes)
 
     set_ops: dict[str, Any] = {"data": data, "version": new, **promoted}
+    if outbox or spawn_items:
+        set_ops["pending"] = True  # cleared by the write that removes the last entry
     unset_ops: dict[str, str] = {}
     for path, at in timer_ops.items():
         if at is None:

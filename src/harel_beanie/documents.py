@@ -23,12 +23,15 @@ from harel.engine.schema import DEFAULT_PREFIX, Names
 from pydantic import BaseModel, ConfigDict, Field
 from pymongo import ASCENDING, IndexModel
 
-from harel_beanie.keys import ANY_SEQ, ANY_TIME
+from harel_beanie.keys import ANY_TIME
 
 #: The layout version this package writes and reads; recorded in the counters collection.
-#: Bump it with every migration in migrations/. Version 2 changed only the indexes (the
-#: pending-work indexes became partial: see `LAYOUT_1_INDEXES`); no document changed.
+#: Bump it with every migration in migrations/. Version 2: the `pending` flag and the partial
+#: pending-work indexes (`hb_pending`, `hb_timer_pending`) in place of `LAYOUT_1_INDEXES`.
 SCHEMA_VERSION = 2
+
+#: The filter selecting the documents that hold outbox entries or spawns (see `pending`).
+PENDING: dict[str, Any] = {"pending": True}
 
 #: The `_id` of the counters-collection document holding the recorded layout version.
 SCHEMA_MARKER_ID = "harel_beanie:schema"
@@ -90,6 +93,10 @@ class ExecutionDocument(Document):
     commit_tokens: list[str] = []  # random ids of the last commits (see harel_beanie.commit)
     born: Optional[str] = None  # the token of the commit that created this incarnation
     buried: list[str] = []  # `born` of earlier incarnations of this id, purged (see flows)
+    # true exactly while `outbox` or `spawns` holds an entry, absent otherwise: set by the
+    # commit that adds entries, cleared by the write that removes the last (an update
+    # pipeline recomputes it; see flows.ack_outbox). The one index the relays read.
+    pending: Optional[bool] = None
 
     class Settings:
         name = Names(DEFAULT_PREFIX).executions
@@ -105,16 +112,14 @@ class ExecutionDocument(Document):
             IndexModel([("status", ASCENDING), ("updated_at", ASCENDING)], name="hb_status_updated"),
             # roots_only (parent_id null) and the children of an execution
             IndexModel([("parent_id", ASCENDING), ("_id", ASCENDING)], name="hb_parent"),
-            # The pending-work indexes are partial: a document holds keys in them only while
-            # it holds that work (an outbox entry, a spawn, an armed timer bound), so the many
-            # documents with none write no key there on any commit (and, on SecantusDB, skip
-            # the index altogether). Every read of pending work names the filter, so the
-            # server may use them (`ANY_SEQ`, `ANY_TIME`; an equality on a seq implies it too).
-            # pending_outbox reads only documents holding entries; ack_outbox without its owner;
-            # purge finds the entries addressed to the purged execution among those
-            IndexModel([("outbox.seq", ASCENDING)], name="hb_outbox_pending", partialFilterExpression={"outbox.seq": ANY_SEQ}),
-            # pending_spawns / ack_spawn, as for the outbox
-            IndexModel([("spawns.seq", ASCENDING)], name="hb_spawn_pending", partialFilterExpression={"spawns.seq": ANY_SEQ}),
+            # The pending-work indexes are partial: a document has a key in them only while it
+            # holds that work, so the many documents holding none write no key there on any
+            # commit (and, on SecantusDB, skip their upkeep). Every read of pending work names
+            # the filter (`PENDING`, `ANY_TIME`), so the server may use them.
+            # One index for outbox entries and spawns: the relay reads both in one round trip;
+            # ack_outbox / ack_spawn without an owner hint; purge finds the entries addressed
+            # to the purged execution among these documents
+            IndexModel([("pending", ASCENDING)], name="hb_pending", partialFilterExpression=PENDING),
             # due_timers reads only documents with a timer due by now
             IndexModel([("next_fire", ASCENDING)], name="hb_timer_pending", partialFilterExpression={"next_fire": ANY_TIME}),
         ]
@@ -194,6 +199,14 @@ class LegacySummaryView(SummaryView):
 class OutboxView(BaseModel):
     id: str = Field(alias="_id")
     outbox: list[OutboxItem] = []
+
+
+class PendingView(BaseModel):
+    """A relay pass's one read: both kinds of entry of a document holding any."""
+
+    id: str = Field(alias="_id")
+    outbox: list[OutboxItem] = []
+    spawns: list[SpawnItem] = []
 
 
 class SpawnView(BaseModel):

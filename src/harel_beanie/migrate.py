@@ -586,34 +586,46 @@ def harel_timer_key(key: str) -> str:
     return path.replace(".", _HAREL_DOT)
 
 
-class PartialPendingIndexes(Step):
-    """Version 2: the pending-work indexes become partial (`documents.LAYOUT_1_INDEXES` are
-    replaced by the partial `hb_outbox_pending`, `hb_spawn_pending`, `hb_timer_pending`), so
-    a document holding no work writes no key in them. No document changes: the step only
-    swaps indexes, after reading the `_id`s once (the migrator's batches)."""
+class PendingFlag(Step):
+    """Version 2: documents holding outbox entries or spawns are flagged `pending`, and the
+    pending-work indexes become partial: `hb_pending` (the flag: both kinds of entry, one
+    relay read) and `hb_timer_pending` replace `documents.LAYOUT_1_INDEXES`. A document
+    holding no work then writes no key in them on any commit."""
 
     version = 2
-    name = "0002_partial_pending_indexes"
-    up_projection = {"_id": 1}
-    down_projection = {"_id": 1}
+    name = "0002_pending_flag_partial_indexes"
+    up_projection = {"version": 1, "pending": 1, "outbox.seq": 1, "spawns.seq": 1}
+    down_projection = {"version": 1, "pending": 1}
 
     async def up_batch(self, m: Migrator, docs: list[dict[str, Any]]) -> int:
-        return 0
-
-    async def down_batch(self, m: Migrator, docs: list[dict[str, Any]]) -> int:
-        return 0
+        return await m.write_guarded(docs, pending_update, self.up_projection)
 
     async def after_up(self, m: Migrator) -> None:
-        # the new ones first, so the pending reads stay index-backed throughout
         if m.indexes:
             await m.exes.create_indexes(m.indexes)
         await _drop_named(m, [ix.document["name"] for ix in LAYOUT_1_INDEXES])
         await m.counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": self.version}}, upsert=True)
 
-    async def after_down(self, m: Migrator) -> None:
+    async def before_down(self, m: Migrator) -> None:
+        # version 1's indexes first: its stores must find their reads index-backed
         await m.exes.create_indexes(LAYOUT_1_INDEXES)
         await _drop_named(m, [ix.document["name"] for ix in m.indexes if "partialFilterExpression" in ix.document])
+
+    async def down_batch(self, m: Migrator, docs: list[dict[str, Any]]) -> int:
+        return await m.write_guarded(docs, lambda d: {"$unset": {"pending": ""}} if "pending" in d else None, self.down_projection)
+
+    async def after_down(self, m: Migrator) -> None:
         await m.counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": self.version - 1}}, upsert=True)
+
+
+def pending_update(doc: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The update setting `pending` as the document's entries say (None: already so)."""
+    holds = bool(doc.get("outbox") or doc.get("spawns"))
+    if holds and doc.get("pending") is not True:
+        return {"$set": {"pending": True}}
+    if not holds and "pending" in doc:
+        return {"$unset": {"pending": ""}}
+    return None
 
 
 async def _drop_named(m: Migrator, names: list[str]) -> None:
@@ -623,7 +635,7 @@ async def _drop_named(m: Migrator, names: list[str]) -> None:
             await m.exes.drop_index(name)
 
 
-STEPS: dict[int, Step] = {s.version: s for s in (AdoptHarelLayout(), PartialPendingIndexes())}
+STEPS: dict[int, Step] = {s.version: s for s in (AdoptHarelLayout(), PendingFlag())}
 assert sorted(STEPS) == list(range(1, SCHEMA_VERSION + 1)), "one step per layout version"
 
 

@@ -26,7 +26,7 @@ from beanie import SortDirection
 from beanie.odm.queries.find import FindMany
 from pydantic import BaseModel, Field
 
-from harel_beanie.documents import ExecutionDocument
+from harel_beanie.documents import PENDING, ExecutionDocument
 from harel_beanie.keys import ANY_SEQ, ANY_TIME, decode_path
 from harel_beanie.seqs import minted_at
 
@@ -123,7 +123,7 @@ async def backlog(*, doc: Executions = ExecutionDocument, stuck_after: float = 3
         out.counts.setdefault(g["_id"]["d"], {})[g["_id"]["s"]] = g["n"]
     for array, attr in (("outbox", "pending_outbox"), ("spawns", "pending_spawns")):
         rows = await (await coll.aggregate([
-            {"$match": {f"{array}.seq": ANY_SEQ}},
+            {"$match": {**PENDING, f"{array}.seq": ANY_SEQ}},  # through hb_pending
             {"$project": {"n": {"$size": f"${array}"}, "low": {"$min": {"$map": {"input": f"${array}", "in": "$$this.seq"}}}}},
             {"$group": {"_id": None, "n": {"$sum": "$n"}, "low": {"$min": "$low"}}},
         ])).to_list(None)  # fmt: skip
