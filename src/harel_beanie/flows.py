@@ -88,6 +88,7 @@ from harel_beanie.commit import (
     CommitPlan,
     append_trace_update,
     data_budget,
+    point,
     dedupe_keys,
     plan_commit,
     reserved_bytes,
@@ -572,7 +573,8 @@ def _ack(st: StoreState, array: str, seq: int) -> Flow[None]:
         owner = next((d["_id"] for d in docs if d.get(array)), None)
         if owner is None:
             return  # no document holds it: acked already
-    yield from _remove_entries(st, array, {"_id": owner, **entry}, {"seq": seq}, many=False)
+    # one-element `$in`s: the same plan on mongod, no index planning on SecantusDB (commit.point)
+    yield from _remove_entries(st, array, {"_id": point(owner), f"{array}.seq": point(seq)}, {"seq": seq}, many=False)
 
 
 _HOLDS_ENTRIES = {
