@@ -106,8 +106,7 @@ INDEX_PURPOSE = {
     "hb_status": "list_executions(status=...) keyset pages",
     "hb_status_updated": "dashboard queries (harel_beanie.queries: failed since, running but silent); no store operation",
     "hb_parent": "list_executions(roots_only=True); the children of an execution",
-    "hb_outbox_pending": "pending_outbox reads only documents holding entries; ack_outbox without an owner hint; purge finds the entries addressed to it",
-    "hb_spawn_pending": "pending_spawns; ack_spawn without an owner hint",
+    "hb_pending": "a relay pass's one read of pending outbox entries and spawns (documents flagged pending only); acks without an owner hint; purge finds the entries addressed to it",
     "hb_timer_pending": "due_timers reads only documents with a timer due",
 }
 
