@@ -48,6 +48,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable, Optional, Sequence
 
 from harel.engine.execution import Execution
@@ -515,7 +516,7 @@ def adopt_update(doc: dict[str, Any], trace_counter: Optional[int]) -> Optional[
     timers = doc.get("timers") or {}
     # steps ever written: harel's counter, or this store's count, or what the ring shows
     want["trace_n"] = max(doc.get("trace_n") or 0, trace_counter or 0, _ring_count(doc.get("trace") or []))
-    sets = {k: v for k, v in want.items() if k not in doc or doc[k] != v}
+    sets = {k: v for k, v in want.items() if k not in doc or not _same(doc[k], v)}
     unset: dict[str, str] = {}
     # `seq_hi` and `next_fire` are absent, never null, when there is none: `$max`/`$min`
     # keep a null (it sorts below every number)
@@ -534,6 +535,15 @@ def adopt_update(doc: dict[str, Any], trace_counter: Optional[int]) -> Optional[
     if sets:
         update["$set"] = sets
     return update or None
+
+
+def _same(stored: Any, wanted: Any) -> bool:
+    """Whether a stored value already is the wanted one. A date comes back from the server
+    without its time zone (UTC, to the millisecond) unless the client asks for aware ones."""
+    if isinstance(stored, datetime) and isinstance(wanted, datetime):
+        as_utc = stored if stored.tzinfo else stored.replace(tzinfo=timezone.utc)
+        return abs((as_utc - wanted).total_seconds()) < 0.001
+    return bool(stored == wanted)
 
 
 def _ring_count(trace: list[dict[str, Any]]) -> int:
