@@ -277,8 +277,14 @@ def test_up_then_this_store_finishes_what_harels_store_left(world: World, refere
     assert before["outbox"] and before["spawns"] and before["timers"]
     assert world.harel().load("p1").status.value == "SUSPENDED"
 
-    [report] = world.migrate("up")
+    [report, indexes] = world.migrate("up")
     assert (report.version, report.direction, report.read) == (1, "up", 6)
+    # step 2 flags exactly the documents holding entries, and swaps the indexes
+    holding = {d["_id"] for d in world.executions.find() if d.get("outbox") or d.get("spawns")}
+    assert (indexes.version, indexes.direction, indexes.updated) == (2, "up", len(holding)) and holding
+    assert {d["_id"] for d in world.executions.find({"pending": True})} == holding
+    names = {ix["name"] for ix in world.executions.list_indexes()}
+    assert {"hb_pending", "hb_timer_pending"} <= names and not names & {"hb_outbox_seq", "hb_spawn_seq", "hb_next_fire"}
 
     ours = world.ours()
     assert pending(ours) == before  # every entry, seq and timer carried over as it was
@@ -307,7 +313,9 @@ def test_down_leaves_a_database_harels_store_finishes(world: World, reference: d
     world.ours().commit(gone, [])
     assert world.ours().purge(gone.id, 1) and world.executions.find_one({"_id": gone.id})["tomb"]
 
-    [report] = world.migrate("down")
+    [indexes, report] = world.migrate("down", to=0)
+    assert (indexes.version, indexes.direction) == (2, "down") and indexes.updated > 0
+    assert world.executions.count_documents({"pending": {"$exists": True}}) == 0
     assert world.executions.find_one({"_id": gone.id}) is None
     assert world.counters.count_documents({"_id": {"$regex": "^harel_beanie:node:"}}) == 0  # the seq leases
     assert (report.version, report.direction) == (1, "down")
@@ -345,12 +353,13 @@ def test_an_interrupted_step_finishes_when_run_again(world: World, reference: di
     assert world.counters.find_one({"_id": SCHEMA_MARKER_ID}) is None  # not at version 1 yet
     assert world.executions.count_documents({"status": {"$exists": True}}) == 4
 
-    [report] = world.migrate("up", batch_size=2)
+    [report, _] = world.migrate("up", batch_size=2)
     assert report.resumed_after == progress["after"] and report.read == 2
     assert world.counters.find_one({"_id": PROGRESS_ID}) is None
     assert world.migrate("up") == []  # at version 1: nothing to do
 
     advance(world, world.ours())
+    world.migrate("down", to=1)  # the index step, then step 1 interrupted
     with pytest.raises(KeyboardInterrupt):
         world.migrate("down", batch_size=3, on_batch=stop_after(1))
     assert world.counters.find_one({"_id": SCHEMA_MARKER_ID}) is None  # the store reads both layouts meanwhile
@@ -381,14 +390,14 @@ def test_running_a_step_again_changes_nothing(world: World) -> None:
     after_up = _raw(world)
     # as if the first run stopped just before recording the version: the whole pass again
     world.counters.delete_one({"_id": SCHEMA_MARKER_ID})
-    [again] = world.migrate("up", batch_size=4)
+    [again, _] = world.migrate("up", batch_size=4)
     assert again.read == 13 and again.updated == 0
     assert _raw(world) == after_up
 
     advance_more = world.ours()
     world.now = 1020.0
     world.runner(advance_more).create("Job", execution_id="x1")  # one written by this store
-    world.migrate("down")
+    world.migrate("down", to=0)
     after_down = _raw(world)
     world.counters.insert_one({"_id": PROGRESS_ID, "step": 1, "direction": "down", "after": None})
     [again] = world.migrate("down")
@@ -452,7 +461,7 @@ def test_migrate_command(world: World, capsys: pytest.CaptureFixture[str]) -> No
     assert "layout version 0" in capsys.readouterr().out
     assert main(["up", *args, "--batch-size", "2"]) == 0
     out = capsys.readouterr().out
-    assert "6 executions read in 3 batches" in out and "at layout version 1" in out
+    assert "6 executions read in 3 batches" in out and "at layout version 2" in out
     assert main(["status", *args]) == 0
     assert "up to date" in capsys.readouterr().out
     assert main(["down", *args, "--to", "0"]) == 0
@@ -516,7 +525,7 @@ def test_beanies_cli_runs_the_migration_files(client: pymongo.MongoClient[Any], 
     assert world.counters.find_one({"_id": SCHEMA_MARKER_ID})["n"] == SCHEMA_VERSION
     assert world.executions.count_documents({"status": {"$exists": True}}) == 6
     assert client[db_name][Names(PREFIX).counters].find_one({"_id": SCHEMA_MARKER_ID}) is None  # only that prefix
-    beanie_migrate("--backward", "-d", "1")
+    beanie_migrate("--backward", "-d", "2")
     assert world.counters.find_one({"_id": SCHEMA_MARKER_ID}) is None
     assert world.executions.count_documents({"status": {"$exists": True}}) == 0
     finish_part = world.runner(world.harel())
@@ -539,3 +548,36 @@ def test_this_store_finishes_a_database_migrated_under_another_prefix(
 def test_every_step_has_its_migration_file() -> None:
     files = sorted(p.stem for p in (ROOT / "migrations").glob("[!_]*.py"))
     assert files == [STEPS[v].name for v in sorted(STEPS)]
+
+
+def test_layout_1_with_pending_work_goes_up_to_2(client: pymongo.MongoClient[Any], mongo_url: str, db_name: str) -> None:
+    """A database this store wrote at layout 1 (no `pending` flag, full pending indexes):
+    refused until migrated, then every entry it held is relayed through the flag's index."""
+    from harel_beanie.documents import LAYOUT_1_INDEXES
+
+    store = MongoStore(pymongo.MongoClient(mongo_url), db_name)
+    exe = Execution(id="v1", definition_id="d")
+    store.commit(exe, [])
+    store.commit(exe, [("peer", Event(kind="Hi"))], spawns=(("v1:c", "Fork.A", {}),))
+    store.close()
+    # as layout 1 left it
+    exes, counters = client[db_name][Names(PREFIX).executions], client[db_name][Names(PREFIX).counters]
+    exes.update_many({}, {"$unset": {"pending": ""}})
+    exes.drop_indexes()
+    exes.create_indexes([ix for ix in index_models(bind(PREFIX)[0]) if "partialFilterExpression" not in ix.document])
+    exes.create_indexes(LAYOUT_1_INDEXES)
+    counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": 1}})
+    with pytest.raises(SchemaMismatch):
+        MongoStore(pymongo.MongoClient(mongo_url), db_name).pending_outbox()
+
+    [report] = asyncio.run(_migrate(mongo_url, db_name, PREFIX, "up"))
+    assert (report.version, report.updated) == (2, 1)
+    ours = MongoStore(pymongo.MongoClient(mongo_url), db_name)
+    assert [s.child_id for s in ours.pending_spawns()] == ["v1:c"]
+    assert [e.event.kind for e in ours.pending_outbox()] == ["Hi"]
+    ours.close()
+    # and down to 1 again: the flag goes, the full indexes come back
+    asyncio.run(_migrate(mongo_url, db_name, PREFIX, "down"))
+    assert exes.count_documents({"pending": {"$exists": True}}) == 0
+    assert {ix.document["name"] for ix in LAYOUT_1_INDEXES} <= {ix["name"] for ix in exes.list_indexes()}
+    assert counters.find_one({"_id": SCHEMA_MARKER_ID})["n"] == 1

@@ -57,8 +57,8 @@ async def test_each_dashboard_query_answers_through_its_index(astore):
         (queries.failed_since(NOW - 3600), ["f-new", "f-mid"], "hb_status_updated"),
         (queries.stuck_running(600, now=NOW), ["r-silent"], "hb_status_updated"),
         (queries.children_of("r-busy"), ["r-busy:A:0", "r-busy:B:0"], "hb_parent"),
-        (queries.waiting_on_timer(), ["late", "w"], "hb_next_fire"),
-        (queries.waiting_on_timer(before=NOW), ["late"], "hb_next_fire"),
+        (queries.waiting_on_timer(), ["late", "w"], "hb_timer_pending"),
+        (queries.waiting_on_timer(before=NOW), ["late"], "hb_timer_pending"),
         (queries.by_status("FAILED"), ["f-mid", "f-new", "f-old"], "hb_status"),
     ]
     for q, ids, index in cases:

@@ -177,6 +177,7 @@ def setup_peer(coll: Any) -> None:
             "version": 1,
             "data": peer.model_copy(update={"version": 1}).model_dump_json(),
             "status": "PENDING",
+            "pending": True,  # layout 2: a document holding entries is flagged (documents.PENDING)
             "outbox": [
                 {"seq": 11, "target_id": X, "event": Event(id="to-x", kind="ToX").model_dump_json()},
                 {"seq": 12, "target_id": "elsewhere", "event": Event(id="keep", kind="Keep").model_dump_json()},
@@ -574,12 +575,20 @@ def test_driver_retryable_writes_compose_with_the_commit_token():
 
 # --- 4. the store's own calls, failed deterministically per write kind ----------------------
 
+def _removes(c: Any, array: str) -> bool:
+    """An ack's write: `$pull` from `array`, or (on a real server) the update pipeline that
+    filters `array` and recomputes the `pending` flag in the same write."""
+    if isinstance(c.update, dict):
+        return array in c.update.get("$pull", {})
+    return array in c.update[0].get("$set", {})
+
+
 WRITE_KINDS: dict[str, Callable[[calls.Call], bool]] = {
     "insert of a new execution": lambda c: isinstance(c, calls.InsertOne) and c.target == "executions",
     "commit update": lambda c: isinstance(c, calls.UpdateOne) and isinstance(c.update, dict) and "commit_tokens" in c.update.get("$push", {}),
-    "ack_outbox": lambda c: isinstance(c, calls.UpdateOne) and isinstance(c.update, dict) and "outbox" in c.update.get("$pull", {}),
-    "ack_spawn": lambda c: isinstance(c, calls.UpdateOne) and isinstance(c.update, dict) and "spawns" in c.update.get("$pull", {}),
-    "delete_timer": lambda c: isinstance(c, calls.UpdateOne) and isinstance(c.update, list),
+    "ack_outbox": lambda c: isinstance(c, calls.UpdateOne) and _removes(c, "outbox"),
+    "ack_spawn": lambda c: isinstance(c, calls.UpdateOne) and _removes(c, "spawns"),
+    "delete_timer": lambda c: isinstance(c, calls.UpdateOne) and isinstance(c.update, list) and "$project" in c.update[0],
     "purge": lambda c: isinstance(c, calls.ReplaceOne) and "tomb" in c.replacement,
     "purge's cleanup": lambda c: isinstance(c, calls.UpdateMany),
 }

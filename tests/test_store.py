@@ -15,7 +15,7 @@ from harel.engine.store.base import StoreConflict, TimerOp
 from harel.spec.states import Event
 
 from harel_beanie import AsyncMongoStore, ExecutionTooLarge, MongoStore, RetryPolicy, SchemaMismatch, StoreUnavailable
-from harel_beanie.documents import SCHEMA_MARKER_ID
+from harel_beanie.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
 from harel_beanie.embedded import EmbeddedServer, free_port
 
 AWKWARD = ["a.b", "$where", "a\uff0eb", "a\uff05b", "\uff05", "日本語.ü", "emoji🙂", "sp ace", "tab\t", "nul\x00x", "%2E"]
@@ -175,13 +175,20 @@ def test_seqs_keep_increasing_per_execution_when_a_writer_clock_is_behind(mongo_
 def test_schema_version_is_checked(mongo_url, db_name, client):
     MongoStore(pymongo.MongoClient(mongo_url), db_name).init()  # a fresh database gets the marker
     counters = client[db_name]["harel_counters"]
-    assert counters.find_one({"_id": SCHEMA_MARKER_ID})["n"] == 1
+    assert counters.find_one({"_id": SCHEMA_MARKER_ID})["n"] == SCHEMA_VERSION
     counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": 99}})
     with pytest.raises(SchemaMismatch, match="newer harel-beanie"):
         MongoStore(pymongo.MongoClient(mongo_url), db_name).load("x")
     counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": 0}})
     with pytest.raises(SchemaMismatch, match="harel-beanie migrate up"):
         MongoStore(pymongo.MongoClient(mongo_url), db_name).load("x")
+    # a database at the previous layout: refused before any of this layout's indexes is made
+    counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": SCHEMA_VERSION - 1}})
+    before = {ix["name"] for ix in client[db_name]["harel_executions"].list_indexes()}
+    client[db_name]["harel_executions"].drop_indexes()
+    with pytest.raises(SchemaMismatch, match="harel-beanie migrate up"):
+        MongoStore(pymongo.MongoClient(mongo_url), db_name).load("x")
+    assert {ix["name"] for ix in client[db_name]["harel_executions"].list_indexes()} == {"_id_"} < before
 
 
 def test_a_database_written_by_harels_mongostore_opens_as_it_is(mongo_url, db_name, client):

@@ -149,6 +149,9 @@ def test_sync_commit_round_trips(counted: tuple[MongoStore, Recorder]) -> None:
     sent = rec.take()
     _check_commit_round_trips("state-only commit", sent, 1)
     assert [n for n, _ in sent] == ["update"]
+    # the CAS as point clauses (commit.point): mongod's plain equality, no index planning on
+    # SecantusDB
+    assert sent[0][1]["updates"][0]["q"] == {"_id": {"$in": [exe.id]}, "version": {"$in": [1]}}
 
     for n_emits, n_spawns in _WORK:
         for target in (None, exe.id, "elsewhere"):
@@ -228,6 +231,139 @@ async def test_async_load_for_event_is_one_round_trip(acounted: tuple[AsyncMongo
     loaded, hit = await store.load_for_event(exe.id, Event(kind="New").id)
     assert loaded is not None and not hit
     assert [n for n, _ in rec.take()] == ["find"]
+
+
+# --- 1b. one relay read per pass (the argument is in harel_beanie.flows) -----------------------
+
+
+def _finds(sent: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [cmd for name, cmd in sent if name == "find" and cmd.get("find") == EXECUTIONS]
+
+
+def _with_work(store: MongoStore, eid: str, kind: str = "E") -> list[int]:
+    exe = _running(id=eid)
+    store.commit(exe, [])
+    return store.commit(exe, [(eid, Event(kind=kind))], Event(kind="X").id, spawns=_spawns(eid, 1))
+
+
+def test_relay_pass_is_one_round_trip(counted: tuple[MongoStore, Recorder]) -> None:
+    """harel's relay asks pending_spawns then pending_outbox: one read answers both, through
+    the one pending index."""
+    store, rec = counted
+    _with_work(store, "rp-a")
+    rec.clear()
+    spawns = store.pending_spawns()
+    outbox = store.pending_outbox()
+    sent = rec.take()
+    assert [s.parent_id for s in spawns] == ["rp-a"] and [e.event.kind for e in outbox] == ["E"]
+    assert [n for n, _ in sent] == ["find"] and _finds(sent)[0]["filter"] == {"pending": True}
+    # nothing pending: still one read a pass
+    for e in outbox:
+        store.ack_outbox(e.seq)
+    for sp in spawns:
+        store.ack_spawn(sp.seq)
+    rec.clear()
+    assert store.pending_spawns() == [] and store.pending_outbox() == []
+    assert len(rec.take()) == 1
+    # the kept answer is used once: a second pending_outbox reads
+    store.pending_outbox()
+    assert len(rec.take()) == 1
+
+
+def test_relay_pass_sees_a_commit_in_between(counted: tuple[MongoStore, Recorder]) -> None:
+    """Fails if the kept answer outlived a write of this store: an entry committed between
+    the two calls must be in the second answer."""
+    store, rec = counted
+    assert store.pending_spawns() == []
+    exe = _running(id="rp-late")
+    store.commit(exe, [])
+    store.commit(exe, [("rp-late", Event(kind="Late"))])
+    rec.clear()
+    assert [e.event.kind for e in store.pending_outbox()] == ["Late"]
+    assert len(_finds(rec.take())) == 1  # read again
+
+
+def test_relay_pass_sees_an_ack_in_between(counted: tuple[MongoStore, Recorder]) -> None:
+    store, rec = counted
+    seqs = _with_work(store, "rp-ack")
+    assert len(store.pending_spawns()) == 1
+    store.ack_outbox(seqs[0])
+    assert store.pending_outbox() == []
+
+
+def test_relay_pass_reads_again_for_another_tree(counted: tuple[MongoStore, Recorder]) -> None:
+    store, rec = counted
+    _with_work(store, "rp-x")
+    _with_work(store, "rp-y")
+    assert [s.parent_id for s in store.pending_spawns(within="rp-x")] == ["rp-x"]
+    rec.clear()
+    assert sorted(e.event.kind for e in store.pending_outbox()) == ["E", "E"]  # both trees
+    assert len(_finds(rec.take())) == 1
+
+
+def test_relay_pass_sees_another_threads_commit(counted: tuple[MongoStore, Recorder]) -> None:
+    """An operation of this instance from another thread, between the two calls, voids the
+    kept answer as the caller's own would."""
+    store, rec = counted
+    assert store.pending_spawns() == []
+    worker = threading.Thread(target=lambda: _with_work(store, "rp-thread"))
+    worker.start()
+    worker.join()
+    assert [e.event.kind for e in store.pending_outbox()] == ["E"]
+
+
+async def test_async_relay_pass_is_one_round_trip_and_sees_other_tasks(acounted: tuple[AsyncMongoStore, Recorder]) -> None:
+    import asyncio
+
+    store, rec = acounted
+    exe = _running(id="arp")
+    await store.commit(exe, [])
+    await store.commit(exe, [("arp", Event(kind="E"))], Event(kind="X").id, spawns=_spawns("arp", 1))
+    rec.clear()
+    assert len(await store.pending_spawns()) == 1 and len(await store.pending_outbox()) == 1
+    assert [n for n, _ in rec.take()] == ["find"]
+    # another task's commit lands between the two calls of a pass
+    other = _running(id="arp-other")
+    await store.commit(other, [])
+    assert len(await store.pending_spawns()) == 1
+    await asyncio.gather(store.commit(other, [("arp-other", Event(kind="F"))]))
+    assert sorted(e.event.kind for e in await store.pending_outbox()) == ["E", "F"]
+
+
+# --- 1c. index keys a commit writes -------------------------------------------------------------
+
+
+def _entries(client: pymongo.MongoClient[Any], db_name: str) -> dict[str, int]:
+    """Bytes of index entries per index, as SecantusDB counts them (collStats: the packed
+    keys of each index's entries, none when the index holds no entry)."""
+    stats = client[db_name].command("collStats", EXECUTIONS)
+    return {k: int(v) for k, v in (stats.get("indexSizes") or {}).items()}
+
+
+@pytest.mark.skipif(ON_MONGOD, reason="mongod's indexSizes are B-tree pages, never empty; SecantusDB counts entries")
+def test_a_document_without_work_has_no_key_in_the_pending_indexes(
+    counted: tuple[MongoStore, Recorder], client: pymongo.MongoClient[Any], db_name: str
+) -> None:
+    """The partial indexes hold a document only while it holds that work: a state-only commit
+    of an idle execution writes keys in the four listing indexes and none in hb_pending or
+    hb_timer_pending; an emit puts one in hb_pending until its ack, a timer one in
+    hb_timer_pending until it is deleted."""
+    store, _ = counted
+    exe = _running(id="keys")
+    store.commit(exe, [])
+    store.commit(exe, [], Event(kind="Go").id)
+    sizes = _entries(client, db_name)
+    assert not sizes.get("hb_pending") and not sizes.get("hb_timer_pending"), sizes
+    assert all(sizes.get(n) for n in ("hb_definition", "hb_status", "hb_status_updated", "hb_parent")), sizes
+    [seq] = store.commit(exe, [("keys", Event(kind="E"))])
+    assert _entries(client, db_name).get("hb_pending")
+    store.ack_outbox(seq)
+    assert not _entries(client, db_name).get("hb_pending")
+    assert client[db_name][EXECUTIONS].find_one({"_id": "keys"}).get("pending") is None
+    store.commit(exe, [], timers=(TimerOp("schedule", "A", 5.0),))
+    assert _entries(client, db_name).get("hb_timer_pending")
+    store.delete_timer("keys", "A", 5.0)
+    assert not _entries(client, db_name).get("hb_timer_pending")
 
 
 # --- 2. server work follows pending work ------------------------------------------------------
@@ -424,9 +560,14 @@ class Lab:
         # that wrote them (it knows the owner: addressed by _id)
         seqs = [e.seq for e in r.pending_outbox()]
         spawn_seqs = [e.seq for e in r.pending_spawns()]
-        obs["ack_outbox"] = self.run(lambda: c.ack_outbox(seqs[0]), mutates=True)
+        # (a store without the owner finds it through the pending index, then writes by _id)
+        cold_outbox = self.run(lambda: c.ack_outbox(seqs[0]), mutates=True)
+        obs["ack_outbox"] = [o for o in cold_outbox if o.name == "find"]
+        obs["ack_outbox_cold_write"] = [o for o in cold_outbox if o.name == "update"]
         obs["ack_outbox_owned"] = self.run(lambda: s.ack_outbox(seqs[1]), mutates=True)
-        obs["ack_spawn"] = self.run(lambda: c.ack_spawn(spawn_seqs[0]), mutates=True)
+        cold_spawn = self.run(lambda: c.ack_spawn(spawn_seqs[0]), mutates=True)
+        obs["ack_spawn"] = [o for o in cold_spawn if o.name == "find"]
+        obs["ack_spawn_cold_write"] = [o for o in cold_spawn if o.name == "update"]
         obs["ack_spawn_owned"] = self.run(lambda: s.ack_spawn(spawn_seqs[1]), mutates=True)
         eid, path, fire_at = r.due_timers(now)[0]
         obs["delete_timer"] = self.run(lambda: r.delete_timer(eid, path, fire_at), mutates=True)
@@ -436,9 +577,9 @@ class Lab:
         # purge: a point read of the version, the tombstone written over the document (a
         # replacement guarded by _id and version), the holders of entries addressed to it
         # found by the seq index, and those entries pulled by _id
-        obs["purge_read"] = [o for o in purged if o.name == "find" and "outbox.seq" not in o.filter]
+        obs["purge_read"] = [o for o in purged if o.name == "find" and "pending" not in o.filter]
         obs["purge_replace"] = [o for o in purged if o.name == "update" and "version" in o.filter]
-        obs["purge_pending"] = [o for o in purged if o.name == "find" and "outbox.seq" in o.filter]
+        obs["purge_pending"] = [o for o in purged if o.name == "find" and "pending" in o.filter]
         obs["purge_entries"] = [o for o in purged if o.name == "update" and "version" not in o.filter]
         assert all(obs[k] for k in ("purge_read", "purge_replace", "purge_pending", "purge_entries")), purged
         return obs
@@ -481,12 +622,13 @@ def _same_at_every_n(key: str, by_n: dict[int, Observed], slack: int = 0) -> Non
 
 # operation -> (index that must serve it, max documents examined, max keys examined)
 INDEXED = {
-    "pending_outbox": ("hb_outbox_seq", K, 2 * K + 1),
-    "pending_spawns": ("hb_spawn_seq", K, K + 1),
-    "due_timers": ("hb_next_fire", K, K + 1),
-    "ack_outbox": ("hb_outbox_seq", 1, 2),
-    "ack_spawn": ("hb_spawn_seq", 1, 2),
-    "purge_pending": ("hb_outbox_seq", K, 2 * K + 1),
+    "pending_outbox": ("hb_pending", K, 2 * K + 1),
+    "pending_spawns": ("hb_pending", K, K + 1),
+    "due_timers": ("hb_timer_pending", K, K + 1),
+    # an ack without the owner hint: the pending documents' seqs, read through hb_pending
+    "ack_outbox": ("hb_pending", K, K + 1),
+    "ack_spawn": ("hb_pending", K, K + 1),
+    "purge_pending": ("hb_pending", K, 2 * K + 1),
     # a filter matching few: about those (2K roots: K Hot + K Broken)
     "list_status": ("hb_status", K + 1, K + 2),
     "list_status_page2": ("hb_status", K + 1, K + 2),
@@ -546,14 +688,17 @@ def test_listing_a_large_match_reads_about_a_page(observed: dict[int, dict[str, 
 
 
 # writes addressed by _id (with a guard on another field), and the prefix range on _id
-BY_ID = ["ack_outbox_owned", "ack_spawn_owned", "delete_timer", "purge_read", "purge_replace"]
+BY_ID = ["ack_outbox_owned", "ack_spawn_owned", "ack_outbox_cold_write", "ack_spawn_cold_write", "delete_timer", "purge_read", "purge_replace"]
 
 
 @pytest.mark.parametrize("key", BY_ID)
 def test_writes_by_id_are_point_writes(observed: dict[int, dict[str, list[Observed]]], key: str) -> None:
     """Every server: the filter is an `_id` equality (plus guards on that one document)."""
     for n, o in _one(observed, key).items():
-        assert isinstance(o.filter.get("_id"), str), f"{key} at N={n}: not addressed by _id: {o.filter}"
+        ident = o.filter.get("_id")
+        # a plain equality, or the one-element `$in` mongod canonicalises to it (commit.point)
+        point = isinstance(ident, dict) and set(ident) == {"$in"} and len(ident["$in"]) == 1
+        assert isinstance(ident, str) or point, f"{key} at N={n}: not addressed by _id: {o.filter}"
 
 
 @mongod_only

@@ -87,7 +87,11 @@ class AsyncMongoStore(StoreShell):
     async def _run(self, flow: Flow[T]) -> T:
         if not self._state.ready:
             await self.init()
-        return await self._drive(flow)
+        self._state.op_started()  # every operation counts (flows: one relay read, not two)
+        try:
+            return await self._drive(flow)
+        finally:
+            self._state.op_finished()
 
     async def _drive(self, flow: Flow[T]) -> T:
         send: Any = None

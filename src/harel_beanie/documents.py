@@ -23,9 +23,15 @@ from harel.engine.schema import DEFAULT_PREFIX, Names
 from pydantic import BaseModel, ConfigDict, Field
 from pymongo import ASCENDING, IndexModel
 
+from harel_beanie.keys import ANY_TIME
+
 #: The layout version this package writes and reads; recorded in the counters collection.
-#: Bump it with every migration in migrations/.
-SCHEMA_VERSION = 1
+#: Bump it with every migration in migrations/. Version 2: the `pending` flag and the partial
+#: pending-work indexes (`hb_pending`, `hb_timer_pending`) in place of `LAYOUT_1_INDEXES`.
+SCHEMA_VERSION = 2
+
+#: The filter selecting the documents that hold outbox entries or spawns (see `pending`).
+PENDING: dict[str, Any] = {"pending": True}
 
 #: The `_id` of the counters-collection document holding the recorded layout version.
 SCHEMA_MARKER_ID = "harel_beanie:schema"
@@ -87,6 +93,10 @@ class ExecutionDocument(Document):
     commit_tokens: list[str] = []  # random ids of the last commits (see harel_beanie.commit)
     born: Optional[str] = None  # the token of the commit that created this incarnation
     buried: list[str] = []  # `born` of earlier incarnations of this id, purged (see flows)
+    # true exactly while `outbox` or `spawns` holds an entry, absent otherwise: set by the
+    # commit that adds entries, cleared by the write that removes the last (an update
+    # pipeline recomputes it; see flows.ack_outbox). The one index the relays read.
+    pending: Optional[bool] = None
 
     class Settings:
         name = Names(DEFAULT_PREFIX).executions
@@ -102,14 +112,27 @@ class ExecutionDocument(Document):
             IndexModel([("status", ASCENDING), ("updated_at", ASCENDING)], name="hb_status_updated"),
             # roots_only (parent_id null) and the children of an execution
             IndexModel([("parent_id", ASCENDING), ("_id", ASCENDING)], name="hb_parent"),
-            # pending_outbox reads only documents holding entries; ack_outbox without its owner;
-            # purge finds the entries addressed to the purged execution among those
-            IndexModel([("outbox.seq", ASCENDING)], name="hb_outbox_seq"),
-            # pending_spawns / ack_spawn, as for the outbox
-            IndexModel([("spawns.seq", ASCENDING)], name="hb_spawn_seq"),
+            # The pending-work indexes are partial: a document has a key in them only while it
+            # holds that work, so the many documents holding none write no key there on any
+            # commit (and, on SecantusDB, skip their upkeep). Every read of pending work names
+            # the filter (`PENDING`, `ANY_TIME`), so the server may use them.
+            # One index for outbox entries and spawns: the relay reads both in one round trip;
+            # ack_outbox / ack_spawn without an owner hint; purge finds the entries addressed
+            # to the purged execution among these documents
+            IndexModel([("pending", ASCENDING)], name="hb_pending", partialFilterExpression=PENDING),
             # due_timers reads only documents with a timer due by now
-            IndexModel([("next_fire", ASCENDING)], name="hb_next_fire", sparse=True),
+            IndexModel([("next_fire", ASCENDING)], name="hb_timer_pending", partialFilterExpression={"next_fire": ANY_TIME}),
         ]
+
+
+#: The pending-work indexes of layout version 1 (full, not partial: a key for every document,
+#: even one holding no work). Layout version 2 replaced them; its migration drops them on the
+#: way up and creates them again on the way down.
+LAYOUT_1_INDEXES: list[IndexModel] = [
+    IndexModel([("outbox.seq", ASCENDING)], name="hb_outbox_seq"),
+    IndexModel([("spawns.seq", ASCENDING)], name="hb_spawn_seq"),
+    IndexModel([("next_fire", ASCENDING)], name="hb_next_fire", sparse=True),
+]
 
 
 class Tombstone(BaseModel):
@@ -180,6 +203,16 @@ class OutboxView(BaseModel):
     id: str = Field(alias="_id")
     parent_id: Optional[str] = None
     outbox: list[OutboxItem] = []
+
+
+class PendingView(BaseModel):
+    """A relay pass's one read: both kinds of entry of a document holding any, and the
+    holder's parent (a scoped relay's tree, as for `OutboxView`)."""
+
+    id: str = Field(alias="_id")
+    parent_id: Optional[str] = None
+    outbox: list[OutboxItem] = []
+    spawns: list[SpawnItem] = []
 
 
 class SpawnView(BaseModel):

@@ -23,6 +23,28 @@ Two rules the flows keep beyond a single write:
 - What the store reports as landed or as already seen is read back at the level writes are
   acknowledged at (`confirm` reads: majority when the write concern is majority), so on a
   replica set it can't be rolled back after the store said so.
+
+One relay read, not two. harel's relay asks `pending_spawns` and then, at once,
+`pending_outbox`, on every pass. Both kinds of entry live in the documents flagged `pending`
+(one partial index), so `pending_spawns` reads them together and keeps the outbox entries it
+read; `pending_outbox` returns those instead of reading again only when it is the very next
+operation on this store instance: no other operation of this instance (from any thread or
+task) started or finished in between, it asks for the same `within`, and the entries are
+used once (`StoreState.prefetched`). Why that answer is one a read would be allowed to give:
+- It is exactly what a `pending_outbox` read would have returned at the moment the
+  `pending_spawns` read ran (same filter, same documents, the outbox part of each).
+- Anything this instance writes (a commit adding entries, an ack removing one, a purge)
+  is an operation, so it voids the kept entries: the store never answers from before its
+  own writes, nor from before anything its caller could have learnt through it.
+- A write by another instance or process between the two calls is concurrent with the
+  call: a read is allowed to miss it, exactly as a read made a moment earlier would. harel
+  does not rely on one relay seeing another's fresh entries: the writer's own relay runs
+  after its commit, and the next pass of any relay reads afresh (the cache never lasts
+  past one call). An entry another relay acked meanwhile comes back once more, as it could
+  from a read that raced that ack: harel's delivery is at-least-once and deduplicated by
+  event id, and an ack of an entry already gone changes nothing.
+tests/test_structure.py (`test_relay_pass_*`) checks the round trip saved and that a
+commit, an ack or another `within` in between is seen.
 """
 
 from __future__ import annotations
@@ -30,6 +52,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Optional
@@ -66,16 +89,19 @@ from harel_beanie.commit import (
     CommitPlan,
     append_trace_update,
     data_budget,
+    point,
     dedupe_keys,
     plan_commit,
     reserved_bytes,
 )
 from harel_beanie.documents import (
     NODE_COUNTER_ID,
+    PENDING,
     SCHEMA_MARKER_ID,
     SCHEMA_VERSION,
     LoadView,
     OutboxView,
+    PendingView,
     SpawnView,
     TimerView,
     TraceView,
@@ -83,7 +109,7 @@ from harel_beanie.documents import (
     projection,
 )
 from harel_beanie.errors import ExecutionTooLarge, SchemaMismatch
-from harel_beanie.keys import ANY_SEQ, prefix_range, require_int, require_str, require_time, timer_field
+from harel_beanie.keys import ANY_SEQ, ANY_TIME, prefix_range, require_int, require_str, require_time, timer_field
 from harel_beanie.listing import listing_page, listing_query
 from harel_beanie.seqs import (
     HAREL_SEQ_COUNTERS,
@@ -124,6 +150,38 @@ class StoreState:
     in_memory: bool = False  # the client is mongomock's: reads and writes it lacks take another form
     mint: SeqMint = field(default_factory=SeqMint)
     owners: dict[int, str] = field(default_factory=dict)
+    # operations started or finished on this instance, and the outbox entries the last
+    # `pending_spawns` read with the count they are valid at (see the module docstring)
+    ops: int = 0
+    prefetched: Optional[tuple[Optional[str], list[OutboxEntry], int]] = None
+    _ops_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def op_started(self) -> None:
+        """Called by the store before each operation (the shells' `_run`)."""
+        with self._ops_lock:
+            self.ops += 1
+
+    def op_finished(self) -> None:
+        """Called by the store after each operation, however it ended."""
+        with self._ops_lock:
+            self.ops += 1
+            kept = self.prefetched
+            if kept is not None and kept[2] < 0:
+                # kept by the operation that just finished: valid until anything else happens
+                self.prefetched = (kept[0], kept[1], self.ops)
+
+    def keep_outbox(self, within: Optional[str], entries: list[OutboxEntry]) -> None:
+        with self._ops_lock:
+            self.prefetched = (within, entries, -1)
+
+    def take_outbox(self, within: Optional[str]) -> Optional[list[OutboxEntry]]:
+        """The kept entries if this is the next operation after the read that kept them
+        (only its own start counted since) for the same `within`; they go either way."""
+        with self._ops_lock:
+            kept, self.prefetched = self.prefetched, None
+            if kept is not None and kept[0] == within and kept[2] == self.ops - 1:
+                return kept[1]
+            return None
 
     def remember(self, owners: dict[int, str]) -> None:
         if len(self.owners) + len(owners) > _OWNERS_MAX:
@@ -137,22 +195,23 @@ class StoreState:
 def setup(st: StoreState) -> Flow[None]:
     """Indexes (when create_schema) and the layout check. The seq lease is taken on the
     first mint, so a store that only reads never holds one."""
+    marker = yield FindOne("counters", {"_id": SCHEMA_MARKER_ID})
+    if marker is not None and marker.get("n") != SCHEMA_VERSION:
+        # before any index is created: another layout's indexes are its migration's business
+        raise SchemaMismatch(int(marker.get("n") or 0), SCHEMA_VERSION, st.where)
     if st.create_schema:
         yield CreateIndexes("executions", st.indexes)
-    marker = yield FindOne("counters", {"_id": SCHEMA_MARKER_ID})
     if marker is None:
         some = yield FindOne("executions", {}, {"_id": 1})
         if some is not None:
             st.compat = True
             log.warning(
                 "%s holds executions in harel's MongoStore layout; they load and advance, "
-                "but listing and timer sweeps scan them until `harel-beanie migrate up` runs",
+                "but listing, relays and timer sweeps scan them until `harel-beanie migrate up` runs",
                 st.where,
             )
         elif st.create_schema:
             yield UpdateOne("counters", {"_id": SCHEMA_MARKER_ID}, {"$setOnInsert": {"n": SCHEMA_VERSION}}, upsert=True)
-    elif marker.get("n") != SCHEMA_VERSION:
-        raise SchemaMismatch(int(marker.get("n") or 0), SCHEMA_VERSION, st.where)
     st.ready = True
 
 
@@ -552,40 +611,96 @@ def tree_docs(st: StoreState, within: Optional[str], docs: list[dict[str, Any]])
 
 
 def pending_outbox(st: StoreState, within: Optional[str] = None) -> Flow[list[OutboxEntry]]:
-    docs = yield Find("executions", {"outbox.seq": ANY_SEQ}, projection(OutboxView))
+    kept = st.take_outbox(within)
+    if kept is not None:
+        return kept  # read by the pending_spawns just before (see the module docstring)
+    query = {"outbox.seq": ANY_SEQ} if st.compat else PENDING
+    docs = yield Find("executions", query, projection(OutboxView))
     entries, owners = records.outbox_entries((yield from tree_docs(st, within, docs)))
     st.remember(owners)
     return entries
 
 
 def ack_outbox(st: StoreState, seq: int) -> Flow[None]:
-    yield UpdateOne("executions", _by_entry(st, "outbox", seq), {"$pull": {"outbox": {"seq": seq}}})
+    yield from _ack(st, "outbox", seq)
 
 
 def pending_spawns(st: StoreState, within: Optional[str] = None) -> Flow[list[SpawnEntry]]:
-    docs = yield Find("executions", {"spawns.seq": ANY_SEQ}, projection(SpawnView))
-    entries, owners = records.spawn_entries((yield from tree_docs(st, within, docs)))
-    st.remember(owners)
+    if st.compat:  # harel's documents carry no `pending` flag: each array by itself
+        docs = yield Find("executions", {"spawns.seq": ANY_SEQ}, projection(SpawnView))
+        entries, owners = records.spawn_entries((yield from tree_docs(st, within, docs)))
+        st.remember(owners)
+        return entries
+    # one read for both kinds: the relay asks for the outbox next (see the module docstring)
+    found = yield Find("executions", PENDING, projection(PendingView))
+    docs = yield from tree_docs(st, within, found)
+    entries, owners = records.spawn_entries(docs)
+    outbox, outbox_owners = records.outbox_entries(docs)
+    st.remember({**owners, **outbox_owners})
+    st.keep_outbox(within, outbox)
     return entries
 
 
 def ack_spawn(st: StoreState, seq: int) -> Flow[None]:
-    yield UpdateOne("executions", _by_entry(st, "spawns", seq), {"$pull": {"spawns": {"seq": seq}}})
+    yield from _ack(st, "spawns", seq)
 
 
-def _by_entry(st: StoreState, array: str, seq: int) -> dict[str, Any]:
-    """The filter reaching the document holding entry `seq`: by `_id` alone when this store
-    has seen the entry, else by the seq index. `_id` alone is enough because an entry never
-    leaves the document it was committed in (a `$pull` of one already gone changes nothing),
-    and it is the cheapest write there is: mongod's `_id` fast path, on a sharded cluster
-    routed to one shard, and on SecantusDB no index planning."""
+def _ack(st: StoreState, array: str, seq: int) -> Flow[None]:
+    """Remove entry `seq` from the document holding it, addressed by `_id`: this store knows
+    the owner of every entry it committed or read (the relay reads before it acks). An
+    entry never leaves the document it was committed in, so `_id` is enough; the seq rides
+    along so a document no longer holding it (acked already, purged) is not written at all.
+    Without the owner (another instance read it), one read through the pending index finds
+    it first. By `_id` is the cheapest write there is: mongod's `_id` fast path, and on a
+    sharded cluster routed to one shard."""
     require_int("seq", seq)
+    entry = {f"{array}.seq": seq}
+    if st.compat or st.in_memory:  # no `pending` flag to go by (compat), or no index (mongomock)
+        owner = st.owners.pop(seq, None)
+        yield from _remove_entries(st, array, {"_id": owner, **entry} if owner else entry, {"seq": seq}, many=False)
+        return
     owner = st.owners.pop(seq, None)
-    return {"_id": owner} if owner is not None else {f"{array}.seq": seq}
+    if owner is None:
+        docs = yield Find("executions", PENDING, {array: {"$elemMatch": {"seq": seq}}})
+        owner = next((d["_id"] for d in docs if d.get(array)), None)
+        if owner is None:
+            return  # no document holds it: acked already
+    # one-element `$in`s: the same plan on mongod, no index planning on SecantusDB (commit.point)
+    yield from _remove_entries(st, array, {"_id": point(owner), f"{array}.seq": point(seq)}, {"seq": seq}, many=False)
+
+
+_HOLDS_ENTRIES = {
+    "$or": [
+        {"$gt": [{"$size": {"$ifNull": ["$outbox", []]}}, 0]},
+        {"$gt": [{"$size": {"$ifNull": ["$spawns", []]}}, 0]},
+    ]
+}
+
+
+def _remove_entries(st: StoreState, array: str, query: dict[str, Any], match: dict[str, Any], *, many: bool) -> Flow[None]:
+    """Remove the entries of `array` matching `match` (field -> value) from the documents
+    `query` selects, and in the same write clear `pending` if that took their last entry:
+    an update pipeline, so the flag can't disagree with the arrays. mongomock evaluates
+    such pipelines wrongly, so in memory it is a `$pull` and the flag may stay set (it
+    only costs a look at a document with nothing left, never a missed entry)."""
+    update: Any
+    if st.in_memory:
+        update = {"$pull": {array: match}}
+    else:
+        keep = {"$or": [{"$ne": [f"$$this.{k}", v]} for k, v in match.items()]}
+        update = [
+            {"$set": {array: {"$filter": {"input": {"$ifNull": [f"${array}", []]}, "cond": keep}}}},
+            {"$set": {"pending": {"$cond": [_HOLDS_ENTRIES, True, "$$REMOVE"]}}},
+        ]
+    if many:
+        yield UpdateMany("executions", query, update)
+    else:
+        yield UpdateOne("executions", query, update)
 
 
 def due_timers(st: StoreState, now: float) -> Flow[list[tuple[str, str, float]]]:
-    due_now: dict[str, Any] = {"next_fire": {"$lte": require_time("now", now, infinite_ok=True)}}
+    # the lower bound names the partial timer index's filter (see documents.py)
+    due_now: dict[str, Any] = {"next_fire": {**ANY_TIME, "$lte": require_time("now", now, infinite_ok=True)}}
     if st.compat:
         # harel's documents carry no bound, and a commit of ours sets one from its own
         # timers only: until the database is migrated, every document with a timer is read
@@ -637,11 +752,11 @@ def purge(st: StoreState, execution_id: str, expected_version: int) -> Flow[bool
     # only documents holding entries can hold one for it: the seq index finds those, and the
     # pull is addressed by _id (an index on target_id would cost every commit with an emit,
     # for the sake of a rare purge)
-    pending = yield Find("executions", {"outbox.seq": ANY_SEQ}, {"outbox.target_id": 1})
+    pending = yield Find("executions", {"outbox.seq": ANY_SEQ} if st.compat else PENDING, {"outbox.target_id": 1})
     holders = [d["_id"] for d in pending if any(e.get("target_id") == execution_id for e in d.get("outbox") or ())]
     if holders:
         query = {"_id": {"$in": holders}, "outbox.target_id": execution_id}
-        yield UpdateMany("executions", query, {"$pull": {"outbox": {"target_id": execution_id}}})
+        yield from _remove_entries(st, "outbox", query, {"target_id": execution_id}, many=True)
     if st.compat:
         yield DeleteOne("counters", {"_id": "trace:" + execution_id})  # harel's trace counter
     return purged

@@ -96,6 +96,10 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 #: entries (an empty array indexes no number), without touching the rest.
 ANY_SEQ = {"$gte": INT64_MIN}
 
+#: Matches every timer bound (`next_fire`, a finite number): the filter of the partial timer
+#: index, so a sweep's `{"next_fire": {**ANY_TIME, "$lte": now}}` is one it may serve.
+ANY_TIME = {"$gte": float("-inf")}
+
 
 def require_int(what: str, value: Any) -> int:
     """`value` itself if it is an int that BSON can hold (a signed 64-bit integer)."""

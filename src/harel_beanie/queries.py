@@ -32,8 +32,8 @@ from beanie.odm.queries.find import FindMany
 from harel.engine.execution import Status
 from pydantic import BaseModel, Field
 
-from harel_beanie.documents import ExecutionDocument
-from harel_beanie.keys import ANY_SEQ, decode_path, require_int, require_str, require_time
+from harel_beanie.documents import PENDING, ExecutionDocument
+from harel_beanie.keys import ANY_SEQ, ANY_TIME, decode_path, require_int, require_str, require_time
 from harel_beanie.seqs import minted_at
 
 
@@ -118,11 +118,11 @@ def children_of(parent_id: str, *, doc: Executions = ExecutionDocument) -> FindM
 
 def waiting_on_timer(*, before: Optional[float] = None, doc: Executions = ExecutionDocument) -> FindMany[TimerRow]:
     """Executions with an armed timer (due before `before`, if given), soonest first.
-    Index: hb_next_fire (next_fire)."""
+    Index: hb_timer_pending (next_fire, partial: documents with a timer bound)."""
     doc = _doc(doc)
-    bound: dict[str, Any] = {"$gte": float("-inf")}
+    bound: dict[str, Any] = dict(ANY_TIME)
     if before is not None:
-        bound = {"$lte": require_time("before", before, infinite_ok=True)}
+        bound["$lte"] = require_time("before", before, infinite_ok=True)
     return doc.find({"next_fire": bound}, projection_model=TimerRow).sort([("next_fire", SortDirection.ASCENDING)])
 
 
@@ -170,7 +170,7 @@ async def backlog(*, doc: Executions = ExecutionDocument, stuck_after: float = 3
         out.counts.setdefault(g["_id"]["d"], {})[g["_id"]["s"]] = g["n"]
     for array, attr in (("outbox", "pending_outbox"), ("spawns", "pending_spawns")):
         rows = await (await coll.aggregate([
-            {"$match": {f"{array}.seq": ANY_SEQ}},
+            {"$match": {**PENDING, f"{array}.seq": ANY_SEQ}},  # through hb_pending
             {"$project": {"n": {"$size": f"${array}"}, "low": {"$min": {"$map": {"input": f"${array}", "in": "$$this.seq"}}}}},
             {"$group": {"_id": None, "n": {"$sum": "$n"}, "low": {"$min": "$low"}}},
         ])).to_list(None)  # fmt: skip
@@ -180,7 +180,7 @@ async def backlog(*, doc: Executions = ExecutionDocument, stuck_after: float = 3
                 born = minted_at(rows[0]["low"])
                 age = None if born is None else max(0.0, now - born)
                 setattr(out, "oldest_outbox_age" if array == "outbox" else "oldest_spawn_age", age)
-    out.due_timers = await doc.find({"next_fire": {"$lte": now}}).count()
+    out.due_timers = await doc.find({"next_fire": {**ANY_TIME, "$lte": now}}).count()
     # the bound may be stale (a cancelled timer): report the real timers
     # show=0 lists none (a limit of 0 would mean no limit at all)
     for row in await waiting_on_timer(doc=doc).limit(show).to_list() if show else ():

@@ -63,7 +63,11 @@ class MongoStore(StoreShell):
     def _run(self, flow: Flow[T]) -> T:
         if not self._state.ready:
             self.init()
-        return self._drive(flow)
+        self._state.op_started()  # every operation counts (flows: one relay read, not two)
+        try:
+            return self._drive(flow)
+        finally:
+            self._state.op_finished()
 
     def _drive(self, flow: Flow[T]) -> T:
         send: Any = None

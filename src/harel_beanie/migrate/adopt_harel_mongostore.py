@@ -24,7 +24,7 @@ from pymongo import DeleteOne, UpdateOne
 
 from harel_beanie import records
 from harel_beanie.commit import summary_fields
-from harel_beanie.documents import SCHEMA_MARKER_ID, ExecutionDocument, index_models
+from harel_beanie.documents import LAYOUT_1_INDEXES, SCHEMA_MARKER_ID, ExecutionDocument, index_models
 from harel_beanie.keys import harel_timer_key
 from harel_beanie.migrate.engine import MigrationError, Migrator, Step
 from harel_beanie.seqs import EPOCH_MS, HAREL_SEQ_COUNTERS, NODE_BITS, SEQ_BITS
@@ -56,6 +56,8 @@ ADDED_FIELDS = (
 # the store's indexes (`bind(prefix)` differs from the default classes only in the
 # collection names, and the migrator addresses the prefix's collections itself)
 _INDEXES = index_models(ExecutionDocument)
+# version 1's own indexes: today's, with the pending-work ones as they were before version 2
+_LAYOUT_1 = [ix for ix in _INDEXES if "partialFilterExpression" not in ix.document] + LAYOUT_1_INDEXES
 
 
 class AdoptHarelLayout(Step):
@@ -109,8 +111,7 @@ class AdoptHarelLayout(Step):
         return updated
 
     async def after_up(self, m: Migrator) -> None:
-        if _INDEXES:
-            await m.exes.create_indexes(_INDEXES)
+        await m.exes.create_indexes(_LAYOUT_1)
         await m.counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": self.version}}, upsert=True)
 
     # --- down -------------------------------------------------------------------------------
@@ -151,7 +152,7 @@ def _mint_floor(m: Migrator) -> int:
 
 
 async def _drop_indexes(m: Migrator) -> None:
-    names = {ix.document["name"] for ix in _INDEXES}
+    names = {ix.document["name"] for ix in [*_INDEXES, *LAYOUT_1_INDEXES]}
     for name in [ix["name"] async for ix in await m.exes.list_indexes()]:
         if name in names:
             await m.exes.drop_index(name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from harel_beanie.documents import SCHEMA_VERSION
 from harel_beanie.migrate.adopt_harel_mongostore import AdoptHarelLayout
 from harel_beanie.migrate.engine import Step
+from harel_beanie.migrate.pending_flag import PendingFlag
 
-STEPS: dict[int, Step] = {s.version: s for s in (AdoptHarelLayout(),)}
+STEPS: dict[int, Step] = {s.version: s for s in (AdoptHarelLayout(), PendingFlag())}
 assert sorted(STEPS) == list(range(1, SCHEMA_VERSION + 1)), "one step per layout version"
