@@ -47,11 +47,18 @@ from harel_beanie.calls import (
     UpdateMany,
     UpdateOne,
 )
-from harel_beanie.commit import MAX_DOCUMENT_BYTES, data_budget, dedupe_key
-from harel_beanie.documents import NODE_COUNTER_ID, SCHEMA_MARKER_ID, SCHEMA_VERSION, VersionView, projection
+from harel_beanie.commit import MAX_DOCUMENT_BYTES, data_budget, dedupe_key, point
+from harel_beanie.documents import (
+    NODE_COUNTER_ID,
+    PENDING,
+    SCHEMA_MARKER_ID,
+    SCHEMA_VERSION,
+    VersionView,
+    projection,
+)
 from harel_beanie.errors import ExecutionTooLarge, SchemaMismatch
 from harel_beanie.flows import StoreState
-from harel_beanie.keys import ANY_SEQ
+from harel_beanie.keys import ANY_SEQ, ANY_TIME
 from harel_beanie.seqs import (
     HAREL_SEQ_COUNTERS,
     LEASE_SPAN_MS,
@@ -228,8 +235,9 @@ def _swap(value: Any, old: Any, new: Any) -> Any:
 
 
 def cas(version: int = 3, first_seq: Optional[int] = FIRST_SEQ) -> Expect:
-    """The CAS update of the execution loaded at `version`, minting from `first_seq`."""
-    want: dict[str, Any] = {"_id": ID, "version": version}
+    """The CAS update of the execution loaded at `version`, minting from `first_seq`: its
+    equalities are one-element `$in`s (`commit.point`)."""
+    want: dict[str, Any] = {"_id": point(ID), "version": point(version)}
     if first_seq is not None:
         want["seq_hi"] = {"$not": {"$gte": first_seq}}
     return on(UpdateOne, "executions", filter=want, update=lambda u: u["$set"]["version"] == version + 1)
@@ -821,21 +829,26 @@ WRITE_MARKER = on(
     UpdateOne, "counters", filter={"_id": SCHEMA_MARKER_ID}, update={"$setOnInsert": {"n": SCHEMA_VERSION}}, upsert=True
 )
 
+THIS_LAYOUT = {"_id": SCHEMA_MARKER_ID, "n": SCHEMA_VERSION}
+
+# the marker read's reply, then the steps after the index build (when create_schema)
 SETUPS = [
-    ("a fresh database gets its marker", True, [(MARKER, None), (ANY_EXECUTION, None), (WRITE_MARKER, None)], False),
-    ("harel's layout: compat, no marker", True, [(MARKER, None), (ANY_EXECUTION, {"_id": "old"})], True),
-    ("this layout: nothing more to do", True, [(MARKER, {"_id": SCHEMA_MARKER_ID, "n": SCHEMA_VERSION})], False),
-    ("create_schema=False: no indexes, no marker", False, [(MARKER, None), (ANY_EXECUTION, None)], False),
-    ("create_schema=False over harel's layout", False, [(MARKER, None), (ANY_EXECUTION, {"_id": "old"})], True),
+    ("a fresh database gets its marker", True, None, [(ANY_EXECUTION, None), (WRITE_MARKER, None)], False),
+    ("harel's layout: compat, no marker", True, None, [(ANY_EXECUTION, {"_id": "old"})], True),
+    ("this layout: nothing more to do", True, THIS_LAYOUT, [], False),
+    ("create_schema=False: no indexes, no marker", False, None, [(ANY_EXECUTION, None)], False),
+    ("create_schema=False over harel's layout", False, None, [(ANY_EXECUTION, {"_id": "old"})], True),
 ]
 
 
-@pytest.mark.parametrize("create, steps, compat", [s[1:] for s in SETUPS], ids=[s[0] for s in SETUPS])
-def test_setup(create: bool, steps: list[Step], compat: bool, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("create, marker, steps, compat", [s[1:] for s in SETUPS], ids=[s[0] for s in SETUPS])
+def test_setup(
+    create: bool, marker: Optional[dict[str, Any]], steps: list[Step], compat: bool, caplog: pytest.LogCaptureFixture
+) -> None:
     st = state(lease=False, create_schema=create)
     indexes = [(on(CreateIndexes, "executions", indexes=st.indexes), None)] if create else []
     with caplog.at_level(logging.WARNING, logger="harel_beanie"):
-        run(flows.setup(st), *indexes, *steps)
+        run(flows.setup(st), (MARKER, marker), *indexes, *steps)
     assert st.ready and st.compat == compat
     assert ("harel's MongoStore layout" in caplog.text) == compat
     assert st.mint.lease is None  # the lease waits for the first mint
@@ -847,23 +860,33 @@ def test_setup(create: bool, steps: list[Step], compat: bool, caplog: pytest.Log
     ids=["newer", "zero", "no n"],
 )
 def test_setup_refuses_another_layout(marker: dict[str, Any], found: int) -> None:
+    """Before creating any index: another layout's indexes are its migration's business."""
     st = state(lease=False)
+    assert st.create_schema
     with pytest.raises(SchemaMismatch) as err:
-        run(flows.setup(st), (on(CreateIndexes, "executions"), None), (MARKER, {"_id": SCHEMA_MARKER_ID, **marker}))
+        run(flows.setup(st), (MARKER, {"_id": SCHEMA_MARKER_ID, **marker}))
     assert (err.value.found, err.value.expected) == (found, SCHEMA_VERSION)
     assert not st.ready
 
 
-def test_setup_interrupted_by_the_driver_is_not_ready() -> None:
+@pytest.mark.parametrize(
+    "steps",
+    [
+        [(MARKER, AutoReconnect("down"))],
+        [(MARKER, None), (on(CreateIndexes, "executions"), AutoReconnect("down"))],
+    ],
+    ids=["at the marker read", "at the index build"],
+)
+def test_setup_interrupted_by_the_driver_is_not_ready(steps: list[Step]) -> None:
     st = state(lease=False)
     with pytest.raises(AutoReconnect):
-        run(flows.setup(st), (on(CreateIndexes, "executions"), None), (MARKER, AutoReconnect("down")))
+        run(flows.setup(st), *steps)
     assert not st.ready
 
 
 # --- due timers and their repairs -----------------------------------------------------------
 
-DUE = {"next_fire": {"$lte": 100.0}}
+DUE = {"next_fire": {**ANY_TIME, "$lte": 100.0}}  # ANY_TIME: the partial timer index's filter
 SWEEP = on(Find, "executions", filter=DUE, projection={"_id": 1, "version": 1, "timers": 1, "next_fire": 1})
 COMPAT_SWEEP = on(Find, "executions", filter={"$or": [DUE, {"timers": {"$nin": [{}, None]}}]})
 
@@ -929,22 +952,46 @@ def test_due_timers(
 
 PURGE_READ = on(FindOne, "executions", filter={"_id": ID}, projection={"version": 1, "born": 1, "buried": 1, "tomb": 1})
 RECHECK = on(FindOne, "executions", filter={"_id": ID}, projection={"tomb": 1})
-HOLDERS = on(Find, "executions", filter={"outbox.seq": ANY_SEQ}, projection={"outbox.target_id": 1})
-PENDING = [
+HOLDERS = on(Find, "executions", filter=PENDING, projection={"outbox.target_id": 1})
+COMPAT_HOLDERS = on(Find, "executions", filter={"outbox.seq": ANY_SEQ}, projection={"outbox.target_id": 1})
+HOLDER_DOCS = [
     {"_id": "h1", "outbox": [{"target_id": "elsewhere"}, {"target_id": ID}]},
     {"_id": "h2", "outbox": [{"target_id": "elsewhere"}]},
     {"_id": "h3", "outbox": [{"target_id": ID}]},
 ]
-PULL = (
-    on(
-        UpdateMany,
-        "executions",
-        filter={"_id": {"$in": ["h1", "h3"]}, "outbox.target_id": ID},
-        update={"$pull": {"outbox": {"target_id": ID}}},
-    ),
-    2,
-)
-CLEANUP = [(HOLDERS, PENDING), PULL]
+PULL_FILTER = {"_id": {"$in": ["h1", "h3"]}, "outbox.target_id": ID}
+# the entries addressed to ID go, and `pending` is cleared in the same write if none is left
+PULL_PIPELINE = [
+    {
+        "$set": {
+            "outbox": {
+                "$filter": {
+                    "input": {"$ifNull": ["$outbox", []]},
+                    "cond": {"$or": [{"$ne": ["$$this.target_id", ID]}]},
+                }
+            }
+        }
+    },
+    {
+        "$set": {
+            "pending": {
+                "$cond": [
+                    {
+                        "$or": [
+                            {"$gt": [{"$size": {"$ifNull": ["$outbox", []]}}, 0]},
+                            {"$gt": [{"$size": {"$ifNull": ["$spawns", []]}}, 0]},
+                        ]
+                    },
+                    True,
+                    "$$REMOVE",
+                ]
+            }
+        }
+    },
+]
+PULL = (on(UpdateMany, "executions", filter=PULL_FILTER, update=PULL_PIPELINE), 2)
+CLEANUP = [(HOLDERS, HOLDER_DOCS), PULL]
+COMPAT_CLEANUP = [(COMPAT_HOLDERS, HOLDER_DOCS), PULL]  # no `pending` flag: found by the seq
 
 
 def bury(born: Optional[str], buried: list[str]) -> Step:
@@ -982,7 +1029,7 @@ PURGES = [
         False,
     ),
     ("missing: cleanup still runs", False, None, CLEANUP, False),
-    ("no holder: no pull", False, None, [(HOLDERS, PENDING[1:2])], False),
+    ("no holder: no pull", False, None, [(HOLDERS, HOLDER_DOCS[1:2])], False),
     (
         "replace missed, a late earlier purge buried it: finish cleanup",
         False,
@@ -1008,7 +1055,7 @@ PURGES = [
         "compat: harel's trace counter goes too",
         True,
         {"_id": ID, "version": 3},
-        [bury(None, []), *CLEANUP, (on(DeleteOne, "counters", filter={"_id": "trace:" + ID}), 1)],
+        [bury(None, []), *COMPAT_CLEANUP, (on(DeleteOne, "counters", filter={"_id": "trace:" + ID}), 1)],
         True,
     ),
 ]
@@ -1019,6 +1066,14 @@ def test_purge(compat: bool, doc: Optional[dict[str, Any]], steps: list[Step], p
     st = state(lease=False)
     st.compat = compat
     assert run(flows.purge(st, ID, 3), (PURGE_READ, doc), *steps) is purged
+
+
+def test_purge_in_memory_pulls_without_the_pipeline() -> None:
+    """mongomock evaluates the pipeline wrongly: a plain `$pull` (the flag may stay set)."""
+    st = state(lease=False)
+    st.in_memory = True
+    pull = on(UpdateMany, "executions", filter=PULL_FILTER, update={"$pull": {"outbox": {"target_id": ID}}})
+    assert run(flows.purge(st, ID, 3), (PURGE_READ, None), (HOLDERS, HOLDER_DOCS), (pull, 2)) is False
 
 
 # --- reads that decide a drop ---------------------------------------------------------------
