@@ -967,7 +967,7 @@ PULL_PIPELINE = [
             "outbox": {
                 "$filter": {
                     "input": {"$ifNull": ["$outbox", []]},
-                    "cond": {"$or": [{"$ne": ["$$this.target_id", ID]}]},
+                    "cond": {"$or": [{"$ne": ["$$this.target_id", {"$literal": ID}]}]},
                 }
             }
         }

@@ -687,7 +687,9 @@ def _remove_entries(st: StoreState, array: str, query: dict[str, Any], match: di
     if st.in_memory:
         update = {"$pull": {array: match}}
     else:
-        keep = {"$or": [{"$ne": [f"$$this.{k}", v]} for k, v in match.items()]}
+        # `$literal`: inside an expression a string starting with `$` would be a field path
+        # (an execution id may be "$a"), never the value itself
+        keep = {"$or": [{"$ne": [f"$$this.{k}", {"$literal": v}]} for k, v in match.items()]}
         update = [
             {"$set": {array: {"$filter": {"input": {"$ifNull": [f"${array}", []]}, "cond": keep}}}},
             {"$set": {"pending": {"$cond": [_HOLDS_ENTRIES, True, "$$REMOVE"]}}},
