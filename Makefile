@@ -4,7 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test soak reliability reliability-soak bench typecheck clean browser screenshots
+.PHONY: setup demo test soak reliability reliability-soak bench typecheck clean browser screenshots format
+
+# what `make test` checks first: the formatter and the linter (ruff), applied
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -28,6 +33,8 @@ browser:
 
 # the whole default test suite, type check included, on a real wire-protocol server
 test: $(STAMP) browser
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
 	$(BIN)/python -m mypy
 	$(BIN)/python -m mypy bench/run.py
 	$(BIN)/python -m pytest -q

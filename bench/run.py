@@ -49,8 +49,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import pymongo
-from pymongo import monitoring
-from pymongo.write_concern import WriteConcern
 from harel.definition.model import Definition
 from harel.dsl import definition_from_dsl_file
 from harel.engine.aio.distributed import AsyncDistributedRunner, AsyncWorker
@@ -58,10 +56,12 @@ from harel.engine.aio_store.mongo import AsyncMongoStore as HarelAsyncMongoStore
 from harel.engine.aio_transport.mongo import AsyncMongoTransport
 from harel.engine.durable import DurableRunner
 from harel.engine.execution import Execution, Status
-from harel.engine.store.base import TimerOp
 from harel.engine.schema import Names
+from harel.engine.store.base import TimerOp
 from harel.engine.store.mongo import MongoStore as HarelMongoStore
 from harel.spec.states import Event
+from pymongo import monitoring
+from pymongo.write_concern import WriteConcern
 
 from harel_beanie import AsyncMongoStore, MongoStore
 from harel_beanie.documents import ExecutionDocument, index_models
@@ -97,6 +97,8 @@ LABEL[EQUAL] = "harel-beanie at w:1"
 def split_runner(runner: str) -> tuple[str, bool]:
     """("worker-16+trace") -> ("worker-16", True)."""
     return runner.removesuffix(TRACED), runner.endswith(TRACED)
+
+
 STATES = ("empty", "stored")
 EXECUTIONS = Names("harel").executions
 
@@ -219,7 +221,11 @@ class ServerRun:
         )
 
     def submit(self, runner: str, state: str, store: str) -> Optional[float]:
-        r = [c.submit_rate for c in self.cells if (c.runner, c.state, c.store) == (runner, state, store) and c.submit_seconds]
+        r = [
+            c.submit_rate
+            for c in self.cells
+            if (c.runner, c.state, c.store) == (runner, state, store) and c.submit_seconds
+        ]
         return statistics.median(r) if r else None
 
 
@@ -296,7 +302,9 @@ def ceiling(url: str, updates: int) -> tuple[float, float, float]:
     coll.insert_many([{"_id": i, "n": 0} for i in range(64)])
     indexed = client[db]["indexed"]
     indexed.create_indexes(index_models(ExecutionDocument))
-    indexed.insert_many([{"_id": i, "n": 0, "definition_id": "D", "status": "RUNNING", "parent_id": None} for i in range(64)])
+    indexed.insert_many(
+        [{"_id": i, "n": 0, "definition_id": "D", "status": "RUNNING", "parent_id": None} for i in range(64)]
+    )
     sequential = _bare_updates(coll, updates)
     with_indexes = _bare_updates(indexed, updates)
 
@@ -428,7 +436,12 @@ class CountingTransport:
     async def ack(self, lease: Any) -> None:
         await self._inner.ack(lease)
         self.acks += 1
-        if self._target is not None and self._done is not None and self.acks >= self._target and not self._done.is_set():
+        if (
+            self._target is not None
+            and self._done is not None
+            and self.acks >= self._target
+            and not self._done.is_set()
+        ):
             self.done_at = time.perf_counter()
             self._done.set()
 
@@ -440,12 +453,20 @@ class CountingTransport:
 
 
 async def _drain(
-    store: Any, transport: CountingTransport, defs: dict[str, Definition], concurrency: int, acks: int, budget: float, trace: bool
+    store: Any,
+    transport: CountingTransport,
+    defs: dict[str, Definition],
+    concurrency: int,
+    acks: int,
+    budget: float,
+    trace: bool,
 ) -> tuple[int, float]:
     """Run an AsyncWorker until `acks` more messages are handled or `budget` seconds pass."""
     stop = asyncio.Event()
     base = transport.acks
-    worker = AsyncWorker(store, transport, defs, worker_id="bench", visibility=60.0, concurrency=concurrency, trace=trace)
+    worker = AsyncWorker(
+        store, transport, defs, worker_id="bench", visibility=60.0, concurrency=concurrency, trace=trace
+    )
     t = time.perf_counter()
     transport.until(base + acks, stop)
     task = asyncio.create_task(worker.run(stop, idle_sleep=0.002))
@@ -640,7 +661,7 @@ def index_costs(url: str, commits: int, blocks: int) -> dict[str, dict[str, floa
     per: dict[str, list[dict[str, float]]] = {k: [] for k in keys}
     try:
         for b in range(blocks):
-            order = keys[b % len(keys):] + keys[: b % len(keys)]
+            order = keys[b % len(keys) :] + keys[: b % len(keys)]
             if b % 2:
                 order.reverse()
             for k in order:
@@ -653,8 +674,12 @@ def index_costs(url: str, commits: int, blocks: int) -> dict[str, dict[str, floa
         out[k] = {kind: statistics.median(x[kind] for x in per[k]) for kind in COMMIT_KINDS}
     for k in keys:
         if k.startswith("-"):
-            out["cost" + k] = {kind: statistics.median(a[kind] - m[kind] for a, m in zip(per["all"], per[k])) for kind in COMMIT_KINDS}
-    out["cost_all"] = {kind: statistics.median(a[kind] - m[kind] for a, m in zip(per["all"], per["none"])) for kind in COMMIT_KINDS}
+            out["cost" + k] = {
+                kind: statistics.median(a[kind] - m[kind] for a, m in zip(per["all"], per[k])) for kind in COMMIT_KINDS
+            }
+    out["cost_all"] = {
+        kind: statistics.median(a[kind] - m[kind] for a, m in zip(per["all"], per["none"])) for kind in COMMIT_KINDS
+    }
     return out
 
 
@@ -799,8 +824,10 @@ def run_server(name: str, url: str, opts: Options, defs: dict[str, Definition]) 
     run.load.append(os.getloadavg())
     say(f"{run.info['server']}; ceiling ...")
     run.ceiling.append(ceiling(url, opts.ceiling_updates))
-    say(f"ceiling {run.ceiling[-1][0]:.0f} updates/s sequential, {run.ceiling[-1][1]:.0f} with 16 in flight, "
-        f"{run.ceiling[-1][2]:.0f} on an indexed collection")
+    say(
+        f"ceiling {run.ceiling[-1][0]:.0f} updates/s sequential, {run.ceiling[-1][1]:.0f} with 16 in flight, "
+        f"{run.ceiling[-1][2]:.0f} on an indexed collection"
+    )
     stored_db = {}
     for kind in STORES:
         stored_db[kind] = f"hbbench_{tag}_{kind}_stored"
@@ -815,13 +842,19 @@ def run_server(name: str, url: str, opts: Options, defs: dict[str, Definition]) 
                     kinds += (EQUAL,) if state == "empty" and runner in EQUAL_RUNNERS else ()
                     order = kinds if r % 2 == 0 else tuple(reversed(kinds))
                     for kind in order:
-                        db = stored_db[kind] if state == "stored" else f"hbbench_{tag}_{kind}_empty_{uuid.uuid4().hex[:4]}"
+                        db = (
+                            stored_db[kind]
+                            if state == "stored"
+                            else f"hbbench_{tag}_{kind}_empty_{uuid.uuid4().hex[:4]}"
+                        )
                         cell = measure(kind, runner, url, db, defs, opts.events, opts.seconds)
                         cell.state, cell.round = state, r
                         run.cells.append(cell)
                         if state == "empty":
                             client.drop_database(db)
-                        say(f"round {r + 1} {runner:9s} {state:6s} {kind:6s} {cell.rate:8.1f} events/s ({cell.events} in {cell.seconds:.1f}s)")
+                        say(
+                            f"round {r + 1} {runner:9s} {state:6s} {kind:6s} {cell.rate:8.1f} events/s ({cell.events} in {cell.seconds:.1f}s)"
+                        )
         run.ceiling.append(ceiling(url, opts.ceiling_updates))
         run.load.append(os.getloadavg())
         say(f"ceiling again {run.ceiling[-1][0]:.0f} / {run.ceiling[-1][1]:.0f}")
@@ -933,7 +966,9 @@ def report_server(run: ServerRun) -> str:
         "update rate (sequential ceiling for the DurableRunner and concurrency 1, 16-in-flight for concurrency 16)."
     )
     lines.append("")
-    lines.append("| runner | database | harel MongoStore | harel-beanie | ratio | harel-beanie stored / empty | ceiling: harel / harel-beanie |")
+    lines.append(
+        "| runner | database | harel MongoStore | harel-beanie | ratio | harel-beanie stored / empty | ceiling: harel / harel-beanie |"
+    )
     lines.append("|---|---|---:|---:|---:|---:|---:|")
     for runner in RUNNERS:
         roof = par if split_runner(runner)[0] == "worker-16" else seq
@@ -953,10 +988,16 @@ def report_server(run: ServerRun) -> str:
             b_all = ", ".join(f"{x:,.1f}" for x in run.rates(runner, state, "beanie"))
             ratios = ", ".join(f"{x:.2f}x" for x in run.paired(runner, state))
             lines.append(f"| {RUNNER_LABEL[runner]} | {state} | {h_all} | {b_all} | {ratios} |")
-    lines += ["", "Round trips per event while timed, counted on the wire by a PyMongo CommandListener (median "
-              "over rounds): to the store's collections, and for a worker also to harel's transport, which is "
-              "the same for both stores.", ""]
-    lines.append("| runner | database | store: harel MongoStore | store: harel-beanie | transport: harel / harel-beanie |")
+    lines += [
+        "",
+        "Round trips per event while timed, counted on the wire by a PyMongo CommandListener (median "
+        "over rounds): to the store's collections, and for a worker also to harel's transport, which is "
+        "the same for both stores.",
+        "",
+    ]
+    lines.append(
+        "| runner | database | store: harel MongoStore | store: harel-beanie | transport: harel / harel-beanie |"
+    )
     lines.append("|---|---|---:|---:|---:|")
     for runner in RUNNERS:
         for state in STATES:
@@ -979,7 +1020,9 @@ def report_server(run: ServerRun) -> str:
             "(the client default, w:1), against harel's store at its default. *ratio* as above, paired by round."
         )
         lines.append("")
-        lines.append("| runner | harel MongoStore (w:1) | harel-beanie (majority, j) | ratio | harel-beanie at w:1 | ratio |")
+        lines.append(
+            "| runner | harel MongoStore (w:1) | harel-beanie (majority, j) | ratio | harel-beanie at w:1 | ratio |"
+        )
         lines.append("|---|---:|---:|---:|---:|---:|")
         for runner in EQUAL_RUNNERS:
             h, b, e = (run.rate(runner, "empty", k) for k in ("harel", "beanie", EQUAL))
@@ -1025,7 +1068,9 @@ def report_server(run: ServerRun) -> str:
             "the entries that change (mongod)."
         )
         lines.append("")
-        lines.append("| operation | harel MongoStore, ms | harel-beanie, every index, ms | harel-beanie, `_id` only, ms | the index set, ms |")
+        lines.append(
+            "| operation | harel MongoStore, ms | harel-beanie, every index, ms | harel-beanie, `_id` only, ms | the index set, ms |"
+        )
         lines.append("|---|---:|---:|---:|---:|")
         for kind, what in COMMIT_KINDS.items():
             lines.append(f"| {kind}: {what} | {costs['harel'][kind]:.2f} | {costs['all'][kind]:.2f} | "
@@ -1047,7 +1092,11 @@ def report_server(run: ServerRun) -> str:
             for kind in COMMIT_KINDS:
                 every, changed = run.keys.get(kind, {}).get(name, (0, 0))
                 cells.append(f"{cost[kind]:+.2f} ms, {every} / {changed} keys")
-            lines.append(f"| `{name}` ({keys}){extra} | {INDEX_PURPOSE.get(name, '(not described)')} | " + " | ".join(cells) + " |")
+            lines.append(
+                f"| `{name}` ({keys}){extra} | {INDEX_PURPOSE.get(name, '(not described)')} | "
+                + " | ".join(cells)
+                + " |"
+            )
     return "\n".join(lines)
 
 
@@ -1073,14 +1122,20 @@ def report(runs: list[ServerRun], opts: Options, started: datetime.datetime, wal
 
 
 def parse_args(argv: Optional[list[str]] = None) -> tuple[Options, argparse.Namespace]:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--quick", action="store_true", help="a smoke run at tiny sizes (writes no RESULTS.md unless --out)")
     p.add_argument("--events", type=int, help="events per measurement (default 400; quick 10)")
     p.add_argument("--seconds", type=float, help="time budget per measurement (default 15; quick 5)")
     p.add_argument("--stored", type=int, help="finished executions in the 'stored' database (default 20000; quick 100)")
     p.add_argument("--rounds", type=int, help="interleaved rounds (default 5; quick 1)")
-    p.add_argument("--index-commits", type=int, help="commits per index variant and block (default 40; quick 4; 0 skips)")
-    p.add_argument("--url", default=os.environ.get("MONGODB_URL"), help="also run on this server (default $MONGODB_URL)")
+    p.add_argument(
+        "--index-commits", type=int, help="commits per index variant and block (default 40; quick 4; 0 skips)"
+    )
+    p.add_argument(
+        "--url", default=os.environ.get("MONGODB_URL"), help="also run on this server (default $MONGODB_URL)"
+    )
     p.add_argument("--no-embedded", action="store_true", help="skip the embedded server (needs --url)")
     p.add_argument("--out", help="write the markdown here (default bench/RESULTS.md; quick: nowhere)")
     a = p.parse_args(argv)

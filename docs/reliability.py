@@ -73,7 +73,9 @@ def run_tests(kind: str, extra: list[str]) -> tuple[int, dict[str, Any]]:
         started = time.monotonic()
         status = subprocess.call(argv, cwd=ROOT, env=env)
         seconds = time.monotonic() - started
-        records = [json.loads(line) for line in lines.read_text(encoding="utf-8").splitlines()] if lines.exists() else []
+        records = (
+            [json.loads(line) for line in lines.read_text(encoding="utf-8").splitlines()] if lines.exists() else []
+        )
     command = shlex.join(["pytest", *marker, *extra]) + " tests/test_reliability_*.py"
     return status, collect(records, kind, command, seconds, status, at)
 
@@ -210,7 +212,9 @@ def runs_section(runs: dict[str, dict[str, Any]]) -> str:
         title = "Default run" if kind == "default" else "Soak run"
         run = runs.get(kind)
         if run is None:
-            out.append(f"### {title}\n\nNot recorded yet: `python docs/reliability.py{' --soak' if kind == 'soak' else ''}`.")
+            out.append(
+                f"### {title}\n\nNot recorded yet: `python docs/reliability.py{' --soak' if kind == 'soak' else ''}`."
+            )
             continue
         out.append(f"### {title}\n\n{describe(run)}\n\nEvery test that recorded figures, and every test that "
                    f"did not simply pass:\n\n{figures_table(run)}")  # fmt: skip
@@ -266,7 +270,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         kind = "soak" if args.soak else "default"
         status, run = run_tests(kind, args.pytest_args)
         (HERE / f"{kind}.json").write_text(json.dumps(run, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    runs = {k: json.loads((HERE / f"{k}.json").read_text(encoding="utf-8")) for k in RUNS if (HERE / f"{k}.json").exists()}
+    runs = {
+        k: json.loads((HERE / f"{k}.json").read_text(encoding="utf-8")) for k in RUNS if (HERE / f"{k}.json").exists()
+    }
     OUTPUT.write_text(render(runs), encoding="utf-8")
     print(f"wrote {rel(OUTPUT)}", flush=True)
     return status

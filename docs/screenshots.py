@@ -35,7 +35,9 @@ def cli(*args: str) -> list[str]:
 def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="hb-screens-"))
     with EmbeddedServer() as server:
-        done = subprocess.run(cli("demo", "-n", "40", "--url", server.url, "--db", "shop"), cwd=work, capture_output=True, text=True)
+        done = subprocess.run(
+            cli("demo", "-n", "40", "--url", server.url, "--db", "shop"), cwd=work, capture_output=True, text=True
+        )
         if done.returncode != 0:
             sys.exit(done.stdout + done.stderr)
         store = MongoStore(pymongo.MongoClient(server.url), "shop")

@@ -65,7 +65,21 @@ class Dashboard:
         self.base = f"http://127.0.0.1:{self.port}"
         from tests.test_cli import cli_env
 
-        cmd = [sys.executable, "-m", "harel_beanie", "dashboard", "--url", mongo_url, "--db", db, "--port", str(self.port), "--token", token, *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "harel_beanie",
+            "dashboard",
+            "--url",
+            mongo_url,
+            "--db",
+            db,
+            "--port",
+            str(self.port),
+            "--token",
+            token,
+            *extra,
+        ]
         self.log = tempfile.NamedTemporaryFile(prefix="dashboard-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=cli_env())
 

@@ -107,7 +107,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
     if target() is None:
         return
-    if report.when == "call" or (report.when == "setup" and not report.passed) or (report.when == "teardown" and report.failed):
+    if (
+        report.when == "call"
+        or (report.when == "setup" and not report.passed)
+        or (report.when == "teardown" and report.failed)
+    ):
         outcome = report.outcome
         reason = getattr(report, "wasxfail", None)
         if reason is not None:

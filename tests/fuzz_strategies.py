@@ -10,9 +10,44 @@ from hypothesis import strategies as st
 
 # characters with a meaning somewhere on the way to the server, and code point boundaries
 SPECIAL = [
-    ".", "$", "\uff0e", "\uff05", "%", "2E", "25", "\x00", "\\", "*", "^", "[", "]", "(", ")", "?", "|", "+",
-    "{", "}", '"', "'", ":", ",", " ", "\t", "\n", "\x7f", "é", "e\u0301", "日", "🙂",
-    "\ud7ff", "\ue000", "\uffff", "\U0010ffff", "\u200b", "\ufeff",
+    ".",
+    "$",
+    "\uff0e",
+    "\uff05",
+    "%",
+    "2E",
+    "25",
+    "\x00",
+    "\\",
+    "*",
+    "^",
+    "[",
+    "]",
+    "(",
+    ")",
+    "?",
+    "|",
+    "+",
+    "{",
+    "}",
+    '"',
+    "'",
+    ":",
+    ",",
+    " ",
+    "\t",
+    "\n",
+    "\x7f",
+    "é",
+    "e\u0301",
+    "日",
+    "🙂",
+    "\ud7ff",
+    "\ue000",
+    "\uffff",
+    "\U0010ffff",
+    "\u200b",
+    "\ufeff",
 ]
 
 piece = st.one_of(st.sampled_from(SPECIAL), st.characters(codec="utf-8"))  # utf-8: never a lone surrogate
@@ -54,12 +89,20 @@ json_object = st.dictionaries(clean_text, json_value, max_size=5)
 
 # values that are not what a str / int parameter takes
 not_a_str = st.one_of(
-    st.integers(), st.floats(), st.booleans(), st.binary(max_size=4),
-    st.dictionaries(st.sampled_from(["$gt", "$ne", "$exists", "$regex", "$where"]), json_scalar, min_size=1, max_size=2),
+    st.integers(),
+    st.floats(),
+    st.booleans(),
+    st.binary(max_size=4),
+    st.dictionaries(
+        st.sampled_from(["$gt", "$ne", "$exists", "$regex", "$where"]), json_scalar, min_size=1, max_size=2
+    ),
     st.lists(clean_text, max_size=2),
 )
 not_an_int = st.one_of(
-    st.floats(), st.booleans(), clean_text, st.none(),
+    st.floats(),
+    st.booleans(),
+    clean_text,
+    st.none(),
     st.dictionaries(st.sampled_from(["$gt", "$ne", "$exists"]), st.integers(), min_size=1, max_size=1),
 )
 

@@ -83,7 +83,9 @@ def run_suite(
         env = {**os.environ, "HB_SWAP_STORE": store, "HB_SWAP_SERVER": server,
                "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
         if server != "mongomock":  # harel's `stack` tests for its Mongo stores
-            env.update(HAREL_STORE_BACKEND="mongo", HAREL_MONGO_URL=server, HAREL_MONGO_DB="hbx_" + uuid.uuid4().hex[:12])
+            env.update(
+                HAREL_STORE_BACKEND="mongo", HAREL_MONGO_URL=server, HAREL_MONGO_DB="hbx_" + uuid.uuid4().hex[:12]
+            )
         else:
             env.pop("HAREL_STORE_BACKEND", None)
         cmd = [

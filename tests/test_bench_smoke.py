@@ -34,7 +34,7 @@ def test_bench_quick_run_writes_a_report(tmp_path: Path) -> None:
     assert "### At equal write concern" in text and "harel-beanie at w:1" in text
     # round trips per event, counted on the wire: harel's traced commit takes a counter round
     # trip that this store's does not (a structural fact, so the smoke run can check it)
-    section = text[text.index("Round trips per event"):text.index("Submitting the worker's work")]
+    section = text[text.index("Round trips per event") : text.index("Submitting the worker's work")]
     trips = {}
     for ln in section.splitlines():
         if ln.startswith(("| DurableRunner", "| AsyncWorker")):

@@ -37,7 +37,9 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_cli(*args: str, cwd: Path, timeout: float = 120, env: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, cwd: Path, timeout: float = 120, env: Optional[dict[str, str]] = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "harel_beanie", *args],
         cwd=cwd,
@@ -97,12 +99,19 @@ _REFUSALS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("args,expected", _REFUSALS, ids=[" ".join(a[:2]) + f"-{i}" for i, (a, _) in enumerate(_REFUSALS)])
+@pytest.mark.parametrize(
+    "args,expected", _REFUSALS, ids=[" ".join(a[:2]) + f"-{i}" for i, (a, _) in enumerate(_REFUSALS)]
+)
 def test_each_refusal_is_one_line_and_exit_2(args, expected, tmp_path, mongo_url, monkeypatch, capsys):
     for var in _SCRUB:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(tmp_path)
-    values = {"url": mongo_url, "dead": f"mongodb://127.0.0.1:{free_port()}", "models": str(MODELS), "tmp": str(tmp_path)}
+    values = {
+        "url": mongo_url,
+        "dead": f"mongodb://127.0.0.1:{free_port()}",
+        "models": str(MODELS),
+        "tmp": str(tmp_path),
+    }
     assert cli.main([a.format(**values) for a in args]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and expected in err[0] and err[0].startswith("harel-beanie"), err
@@ -245,7 +254,9 @@ async def test_monitor_starts_and_lists_the_executions(astore, mongo_url, db_nam
 
 def test_monitor_refuses_a_missing_url_server_quickly(tmp_path):
     dead = f"mongodb://127.0.0.1:{free_port()}"
-    line = one_line_error(run_cli("monitor", "--url", dead, "--connect-attempts", "1", "--connect-timeout", "0.3", cwd=tmp_path))
+    line = one_line_error(
+        run_cli("monitor", "--url", dead, "--connect-attempts", "1", "--connect-timeout", "0.3", cwd=tmp_path)
+    )
     assert "did not answer" in line
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from harel.engine.store.base import AsyncExecutionStore, ExecutionStore
 from harel.testing import (
     assert_async_listing_contract,
     assert_async_outbox_contract,
@@ -10,8 +11,6 @@ from harel.testing import (
     assert_outbox_contract,
     assert_purge_contract,
 )
-
-from harel.engine.store.base import AsyncExecutionStore, ExecutionStore
 
 
 def test_sync_store_is_an_execution_store(store):
@@ -56,8 +55,9 @@ def test_contracts_share_one_database(store):
 
 async def test_async_contracts_through_a_motor_client(mongo_url, db_name):
     # a drop-in for harel's AsyncMongoStore, which takes Motor's AsyncIOMotorClient
-    from harel_beanie import AsyncMongoStore
     from motor.motor_asyncio import AsyncIOMotorClient
+
+    from harel_beanie import AsyncMongoStore
 
     store = AsyncMongoStore(AsyncIOMotorClient(mongo_url), db_name)
     await assert_async_listing_contract(store, ordered=True, ns="M-")

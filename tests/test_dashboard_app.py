@@ -137,7 +137,10 @@ async def test_actions_are_off_by_default_and_each_needs_a_confirmation(astore) 
     runner = FakeRunner()
     app = FastAPI()
     app.include_router(dashboard_router(astore, auth=no_auth), prefix="/off")
-    app.include_router(dashboard_router(astore, auth=no_auth, actions=DashboardActions(runner, cancel=True, redrive=True), name="on"), prefix="/on")
+    app.include_router(
+        dashboard_router(astore, auth=no_auth, actions=DashboardActions(runner, cancel=True, redrive=True), name="on"),
+        prefix="/on",
+    )
     async with client_for(app) as http:
         page = (await http.get("/off/executions/x-1")).text
         assert "<form" not in page
@@ -148,12 +151,17 @@ async def test_actions_are_off_by_default_and_each_needs_a_confirmation(astore) 
         assert "/send" not in page  # not enabled
         token = _csrf(page, "cancel")
         assert (await http.post("/on/executions/x-1/send", data={"confirm": "x-1", "kind": "Go"})).status_code == 403
-        assert (await http.post("/on/executions/x-1/cancel", data={"confirm": "x-1", "csrf": "0" * 64})).status_code == 403
+        assert (
+            await http.post("/on/executions/x-1/cancel", data={"confirm": "x-1", "csrf": "0" * 64})
+        ).status_code == 403
         r = await http.post("/on/executions/x-1/cancel", data={"confirm": "x-2", "csrf": token})
         assert r.status_code == 303 and "error=" in r.headers["location"] and runner.calls == []
         r = await http.post("/on/executions/x-1/cancel", data={"confirm": "x-1", "csrf": token})
         assert r.status_code == 303 and r.headers["location"].endswith("/on/executions/x-1?done=cancel")
-        r = await http.post("/on/executions/x-1/redrive", data={"confirm": "x-1", "csrf": _csrf(page, "redrive"), "target_path": "Paying"})
+        r = await http.post(
+            "/on/executions/x-1/redrive",
+            data={"confirm": "x-1", "csrf": _csrf(page, "redrive"), "target_path": "Paying"},
+        )
         assert r.status_code == 303
     assert runner.calls == [("cancel", "x-1"), ("redrive", "x-1", "Paying")]
 
@@ -166,7 +174,9 @@ async def test_the_apps_own_guard_runs_before_every_route(astore) -> None:
     with pytest.raises(ValueError):
         dashboard_router(astore, auth=None)  # type: ignore[arg-type]
     app = FastAPI()
-    app.include_router(dashboard_router(astore, auth=staff_only, metrics=StoreMetrics(CollectorRegistry())), prefix="/ops")
+    app.include_router(
+        dashboard_router(astore, auth=staff_only, metrics=StoreMetrics(CollectorRegistry())), prefix="/ops"
+    )
     async with client_for(app) as http:
         for path in ("/ops/", "/ops/failed", "/ops/backlog", "/ops/api/executions", "/ops/api/backlog", "/ops/metrics"):
             assert (await http.get(path)).status_code == 403, path

@@ -127,7 +127,15 @@ def test_browse_filter_open_and_see_a_failed_one(shop: dict[str, Any], browser: 
 
 def test_without_the_token_every_page_is_refused(shop: dict[str, Any]) -> None:
     dash = shop["dash"]
-    for path in ("/", "/failed", "/backlog", "/executions/broken-order-1", "/api/executions", "/api/backlog", "/metrics"):
+    for path in (
+        "/",
+        "/failed",
+        "/backlog",
+        "/executions/broken-order-1",
+        "/api/executions",
+        "/api/backlog",
+        "/metrics",
+    ):
         assert dash.get(path)[0] == 401, path
         assert dash.get(path, token="wrong")[0] == 401, path
     assert dash.get("/api/executions?status=FAILED", token=TOKEN)[0] == 200
@@ -158,5 +166,9 @@ def test_the_json_views_are_in_the_openapi_schema(shop: dict[str, Any]) -> None:
         assert ok == {"$ref": f"#/components/schemas/{model}"}, (path, ok)
     page = json.loads(shop["dash"].get("/api/executions?definition=Order&status=DONE&limit=5", token=TOKEN)[1])
     assert len(page["rows"]) == 5 and page["next_after"] == page["rows"][-1]["id"]
-    nxt = json.loads(shop["dash"].get(f"/api/executions?definition=Order&status=DONE&limit=5&after={page['next_after']}", token=TOKEN)[1])
+    nxt = json.loads(
+        shop["dash"].get(
+            f"/api/executions?definition=Order&status=DONE&limit=5&after={page['next_after']}", token=TOKEN
+        )[1]
+    )
     assert nxt["rows"][0]["id"] > page["rows"][-1]["id"]

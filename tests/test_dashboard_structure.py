@@ -81,8 +81,13 @@ async def test_listing_pages_are_index_backed_at_20k(big: Any) -> None:
             rec.clear()
             r = await http.get(url)
             assert r.status_code == 200, (label, r.text[:500])
-            sent = [(n, c) for n, c in rec.take() if n in ("find", "aggregate") and c.get(n) == "harel_executions"
-                    and not (n == "find" and set(c["filter"]) == {"_id"})]  # a point read by _id (one execution)
+            sent = [
+                (n, c)
+                for n, c in rec.take()
+                if n in ("find", "aggregate")
+                and c.get(n) == "harel_executions"
+                and not (n == "find" and set(c["filter"]) == {"_id"})
+            ]  # a point read by _id (one execution)
             assert sent, label
             for name, cmd in sent:
                 find, stages = _plan(db, name, cmd)

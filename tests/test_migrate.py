@@ -24,8 +24,8 @@ import pymongo
 import pytest
 from harel import DurableRunner, Event, definition_from_dsl
 from harel.engine.execution import Execution
-from harel.engine.store import MongoStore as HarelMongoStore
 from harel.engine.schema import DEFAULT_PREFIX, Names
+from harel.engine.store import MongoStore as HarelMongoStore
 
 from harel_beanie import MongoStore, SchemaMismatch
 from harel_beanie.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION, bind, index_models
@@ -151,7 +151,9 @@ class World:
         return asyncio.run(_migrate(self.url, self.db, self.prefix, direction, **kw))
 
 
-async def _migrate(url: str, db: str, prefix: str, direction: str, to: Optional[int] = None, **kw: Any) -> list[StepReport]:
+async def _migrate(
+    url: str, db: str, prefix: str, direction: str, to: Optional[int] = None, **kw: Any
+) -> list[StepReport]:
     client: Any = pymongo.AsyncMongoClient(url)
     try:
         m = Migrator(client[db], prefix, say=lambda line: None, **kw)
@@ -245,7 +247,9 @@ def assert_nothing_twice(w: World) -> None:
 def pending(store: Recorder) -> dict[str, Any]:
     return {
         "outbox": sorted((e.seq, e.target_id, e.event.id) for e in store.pending_outbox()),
-        "spawns": sorted((s.seq, s.parent_id, s.child_id, s.root_path, json.dumps(s.context)) for s in store.pending_spawns()),
+        "spawns": sorted(
+            (s.seq, s.parent_id, s.child_id, s.root_path, json.dumps(s.context)) for s in store.pending_spawns()
+        ),
         "timers": sorted(store.due_timers(10**12)),
     }
 
@@ -289,7 +293,11 @@ def test_up_then_this_store_finishes_what_harels_store_left(world: World, refere
     ours = world.ours()
     assert pending(ours) == before  # every entry, seq and timer carried over as it was
     doc = world.executions.find_one({"_id": "s1"})
-    assert doc["status"] == "RUNNING" and doc["active_path"] == "Split" and doc["seq_hi"] == max(s["seq"] for s in doc["spawns"])
+    assert (
+        doc["status"] == "RUNNING"
+        and doc["active_path"] == "Split"
+        and doc["seq_hi"] == max(s["seq"] for s in doc["spawns"])
+    )
     assert world.executions.find_one({"_id": "t1"})["next_fire"] == 1060.0
     assert world.counters.find_one({"_id": SCHEMA_MARKER_ID})["n"] == SCHEMA_VERSION
     assert world.counters.count_documents({"_id": {"$regex": "^trace:"}}) == 0  # folded into trace_n
@@ -469,7 +477,9 @@ def test_migrate_command(world: World, capsys: pytest.CaptureFixture[str]) -> No
     world.harel().load("t1")  # harel's store reads it again
 
 
-def test_a_document_that_is_not_an_execution_stops_up_naming_it(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_document_that_is_not_an_execution_stops_up_naming_it(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
     populate(world, world.harel())
     world.executions.update_one({"_id": "s1"}, {"$set": {"data": "{not json"}})
     assert main(["up", "--url", world.url, "--db", world.db, "--prefix", PREFIX]) == 1
@@ -550,7 +560,9 @@ def test_every_step_has_its_migration_file() -> None:
     assert files == [STEPS[v].name for v in sorted(STEPS)]
 
 
-def test_layout_1_with_pending_work_goes_up_to_2(client: pymongo.MongoClient[Any], mongo_url: str, db_name: str) -> None:
+def test_layout_1_with_pending_work_goes_up_to_2(
+    client: pymongo.MongoClient[Any], mongo_url: str, db_name: str
+) -> None:
     """A database this store wrote at layout 1 (no `pending` flag, full pending indexes):
     refused until migrated, then every entry it held is relayed through the flag's index."""
     from harel_beanie.documents import LAYOUT_1_INDEXES

@@ -58,7 +58,9 @@ class Log(monitoring.CommandListener):
 def make(kind: str, url: str, db: str, log: Log, **options: Any) -> Any:
     if kind == "sync":
         return MongoStore(pymongo.MongoClient(url, event_listeners=[log]), db, **options)
-    return BlockingAsyncStore(lambda: AsyncMongoStore(pymongo.AsyncMongoClient(url, event_listeners=[log]), db, **options))
+    return BlockingAsyncStore(
+        lambda: AsyncMongoStore(pymongo.AsyncMongoClient(url, event_listeners=[log]), db, **options)
+    )
 
 
 def close(store: Any) -> None:

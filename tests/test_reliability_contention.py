@@ -188,7 +188,9 @@ def sync_relay(store: MongoStore, ledger: Ledger, stop: threading.Event) -> None
         time.sleep(0.005)
 
 
-def run_sync(mongo_url: str, db_name: str, *, executions: int, instances: int, writers: int, wins: int, relay: bool) -> tuple[list[str], Ledger]:
+def run_sync(
+    mongo_url: str, db_name: str, *, executions: int, instances: int, writers: int, wins: int, relay: bool
+) -> tuple[list[str], Ledger]:
     stores = [MongoStore(pymongo.MongoClient(mongo_url), db_name, trace_max=0) for _ in range(instances)]
     ids = [f"exe.{i}" for i in range(executions)]
     make_executions(stores[0], ids)
@@ -196,7 +198,9 @@ def run_sync(mongo_url: str, db_name: str, *, executions: int, instances: int, w
     ledger = Ledger()
     start = threading.Barrier(writers)
     threads = [
-        threading.Thread(target=sync_writer, args=(stores[w % instances], w, [rng.choice(ids) for _ in range(wins)], ledger, start))
+        threading.Thread(
+            target=sync_writer, args=(stores[w % instances], w, [rng.choice(ids) for _ in range(wins)], ledger, start)
+        )
         for w in range(writers)
     ]
     stop = threading.Event()
@@ -254,7 +258,9 @@ def test_sync_writers_race_on_shared_executions_soak(mongo_url, db_name, client,
 # --- async: tasks on AsyncMongoStore --------------------------------------------------------
 
 
-async def async_writer(store: AsyncMongoStore, writer: int, targets: list[str], ledger: Ledger, start: asyncio.Event) -> None:
+async def async_writer(
+    store: AsyncMongoStore, writer: int, targets: list[str], ledger: Ledger, start: asyncio.Event
+) -> None:
     await start.wait()
     for win, exe_id in enumerate(targets):
         attempt = 0
@@ -290,7 +296,9 @@ async def async_relay(store: AsyncMongoStore, ledger: Ledger, stop: asyncio.Even
         await asyncio.sleep(0.005)
 
 
-async def run_async(mongo_url: str, db_name: str, *, executions: int, instances: int, writers: int, wins: int) -> tuple[list[str], Ledger]:
+async def run_async(
+    mongo_url: str, db_name: str, *, executions: int, instances: int, writers: int, wins: int
+) -> tuple[list[str], Ledger]:
     stores = [AsyncMongoStore(pymongo.AsyncMongoClient(mongo_url), db_name, trace_max=0) for _ in range(instances)]
     ids = [f"exe.{i}" for i in range(executions)]
     for i in ids:
@@ -300,7 +308,9 @@ async def run_async(mongo_url: str, db_name: str, *, executions: int, instances:
     start, stop = asyncio.Event(), asyncio.Event()
     relay_store = AsyncMongoStore(pymongo.AsyncMongoClient(mongo_url), db_name, trace_max=0)
     tasks = [
-        asyncio.create_task(async_writer(stores[w % instances], w, [rng.choice(ids) for _ in range(wins)], ledger, start))
+        asyncio.create_task(
+            async_writer(stores[w % instances], w, [rng.choice(ids) for _ in range(wins)], ledger, start)
+        )
         for w in range(writers)
     ]
     relay = asyncio.create_task(async_relay(relay_store, ledger, stop))

@@ -87,7 +87,11 @@ class Log(monitoring.CommandListener):
 
     def failed(self, event: monitoring.CommandFailedEvent) -> None:
         failure = event.failure  # the server's error document, or the driver's for a network error
-        what = failure.get("codeName") or failure.get("errtype") or ("writeConcernError" if "writeConcernError" in failure else "error")
+        what = (
+            failure.get("codeName")
+            or failure.get("errtype")
+            or ("writeConcernError" if "writeConcernError" in failure else "error")
+        )
         self.faults[f"{what} on {event.command_name}"] += 1
 
     def names(self) -> list[str]:
@@ -342,11 +346,16 @@ FAULTS: dict[str, tuple[list[str], dict[str, Any]]] = {
     "ShutdownInProgress": (READS_AND_WRITES, {"errorCode": 91}),
     "MaxTimeMSExpired": (READS_AND_WRITES, {"errorCode": 50}),
     "command error": (READS_AND_WRITES, {"errorCode": 8}),  # UnknownError: a definite failure
-    "writeConcernError (applied)": (WRITES, {"writeConcernError": {"code": 64, "errmsg": "waiting for replication timed out"}}),
+    "writeConcernError (applied)": (
+        WRITES,
+        {"writeConcernError": {"code": 64, "errmsg": "waiting for replication timed out"}},
+    ),
 }
 
 
-def arm(admin: pymongo.MongoClient[Any], commands: list[str], data: dict[str, Any], *, skip: int, times: int = 1) -> None:
+def arm(
+    admin: pymongo.MongoClient[Any], commands: list[str], data: dict[str, Any], *, skip: int, times: int = 1
+) -> None:
     admin.admin.command(
         {
             "configureFailPoint": "failCommand",
@@ -356,7 +365,9 @@ def arm(admin: pymongo.MongoClient[Any], commands: list[str], data: dict[str, An
     )
 
 
-def sweep(runs: Callable[[], Run], admin: pymongo.MongoClient[Any], kind: str, fault: str, stride: int = 1) -> dict[str, int]:
+def sweep(
+    runs: Callable[[], Run], admin: pymongo.MongoClient[Any], kind: str, fault: str, stride: int = 1
+) -> dict[str, int]:
     base, commands = baseline(runs, kind)
     targets, data = FAULTS[fault]
     hits = sum(1 for n in commands if n in targets)
@@ -383,7 +394,13 @@ def sweep(runs: Callable[[], Run], admin: pymongo.MongoClient[Any], kind: str, f
 # fault on both stores.
 DEFAULT_STRIDES = {
     "sync": {"ShutdownInProgress": 6, "MaxTimeMSExpired": 2, "command error": 3},
-    "async": {"connection closed": 5, "ShutdownInProgress": 7, "MaxTimeMSExpired": 3, "command error": 4, "writeConcernError (applied)": 2},
+    "async": {
+        "connection closed": 5,
+        "ShutdownInProgress": 7,
+        "MaxTimeMSExpired": 3,
+        "command error": 4,
+        "writeConcernError (applied)": 2,
+    },
 }
 
 
@@ -429,7 +446,11 @@ def test_the_store_never_sends_an_aggregate(runs, admin):
             {
                 "configureFailPoint": "failCommand",
                 "mode": "alwaysOn",
-                "data": {"failCommands": ["aggregate", "count", "distinct", "mapReduce"], "appName": VICTIM, "errorCode": 8},
+                "data": {
+                    "failCommands": ["aggregate", "count", "distinct", "mapReduce"],
+                    "appName": VICTIM,
+                    "errorCode": 8,
+                },
             }
         )
         shots = scenario(store, run.coll)
@@ -575,6 +596,7 @@ def test_driver_retryable_writes_compose_with_the_commit_token():
 
 # --- 4. the store's own calls, failed deterministically per write kind ----------------------
 
+
 def _removes(c: Any, array: str) -> bool:
     """An ack's write: `$pull` from `array`, or (on a real server) the update pipeline that
     filters `array` and recomputes the `pending` flag in the same write."""
@@ -585,10 +607,14 @@ def _removes(c: Any, array: str) -> bool:
 
 WRITE_KINDS: dict[str, Callable[[calls.Call], bool]] = {
     "insert of a new execution": lambda c: isinstance(c, calls.InsertOne) and c.target == "executions",
-    "commit update": lambda c: isinstance(c, calls.UpdateOne) and isinstance(c.update, dict) and "commit_tokens" in c.update.get("$push", {}),
+    "commit update": lambda c: (
+        isinstance(c, calls.UpdateOne) and isinstance(c.update, dict) and "commit_tokens" in c.update.get("$push", {})
+    ),
     "ack_outbox": lambda c: isinstance(c, calls.UpdateOne) and _removes(c, "outbox"),
     "ack_spawn": lambda c: isinstance(c, calls.UpdateOne) and _removes(c, "spawns"),
-    "delete_timer": lambda c: isinstance(c, calls.UpdateOne) and isinstance(c.update, list) and "$project" in c.update[0],
+    "delete_timer": lambda c: (
+        isinstance(c, calls.UpdateOne) and isinstance(c.update, list) and "$project" in c.update[0]
+    ),
     "purge": lambda c: isinstance(c, calls.ReplaceOne) and "tomb" in c.replacement,
     "purge's cleanup": lambda c: isinstance(c, calls.UpdateMany),
 }

@@ -116,7 +116,9 @@ def commits(draw: st.DrawFn) -> dict[str, Any]:
     paths = draw(st.lists(any_text, max_size=3, unique=True))
     return dict(
         context=draw(st.dictionaries(any_text, json_value, max_size=4)),
-        event=dict(id=draw(any_text), kind=draw(any_text), data=draw(st.dictionaries(any_text, json_value, max_size=3))),
+        event=dict(
+            id=draw(any_text), kind=draw(any_text), data=draw(st.dictionaries(any_text, json_value, max_size=3))
+        ),
         target=draw(st.one_of(st.none(), any_text)),
         processed=draw(st.one_of(st.none(), any_text)),
         timers=[(p, draw(fire_time)) for p in paths],
@@ -128,7 +130,9 @@ def commits(draw: st.DrawFn) -> dict[str, Any]:
 def storable(c: dict[str, Any], *also: Any) -> bool:
     """Whether the server can hold it: no lone surrogate anywhere it is stored as a BSON
     string. The spawn context and the trace step are kept as JSON text, which escapes one."""
-    return not has_surrogate([c["context"], c["event"], c["target"], c["processed"], [p for p, _ in c["timers"]], c["spawn"][:2], *also])
+    return not has_surrogate(
+        [c["context"], c["event"], c["target"], c["processed"], [p for p, _ in c["timers"]], c["spawn"][:2], *also]
+    )
 
 
 def commit_args(c: dict[str, Any]) -> dict[str, Any]:
@@ -148,7 +152,10 @@ def check_landed(store: Any, exe: Execution, c: dict[str, Any], version: int) ->
         assert store.is_processed(exe.id, c["processed"])
         assert store.load_for_event(exe.id, c["processed"])[1] is True
     outbox = store.pending_outbox()
-    assert (outbox[-1].target_id, outbox[-1].event.model_dump(mode="json")) == (c["target"], Event(**c["event"]).model_dump(mode="json"))
+    assert (outbox[-1].target_id, outbox[-1].event.model_dump(mode="json")) == (
+        c["target"],
+        Event(**c["event"]).model_dump(mode="json"),
+    )
     spawn = store.pending_spawns()[-1]
     assert (spawn.parent_id, spawn.child_id, spawn.root_path, spawn.context) == (exe.id, *c["spawn"])
     due = store.due_timers(FAR)
@@ -159,7 +166,9 @@ def check_landed(store: Any, exe: Execution, c: dict[str, Any], version: int) ->
         assert step == {**c["trace"], "index": c["trace"].get("index", version - 1)}
 
 
-def execution_property(world: World, kind: str, exe_id: str, definition_id: str, first: dict[str, Any], second: dict[str, Any]) -> None:
+def execution_property(
+    world: World, kind: str, exe_id: str, definition_id: str, first: dict[str, Any], second: dict[str, Any]
+) -> None:
     store = world.fresh(kind, "executions")
     exe = Execution(id=exe_id, definition_id=definition_id, context=first["context"])
     err = refused(lambda: store.commit(exe, **commit_args(first)))
@@ -401,7 +410,13 @@ WRONG_INT_CALLS = {
 def wrong_type_property(world: World, kind: str, call: Any, value: Any) -> None:
     store = world.fresh(kind, "wrong types")
     exe = Execution(id="x", definition_id="d")
-    store.commit(exe, [("x", Event(kind="A"))], processed_event_id="ev", timers=(TimerOp("schedule", "T", 5.0),), spawns=(("k", "R", {}),))
+    store.commit(
+        exe,
+        [("x", Event(kind="A"))],
+        processed_event_id="ev",
+        timers=(TimerOp("schedule", "T", 5.0),),
+        spawns=(("k", "R", {}),),
+    )
     before = world.raw()
     assert refused(lambda: call(store, value)) is not None, f"{value!r} was accepted"
     assert world.raw() == before
@@ -506,7 +521,12 @@ def test_non_finite_numbers_round_trip_or_are_refused(world, where, value):
 
 @pytest.mark.parametrize(
     "call",
-    [lambda s: s.ack_outbox(2**63), lambda s: s.ack_spawn(-(2**63) - 1), lambda s: s.purge("x", 2**64), lambda s: s.list_executions(limit=2**63)],
+    [
+        lambda s: s.ack_outbox(2**63),
+        lambda s: s.ack_spawn(-(2**63) - 1),
+        lambda s: s.purge("x", 2**64),
+        lambda s: s.list_executions(limit=2**63),
+    ],
     ids=["ack_outbox", "ack_spawn", "purge", "limit"],
 )
 def test_an_int_beyond_int64_is_refused_with_a_value_error(world, call):

@@ -50,7 +50,10 @@ def _fill(store: Any, ids: list[str], now: float = 1000.0) -> None:
         near, far = ids[(n + 1) % len(ids)], ids[(n + 2) % len(ids)]
         store.commit(
             Execution(id=exe_id, definition_id="def:" + exe_id, context={"me": exe_id}),
-            [(near, Event(id="ev1:" + exe_id, kind=_kind(exe_id))), (far, Event(id="ev2:" + exe_id, kind=_kind(exe_id)))],
+            [
+                (near, Event(id="ev1:" + exe_id, kind=_kind(exe_id))),
+                (far, Event(id="ev2:" + exe_id, kind=_kind(exe_id))),
+            ],
             processed_event_id="seen:" + exe_id,
             timers=(TimerOp("schedule", "T." + exe_id, now + n),),
             spawns=((exe_id + ":Kid:0", "Kid", {"of": exe_id}),),
@@ -141,7 +144,9 @@ class Finds(monitoring.CommandListener):
 
 
 @pytest.mark.parametrize("root", ["a", "a:b", "", ":", "日本", "a$.b", LONG])
-def test_a_scoped_relay_sees_its_tree_by_parent_id_not_by_id_shape(mongo_url: str, db_name: str, root: str, figures: Figures) -> None:
+def test_a_scoped_relay_sees_its_tree_by_parent_id_not_by_id_shape(
+    mongo_url: str, db_name: str, root: str, figures: Figures
+) -> None:
     """`pending_outbox(within=root)` and `pending_spawns(within=root)` return exactly the
     entries of `root` and its descendants by the `parent_id` chain. Beside the tree: roots
     whose ids extend `root` as a child's would (`root:Fork.R:0:x`, `root:`, `root::`), one
@@ -171,7 +176,9 @@ def test_a_scoped_relay_sees_its_tree_by_parent_id_not_by_id_shape(mongo_url: st
         assert [e.event.kind for e in store.pending_outbox(within=sparse_root)] == [_kind(sparse[-1])]
         assert len(finds.filters) == 1 + 2  # the pending index, then levels 2 and 1
         assert all(list(f["_id"]) == ["$in"] for f in finds.filters[1:])
-        figures.set(finds_whole_tree_pending=dense, finds_only_leaf_pending=len(finds.filters), impostors=len(impostors) + 1)
+        figures.set(
+            finds_whole_tree_pending=dense, finds_only_leaf_pending=len(finds.filters), impostors=len(impostors) + 1
+        )
     finally:
         store.close()
 
@@ -217,7 +224,9 @@ class Unrelayed:
 
 
 @pytest.mark.parametrize("pair", [("a", "a:b"), ("o", "o:Split.A:0"), ("", ":"), ("x.y", "x.y:$z")])
-async def test_a_workers_relay_never_takes_another_roots_spawns(mongo_url: str, db_name: str, tmp_path: Path, pair: tuple[str, str], figures: Figures) -> None:
+async def test_a_workers_relay_never_takes_another_roots_spawns(
+    mongo_url: str, db_name: str, tmp_path: Path, pair: tuple[str, str], figures: Figures
+) -> None:
     """Two roots, the second named as if it were the first's child (`a` and `a:b`, or even
     exactly the id harel would give `o`'s region). `a:b` forked (a `Forker`) and its
     process died before relaying: its region spawns are pending. The relay the worker
@@ -276,13 +285,19 @@ def test_a_scoped_read_over_documents_harel_wrote(mongo_url: str, db_name: str) 
         theirs.commit(Execution(id=exe_id, definition_id="d", parent_id=parent), [(None, Event(kind=_kind(exe_id)))])
     ours = MongoStore(pymongo.MongoClient(mongo_url), db_name)
     try:
-        assert {e.event.kind for e in ours.pending_outbox(within="h")} == {_kind("h"), _kind("h:R:0"), _kind("h:R:0:S:1")}
+        assert {e.event.kind for e in ours.pending_outbox(within="h")} == {
+            _kind("h"),
+            _kind("h:R:0"),
+            _kind("h:R:0:S:1"),
+        }
         assert [e.event.kind for e in ours.pending_outbox(within="h:R:0:x")] == [_kind("h:R:0:x")]
     finally:
         ours.close()
 
 
-async def test_the_sweep_relays_each_owners_spawns_with_its_own_definition(mongo_url: str, db_name: str, tmp_path: Path, figures: Figures) -> None:
+async def test_the_sweep_relays_each_owners_spawns_with_its_own_definition(
+    mongo_url: str, db_name: str, tmp_path: Path, figures: Figures
+) -> None:
     """The sweep relays every owner of pending work with that owner's definition. An owner's
     descendant may run another machine (an invoked submachine, here a `Forker` under a
     `Splitter`) and hold region spawns of its own, left by a worker that died before its
@@ -307,7 +322,9 @@ async def test_the_sweep_relays_each_owners_spawns_with_its_own_definition(mongo
         await store.commit(await store.load(parent), [(parent, Event(id="poke", kind="Poke"))])
         await store.commit(Execution(id=child, definition_id="Forker", parent_id=parent), [])
         exe = await store.load(child)
-        await store.commit(exe, [], spawns=((child + ":Split.A:0", "Split.A", {}), (child + ":Split.B:0", "Split.B", {})))
+        await store.commit(
+            exe, [], spawns=((child + ":Split.A:0", "Split.A", {}), (child + ":Split.B:0", "Split.B", {}))
+        )
         assert await sweep(store, transport, executions, definitions, clock) == 2
         assert await store.pending_spawns() == []
         regions = [k for k in (await store.list_executions()).items if k.parent_id == child]

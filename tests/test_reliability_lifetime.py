@@ -24,7 +24,9 @@ from harel_beanie.commit import COMMIT_TOKENS
 from harel_beanie.loader import load_models
 from tests.both import BlockingAsyncStore, make_store
 
-COMMIT_UPDATE = lambda c: isinstance(c, calls.UpdateOne) and isinstance(c.update, dict) and "commit_tokens" in c.update.get("$push", {})  # noqa: E731
+COMMIT_UPDATE = lambda c: (
+    isinstance(c, calls.UpdateOne) and isinstance(c.update, dict) and "commit_tokens" in c.update.get("$push", {})
+)  # noqa: E731
 CREATION = lambda c: isinstance(c, calls.InsertOne) and c.target == "executions"  # noqa: E731
 
 
@@ -114,6 +116,7 @@ def test_a_creation_whose_reply_was_lost_and_that_was_purged_is_landed_and_stays
     """The creation lands, its reply is lost, another worker purges it before the read-back:
     the creator learns its commit landed (its token is buried in the tombstone) and re-sends
     nothing; the execution stays purged, its emit and timer never pending again."""
+
     def purge() -> None:
         assert other.purge("p", 1) is True
 
@@ -211,7 +214,9 @@ class PurgeDuringRelay(MongoStore):
 
 
 @pytest.mark.parametrize("what", ["spawns", "outbox"])
-def test_a_relay_holding_a_purged_executions_work_finishes_it_and_resurrects_nothing(mongo_url, db_name, coll, definitions, other, what):
+def test_a_relay_holding_a_purged_executions_work_finishes_it_and_resurrects_nothing(
+    mongo_url, db_name, coll, definitions, other, what
+):
     """harel's own relay (DurableRunner) reads pending spawns or outbox entries, then the
     execution they belong to (the parent of a spawn, the target of an entry) is purged
     before it acts. The relay finishes what it held without an error; the purged execution

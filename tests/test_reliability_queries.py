@@ -21,7 +21,15 @@ from tests.figures import Figures
 
 NOW = 1_800_000_000.0
 
-OPS: list[Any] = [{"$ne": None}, {"$gt": ""}, {"$exists": True}, {"$regex": ".*"}, {"$in": ["a", "b"]}, ["a"], {"$where": "1"}]
+OPS: list[Any] = [
+    {"$ne": None},
+    {"$gt": ""},
+    {"$exists": True},
+    {"$regex": ".*"},
+    {"$in": ["a", "b"]},
+    ["a"],
+    {"$where": "1"},
+]
 NOT_NUMBERS: list[Any] = [*OPS, "1", b"1", None, True, math.nan]
 NOT_STRS: list[Any] = [*OPS, 1, 1.5, b"x", True, "lone \ud800"]
 
@@ -33,11 +41,18 @@ CALLS: list[tuple[str, str, Callable[[Any], Any], list[Any]]] = [
     ("stuck_running", "older_than", lambda v: queries.stuck_running(v), [*NOT_NUMBERS, -1.0, math.inf]),
     ("stuck_running", "now", lambda v: queries.stuck_running(60, now=v), [x for x in NOT_NUMBERS if x is not None]),
     ("children_of", "parent_id", lambda v: queries.children_of(v), [*NOT_STRS, None]),
-    ("waiting_on_timer", "before", lambda v: queries.waiting_on_timer(before=v), [x for x in NOT_NUMBERS if x is not None]),
+    (
+        "waiting_on_timer",
+        "before",
+        lambda v: queries.waiting_on_timer(before=v),
+        [x for x in NOT_NUMBERS if x is not None],
+    ),
     ("by_status", "status", lambda v: queries.by_status(v), [*NOT_STRS, None, "FAILD", "failed"]),
     ("by_status", "doc", lambda v: queries.by_status("FAILED", doc=v), [*OPS, None]),
 ]
-CASES = [pytest.param(call, name, value, id=f"{q}-{name}-{value!r}") for q, name, call, values in CALLS for value in values]
+CASES = [
+    pytest.param(call, name, value, id=f"{q}-{name}-{value!r}") for q, name, call, values in CALLS for value in values
+]
 
 BACKLOG: list[tuple[str, dict[str, Any]]] = [
     *[("stuck_after", {"stuck_after": v}) for v in [*NOT_NUMBERS, -5.0] if v is not None],
@@ -59,7 +74,9 @@ async def seed(astore: Any) -> None:
 
 
 @pytest.mark.parametrize("call,name,value", CASES)
-def test_a_query_argument_of_the_wrong_type_is_refused_naming_it(call: Callable[[Any], Any], name: str, value: Any) -> None:
+def test_a_query_argument_of_the_wrong_type_is_refused_naming_it(
+    call: Callable[[Any], Any], name: str, value: Any
+) -> None:
     """Every public query, every argument: a dict, a list, a bool, bytes, a NaN, a
     negative duration, a lone surrogate, a misspelt status: TypeError or ValueError,
     whose message names the argument, raised when the query is built (nothing is sent)."""
@@ -88,7 +105,11 @@ async def test_operator_values_would_have_matched_and_are_refused(astore: Any, f
     leaks = [
         (lambda: queries.children_of({"$ne": None}), {"parent_id": {"$ne": None}}, ["other:A:0", "r:A:0"]),
         (lambda: queries.by_status({"$ne": None}), {"status": {"$ne": None}}, ["f", "other:A:0", "r", "r:A:0", "t"]),
-        (lambda: queries.failed_since(0.0, definition_id={"$ne": None}), {"status": "FAILED", "definition_id": {"$ne": None}}, ["f"]),
+        (
+            lambda: queries.failed_since(0.0, definition_id={"$ne": None}),
+            {"status": "FAILED", "definition_id": {"$ne": None}},
+            ["f"],
+        ),
         (lambda: queries.stuck_running(60, now={"$ne": None}), None, None),
     ]
     for refused, raw, matched in leaks:
@@ -101,6 +122,8 @@ async def test_operator_values_would_have_matched_and_are_refused(astore: Any, f
     assert [r.id for r in await queries.by_status("RUNNING").to_list()] == ["r", "r:A:0", "t"]
     assert [r.id for r in await queries.waiting_on_timer(before=math.inf).to_list()] == ["t"]
     assert [r.id for r in await queries.stuck_running(60, now=NOW).to_list()] == ["r", "r:A:0", "t"]
-    assert [r.id for r in await queries.failed_since(NOW - 7200, definition_id="order", doc=bind()[0]).to_list()] == ["f"]
+    assert [r.id for r in await queries.failed_since(NOW - 7200, definition_id="order", doc=bind()[0]).to_list()] == [
+        "f"
+    ]
     assert (await queries.backlog(now=NOW, stuck_after=0, show=0)).stuck == []
     figures.add(operator_cases=len(leaks))

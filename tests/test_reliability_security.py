@@ -39,7 +39,14 @@ def everything(client: pymongo.MongoClient[Any], db_name: str) -> list[Any]:
 
 def seed(store: Any) -> None:
     exe = Execution(id="x", definition_id="d", context={"k": 1})
-    store.commit(exe, [("x", Event(kind="A"))], processed_event_id="ev", timers=(TimerOp("schedule", "T", 5.0),), spawns=(("kid", "R", {}),), trace={"s": 0})
+    store.commit(
+        exe,
+        [("x", Event(kind="A"))],
+        processed_event_id="ev",
+        timers=(TimerOp("schedule", "T", 5.0),),
+        spawns=(("kid", "R", {}),),
+        trace={"s": 0},
+    )
     store.commit(Execution(id="y", definition_id="d"), [])
 
 
@@ -73,9 +80,15 @@ INJECTIONS: dict[str, Callable[[Any], Any]] = {
     "commit: timer path": lambda s: s.commit(s.load("x"), [], timers=(TimerOp("schedule", OP, 1.0),)),  # type: ignore[arg-type]
     "commit: timer fire time": lambda s: s.commit(s.load("x"), [], timers=(TimerOp("schedule", "T", OP),)),  # type: ignore[arg-type]
     "commit: timer action": lambda s: s.commit(s.load("x"), [], timers=(TimerOp("$unset", "T", 1.0),)),
-    "commit: unvalidated execution id": lambda s: s.commit(Execution.model_construct(id=OP, definition_id="d", version=1), []),
-    "commit: unvalidated definition id": lambda s: s.commit(Execution.model_construct(id="z", definition_id=OP, version=0), []),
-    "commit: unvalidated version": lambda s: s.commit(Execution.model_construct(id="x", definition_id="d", version=OP), []),
+    "commit: unvalidated execution id": lambda s: s.commit(
+        Execution.model_construct(id=OP, definition_id="d", version=1), []
+    ),
+    "commit: unvalidated definition id": lambda s: s.commit(
+        Execution.model_construct(id="z", definition_id=OP, version=0), []
+    ),
+    "commit: unvalidated version": lambda s: s.commit(
+        Execution.model_construct(id="x", definition_id="d", version=OP), []
+    ),
 }
 
 
@@ -117,32 +130,104 @@ def test_due_timers_refuses_a_non_number_or_treats_it_literally(either, client, 
     assert either.due_timers(10.0) == [("x", "T", 5.0)]
 
 
-OPERATOR_LOOKING = ["$gt", "$where", '{"$ne": null}', "{$ne: 1}", "$", "$$ROOT", "x.$", "this.x == 1", "'; return true; '"]
+OPERATOR_LOOKING = [
+    "$gt",
+    "$where",
+    '{"$ne": null}',
+    "{$ne: 1}",
+    "$",
+    "$$ROOT",
+    "x.$",
+    "this.x == 1",
+    "'; return true; '",
+]
 
 
 def test_operator_looking_strings_are_plain_strings_everywhere(either):
     """Every string that looks like query syntax is stored and matched as itself."""
     for s in OPERATOR_LOOKING:
         exe = Execution(id=s, definition_id=s, context={s: s})
-        either.commit(exe, [(s, Event(id=s + "#ev", kind=s, data={s: s}))], processed_event_id=s, timers=(TimerOp("schedule", s, 1.0),))
+        either.commit(
+            exe,
+            [(s, Event(id=s + "#ev", kind=s, data={s: s}))],
+            processed_event_id=s,
+            timers=(TimerOp("schedule", s, 1.0),),
+        )
     for s in OPERATOR_LOOKING:
         assert either.load(s).context == {s: s}
         assert either.is_processed(s, s) and not either.is_processed(s, s + "x")
         assert [r.id for r in either.list_executions(definition_id=s).items] == [s]
     assert sorted((i, p) for i, p, _ in either.due_timers(2.0)) == sorted((s, s) for s in OPERATOR_LOOKING)
-    assert sorted((e.event.data for e in either.pending_outbox()), key=str) == sorted(({s: s} for s in OPERATOR_LOOKING), key=str)
+    assert sorted((e.event.data for e in either.pending_outbox()), key=str) == sorted(
+        ({s: s} for s in OPERATOR_LOOKING), key=str
+    )
 
 
 # --- the id-prefix search matches literally -------------------------------------------------
 
 PREFIX_IDS = [
-    "a.b", "a\uff0eb", "a\uff0e", "a.", "ab", "a", "a*", "a+b", "a\\b", "a\\.b", "^a", "a$", "a|b", "(?i)A", "A",
-    "[ab]", "a\x00b", "a\x00", "\U0010ffff", "\U0010ffffz", "\U0010ffff\U0010ffff", "\ud7ff", "\ud7ffx", "\ue000",
-    "\uffff", "\uffffa", "é", "e\u0301", "\u00e9t\u00e9", "日本", "日本語", "",
+    "a.b",
+    "a\uff0eb",
+    "a\uff0e",
+    "a.",
+    "ab",
+    "a",
+    "a*",
+    "a+b",
+    "a\\b",
+    "a\\.b",
+    "^a",
+    "a$",
+    "a|b",
+    "(?i)A",
+    "A",
+    "[ab]",
+    "a\x00b",
+    "a\x00",
+    "\U0010ffff",
+    "\U0010ffffz",
+    "\U0010ffff\U0010ffff",
+    "\ud7ff",
+    "\ud7ffx",
+    "\ue000",
+    "\uffff",
+    "\uffffa",
+    "é",
+    "e\u0301",
+    "\u00e9t\u00e9",
+    "日本",
+    "日本語",
+    "",
 ]
 PREFIXES = [
-    "a.", "a\uff0e", "a", "a\\", "a\\.", "^", "^a", "a$", "a|", "(?i)", "[", "[ab]", ".", ".*", "*", "\\", "a\x00",
-    "\x00", "\U0010ffff", "\U0010ffff\U0010ffff", "\ud7ff", "\ue000", "\uffff", "e", "é", "日本", "A", "b",
+    "a.",
+    "a\uff0e",
+    "a",
+    "a\\",
+    "a\\.",
+    "^",
+    "^a",
+    "a$",
+    "a|",
+    "(?i)",
+    "[",
+    "[ab]",
+    ".",
+    ".*",
+    "*",
+    "\\",
+    "a\x00",
+    "\x00",
+    "\U0010ffff",
+    "\U0010ffff\U0010ffff",
+    "\ud7ff",
+    "\ue000",
+    "\uffff",
+    "e",
+    "é",
+    "日本",
+    "A",
+    "b",
 ]
 
 
@@ -274,11 +359,45 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Embed
     def openssl(*args: str) -> None:
         subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
 
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=harel-beanie test CA")
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=harel-beanie test CA",
+    )
+    openssl(
+        "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"
+    )
     (d / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "san.cnf")
-    server = EmbeddedServer(None, extra_args=["--tls-cert-file", str(d / "server.pem"), "--tls-key-file", str(d / "server.key")]).start()
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "san.cnf",
+    )
+    server = EmbeddedServer(
+        None, extra_args=["--tls-cert-file", str(d / "server.pem"), "--tls-key-file", str(d / "server.key")]
+    ).start()
     yield server, d / "ca.pem"
     server.stop()
 

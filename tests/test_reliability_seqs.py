@@ -190,7 +190,10 @@ def test_every_node_held_by_a_live_instance_is_refused_by_name(shared, db_name):
     clocks = Clocks()
     leases = shared[db_name]["harel_counters"]
     leases.insert_many(
-        [{"_id": lease_id(n), "node": n, "owner": "alive", "hi": FROZEN_MS + 60_000, "expires": clocks.wall + 60} for n in range(NODES)]
+        [
+            {"_id": lease_id(n), "node": n, "owner": "alive", "hi": FROZEN_MS + 60_000, "expires": clocks.wall + 60}
+            for n in range(NODES)
+        ]
     )
     store = clocks.install(MongoStore(shared, db_name))
     with pytest.raises(RuntimeError, match="all 1024 seq nodes"):
@@ -216,7 +219,9 @@ def test_lease_writes_and_reads_are_majority_whatever_the_store_concerns(mongo_u
 
         def failed(self, event: Any) -> None: ...
 
-    store = MongoStore(pymongo.MongoClient(mongo_url, event_listeners=[Listener()]), db_name, write_concern=WriteConcern(w=1))
+    store = MongoStore(
+        pymongo.MongoClient(mongo_url, event_listeners=[Listener()]), db_name, write_concern=WriteConcern(w=1)
+    )
     store.init()
     seen.clear()
     mint(store)

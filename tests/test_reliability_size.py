@@ -46,7 +46,9 @@ def document_bytes(client: pymongo.MongoClient[Any], db_name: str, exe_id: str) 
 
 
 @pytest.mark.parametrize("context_kb", [1, 100, 1024, 4096])
-def test_a_traced_execution_with_a_large_context_keeps_committing(mongo_url, db_name, client, ledger, context_kb, figures):
+def test_a_traced_execution_with_a_large_context_keeps_committing(
+    mongo_url, db_name, client, ledger, context_kb, figures
+):
     """24 traced events on one execution whose context holds `context_kb` kB: every commit
     lands, the document stays under the server's limit (with a 4 MB context harel's store and
     this store before the byte bounds stopped after 3 events), and the trace keeps every

@@ -70,7 +70,9 @@ async def test_prune_removes_exactly_the_finished_and_archives_them(astore, clie
     before = _ids(client, db_name)
     full = {d["_id"]: d for d in client[db_name].harel_executions.find({"_id": {"$in": sorted(removable)}})}
     archive = tmp_path / "pruned.jsonl"
-    report = await retention.prune(astore._colls["executions"], CUT, archive=retention.JsonlArchive(archive), batch_size=4)
+    report = await retention.prune(
+        astore._colls["executions"], CUT, archive=retention.JsonlArchive(archive), batch_size=4
+    )
     assert report.removed == len(removable) and report.moved_on == 0
     left = _ids(client, db_name)
     assert left == before - removable
@@ -95,7 +97,9 @@ async def test_a_changed_execution_is_not_removed(astore, client, db_name) -> No
 
 
 @pytest.mark.parametrize("kind", ["file", "collection"])
-async def test_an_interrupted_run_rerun_completes_and_archives_once(astore, client, db_name, tmp_path: Path, kind: str) -> None:
+async def test_an_interrupted_run_rerun_completes_and_archives_once(
+    astore, client, db_name, tmp_path: Path, kind: str
+) -> None:
     removable = await seed(astore)
     coll = astore._colls["executions"]
 

@@ -18,7 +18,19 @@ from harel_beanie import AsyncMongoStore, ExecutionTooLarge, MongoStore, RetryPo
 from harel_beanie.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
 from harel_beanie.embedded import EmbeddedServer, free_port
 
-AWKWARD = ["a.b", "$where", "a\uff0eb", "a\uff05b", "\uff05", "日本語.ü", "emoji🙂", "sp ace", "tab\t", "nul\x00x", "%2E"]
+AWKWARD = [
+    "a.b",
+    "$where",
+    "a\uff0eb",
+    "a\uff05b",
+    "\uff05",
+    "日本語.ü",
+    "emoji🙂",
+    "sp ace",
+    "tab\t",
+    "nul\x00x",
+    "%2E",
+]
 
 
 def raw(client: pymongo.MongoClient[Any], db_name: str, exe_id: str) -> Any:
@@ -196,7 +208,9 @@ def test_a_database_written_by_harels_mongostore_opens_as_it_is(mongo_url, db_na
 
     theirs = HarelMongoStore(pymongo.MongoClient(mongo_url), db_name)
     exe = Execution(id="old", definition_id="d", status=Status.RUNNING, context={"k": 1})
-    theirs.commit(exe, [("peer", Event(kind="Hi"))], processed_event_id="ev0", timers=(TimerOp("schedule", "W.ait", 5.0),))
+    theirs.commit(
+        exe, [("peer", Event(kind="Hi"))], processed_event_id="ev0", timers=(TimerOp("schedule", "W.ait", 5.0),)
+    )
     ours = MongoStore(pymongo.MongoClient(mongo_url), db_name)
     loaded = ours.load("old")
     assert loaded.context == {"k": 1} and ours.is_processed("old", "ev0")

@@ -312,7 +312,9 @@ def test_relay_pass_sees_another_threads_commit(counted: tuple[MongoStore, Recor
     assert [e.event.kind for e in store.pending_outbox()] == ["E"]
 
 
-async def test_async_relay_pass_is_one_round_trip_and_sees_other_tasks(acounted: tuple[AsyncMongoStore, Recorder]) -> None:
+async def test_async_relay_pass_is_one_round_trip_and_sees_other_tasks(
+    acounted: tuple[AsyncMongoStore, Recorder],
+) -> None:
     import asyncio
 
     store, rec = acounted
@@ -500,7 +502,9 @@ class Lab:
             timers = (TimerOp("schedule", "A", self.now - 10.0), TimerOp("schedule", "B", self.now + 3600.0))
             self.store.commit(exe, emits, Event(kind="Go").id, timers, spawns=((f"{eid}.r", "Fork.A", {}),))
         for i in range(K):
-            self.store.commit(Execution(id=f"broken-{self.stage}-{i}", definition_id="Broken", status=Status.FAILED), [])
+            self.store.commit(
+                Execution(id=f"broken-{self.stage}-{i}", definition_id="Broken", status=Status.FAILED), []
+            )
         self.rec.clear()
 
     def _executed_counter(self) -> Optional[dict[str, int]]:
@@ -666,7 +670,9 @@ LARGE_LISTINGS = {
 
 
 @pytest.mark.parametrize("key", _params(LARGE_LISTINGS))
-def test_listing_a_large_match_uses_its_index_and_keyset(observed: dict[int, dict[str, list[Observed]]], key: str) -> None:
+def test_listing_a_large_match_uses_its_index_and_keyset(
+    observed: dict[int, dict[str, list[Observed]]], key: str
+) -> None:
     by_n = _one(observed, key)
     for n, o in by_n.items():
         assert o.index == LARGE_LISTINGS[key] and not o.collscan, f"{key} at N={n}: {o}"
@@ -688,7 +694,15 @@ def test_listing_a_large_match_reads_about_a_page(observed: dict[int, dict[str, 
 
 
 # writes addressed by _id (with a guard on another field), and the prefix range on _id
-BY_ID = ["ack_outbox_owned", "ack_spawn_owned", "ack_outbox_cold_write", "ack_spawn_cold_write", "delete_timer", "purge_read", "purge_replace"]
+BY_ID = [
+    "ack_outbox_owned",
+    "ack_spawn_owned",
+    "ack_outbox_cold_write",
+    "ack_spawn_cold_write",
+    "delete_timer",
+    "purge_read",
+    "purge_replace",
+]
 
 
 @pytest.mark.parametrize("key", BY_ID)
@@ -766,7 +780,9 @@ def _check_bounded(store: MongoStore, client: pymongo.MongoClient[Any], db_name:
     exe = Execution(definition_id="Long", status=Status.RUNNING, active_path="A")
     store.commit(exe, [])
     marks: dict[int, dict[str, int]] = {}
-    ids = _drive(store, exe, events, max(window, ring), lambda i: marks.__setitem__(i, _size(store, client, db_name, exe.id)))
+    ids = _drive(
+        store, exe, events, max(window, ring), lambda i: marks.__setitem__(i, _size(store, client, db_name, exe.id))
+    )
     end = _size(store, client, db_name, exe.id)
     assert end["processed"] == window and end["trace"] == ring, end
     assert end["bytes"] < _MB, f"{events} events: the document is {end['bytes']} bytes"
@@ -786,5 +802,7 @@ def test_document_stays_bounded(store: MongoStore, client: pymongo.MongoClient[A
 
 
 @pytest.mark.soak
-def test_document_stays_bounded_after_100k_events(store: MongoStore, client: pymongo.MongoClient[Any], db_name: str) -> None:
+def test_document_stays_bounded_after_100k_events(
+    store: MongoStore, client: pymongo.MongoClient[Any], db_name: str
+) -> None:
     _check_bounded(store, client, db_name, 100_000)

@@ -3,7 +3,6 @@ by pytest in a child process with the plugin opted in, in memory and on the serv
 
 from __future__ import annotations
 
-import os
 import textwrap
 
 import pytest
@@ -42,7 +41,7 @@ async def apay(store, order_id):
     return await runner.process(exe.id, Event(kind="Ship"))
 '''
 
-APP_TESTS = '''
+APP_TESTS = """
 import os
 
 from harel_beanie import ExecutionDocument, queries
@@ -72,11 +71,11 @@ async def test_the_async_store(harel_async_store):
         assert doc is not None and doc.status == "DONE"
         done = await queries.failed_since(0).to_list()
         assert done == []
-'''
+"""
 
-CONFTEST = '''
+CONFTEST = """
 pytest_plugins = ["harel_beanie.testing"]
-'''
+"""
 
 
 @pytest.fixture

@@ -11,7 +11,14 @@ committed with one conditional update. The Beanie documents (`ExecutionDocument`
 from harel_beanie.async_store import AsyncMongoStore
 from harel_beanie.commit import DEFAULT_DEDUPE_WINDOW
 from harel_beanie.connect import RetryPolicy, mask_url
-from harel_beanie.documents import DOCUMENT_MODELS, SCHEMA_VERSION, CounterDocument, ExecutionDocument, bind, document_models
+from harel_beanie.documents import (
+    DOCUMENT_MODELS,
+    SCHEMA_VERSION,
+    CounterDocument,
+    ExecutionDocument,
+    bind,
+    document_models,
+)
 from harel_beanie.errors import ExecutionTooLarge, SchemaMismatch, StoreUnavailable
 from harel_beanie.settings import DEFAULT_WRITE_CONCERN
 from harel_beanie.sync_store import MongoStore

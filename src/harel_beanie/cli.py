@@ -100,8 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
                             description="Claim and process the events queued on harel's Mongo transport, "
                             "with the store on the same server, until SIGINT or SIGTERM (in-flight events "
                             "finish first). Flags override harel's HAREL_* variables.")  # fmt: skip
-    worker.add_argument("--definitions", metavar="DIR", help="directory of *.stm machines (default: $HAREL_DEFINITIONS_DIR)")
-    worker.add_argument("--concurrency", type=_positive_int, help="events in flight (default: $HAREL_CONCURRENCY, else 256)")
+    worker.add_argument(
+        "--definitions", metavar="DIR", help="directory of *.stm machines (default: $HAREL_DEFINITIONS_DIR)"
+    )
+    worker.add_argument(
+        "--concurrency", type=_positive_int, help="events in flight (default: $HAREL_CONCURRENCY, else 256)"
+    )
     worker.add_argument("--worker-id", help="this worker's id (default: $HAREL_WORKER_ID, else host-pid)")
     worker.add_argument("--visibility", type=_positive_float, metavar="SECONDS",
                         help="lease of an event in flight (default: $HAREL_VISIBILITY, else 30)")  # fmt: skip
@@ -124,10 +128,16 @@ def build_parser() -> argparse.ArgumentParser:
     _connection(status, embedded=True)
     status.set_defaults(handler=_status)
 
-    monitor = sub.add_parser("monitor", help="harel's monitoring TUI over the store",
-                             description="harel's monitoring TUI (list, detail, control plane) over the store.")
-    monitor.add_argument("--definitions", metavar="DIR",
-                         help="*.stm directory for the statechart view (default: $HAREL_DEFINITIONS_DIR; none: data only)")
+    monitor = sub.add_parser(
+        "monitor",
+        help="harel's monitoring TUI over the store",
+        description="harel's monitoring TUI (list, detail, control plane) over the store.",
+    )
+    monitor.add_argument(
+        "--definitions",
+        metavar="DIR",
+        help="*.stm directory for the statechart view (default: $HAREL_DEFINITIONS_DIR; none: data only)",
+    )
     monitor.add_argument("--interval", type=_positive_float, default=None, metavar="SECONDS",
                          help="refresh interval (default: $HAREL_TUI_INTERVAL_MS, else 1 s)")  # fmt: skip
     monitor.add_argument("--theme", default=None, help="a Textual theme (default: $HAREL_TUI_THEME, else nord)")
@@ -160,7 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--archive", metavar="FILE.jsonl", help="append each removed execution to this JSON Lines file")
     prune.add_argument("--archive-collection", metavar="NAME", help="copy each removed execution into this collection")
     prune.add_argument("--dry-run", action="store_true", help="count what would be removed; change nothing")
-    prune.add_argument("--batch-size", type=_positive_int, default=500, metavar="N", help="executions per batch (default 500)")
+    prune.add_argument(
+        "--batch-size", type=_positive_int, default=500, metavar="N", help="executions per batch (default 500)"
+    )
     prune.add_argument("--ttl", metavar="AGE|off", help="instead: create or change the TTL index on finished_at "
                        "(the server expires finished executions by age alone), or drop it with 'off'")  # fmt: skip
     prune.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -26,7 +26,7 @@ def mask_url(url: str) -> str:
     if not m:
         return url
     user = m.group("userinfo").split(":", 1)[0]
-    return f"{m.group('scheme')}{user}:***@{url[m.end():]}"
+    return f"{m.group('scheme')}{user}:***@{url[m.end() :]}"
 
 
 @dataclass(frozen=True)

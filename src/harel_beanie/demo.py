@@ -209,15 +209,25 @@ class Demo:
 
         sender = AsyncDistributedRunner(store, transport, definitions, clock=self.clock, trace=self.trace)
         workers = [
-            CountingWorker(store, transport, definitions, worker_id=f"{self.run_id}-w{k + 1}", clock=self.clock,
-                           concurrency=self.concurrency, trace=self.trace, executions=self.store_executions)  # fmt: skip
+            CountingWorker(
+                store,
+                transport,
+                definitions,
+                worker_id=f"{self.run_id}-w{k + 1}",
+                clock=self.clock,
+                concurrency=self.concurrency,
+                trace=self.trace,
+                executions=self.store_executions,
+            )  # fmt: skip
             for k in range(self.workers_n)
         ]
         stop = asyncio.Event()
         tasks = [asyncio.create_task(w.run(stop)) for w in workers]  # created before LABEL is set
         started = time.perf_counter()
         self.workers = workers
-        self.relay = lambda: sweep(store, transport, self.store_executions, workers[0].definitions, self.clock, trace=self.trace)
+        self.relay = lambda: sweep(
+            store, transport, self.store_executions, workers[0].definitions, self.clock, trace=self.trace
+        )
         progress = Progress(
             TextColumn("[bold]{task.description:<26}"),
             BarColumn(bar_width=18),
@@ -259,7 +269,9 @@ class Demo:
             await sender.create(s.definition_id, s.context(eid), execution_id=eid)
 
         async def seal(eid: str, s: Scenario) -> None:
-            await sender.send(eid, Event(id=f"{eid}:sealed", kind="ParcelSealed", data={"weight_g": 250 * len(s.lines)}))
+            await sender.send(
+                eid, Event(id=f"{eid}:sealed", kind="ParcelSealed", data={"weight_g": 250 * len(s.lines)})
+            )
 
         async def deliver(eid: str, s: Scenario) -> None:
             for k in range(2):
@@ -374,7 +386,9 @@ class Demo:
         events: Counter[str] = Counter()
         for w in self.workers:
             events.update(w.events)
-        per_model: dict[str, dict[str, Any]] = defaultdict(lambda: {"executions": 0, "statuses": Counter(), "events": 0, "rt": 0})
+        per_model: dict[str, dict[str, Any]] = defaultdict(
+            lambda: {"executions": 0, "statuses": Counter(), "events": 0, "rt": 0}
+        )
         for d in docs:
             row = per_model[d["definition_id"]]
             row["executions"] += 1
@@ -423,7 +437,9 @@ def main(args: Any, target: Target) -> int:
     if not models.is_dir():
         raise ConfigError(f"no models directory at {models} (pass --models DIR)")
     demo = Demo(target, models, args.executions, args.workers, args.concurrency, console, trace=not args.no_trace)
-    console.print(f"[bold]harel-beanie demo[/] {demo.run_id}: about {demo.planned} executions of the shop models in {_short(models)}")
+    console.print(
+        f"[bold]harel-beanie demo[/] {demo.run_id}: about {demo.planned} executions of the shop models in {_short(models)}"
+    )
     console.print(f"  on {target.masked_url}, database {target.db}; harel's AsyncWorker and Mongo transport")
     result = asyncio.run(demo.run())
     report(console, target, result, args.workers, args.concurrency)

@@ -81,7 +81,9 @@ def report(console: Console, target: Target, result: Result, workers: int, concu
         console.print(f"  {name:<32} {n} documents")
     if r.earlier:
         runs = ", ".join(r.earlier_runs[-5:]) + (" …" if len(r.earlier_runs) > 5 else "")
-        console.print(f"  found {r.earlier} executions from earlier runs" + (f" ({runs})" if runs else "") + "; still there")
+        console.print(
+            f"  found {r.earlier} executions from earlier runs" + (f" ({runs})" if runs else "") + "; still there"
+        )
     else:
         console.print("  no executions from earlier runs: this is the first")
     console.print(f"  this run's ids start with {r.run_id}-")

@@ -121,7 +121,9 @@ class ExecutionDocument(Document):
             # to the purged execution among these documents
             IndexModel([("pending", ASCENDING)], name="hb_pending", partialFilterExpression=PENDING),
             # due_timers reads only documents with a timer due by now
-            IndexModel([("next_fire", ASCENDING)], name="hb_timer_pending", partialFilterExpression={"next_fire": ANY_TIME}),
+            IndexModel(
+                [("next_fire", ASCENDING)], name="hb_timer_pending", partialFilterExpression={"next_fire": ANY_TIME}
+            ),
         ]
 
 

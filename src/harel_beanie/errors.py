@@ -18,10 +18,17 @@ class ExecutionTooLarge(ValueError):
         self, execution_id: str, size: int, limit: int, *, parts: Optional[dict[str, int]] = None, reserved: int = 0
     ) -> None:
         detail = ", ".join(f"{name} {n:,} bytes" for name, n in sorted((parts or {}).items(), key=lambda kv: -kv[1]))
-        kept = f"; the store keeps {reserved:,} bytes of the document for its trace ring and dedupe window" if reserved else ""
+        kept = (
+            f"; the store keeps {reserved:,} bytes of the document for its trace ring and dedupe window"
+            if reserved
+            else ""
+        )
         super().__init__(
             f"execution {execution_id!r} is too large to store: {size:,} bytes where {limit:,} fit, "
-            f"over by {max(size - limit, 0):,} bytes" + (f" ({detail})" if detail else "") + kept + "; the stored copy is unchanged"
+            f"over by {max(size - limit, 0):,} bytes"
+            + (f" ({detail})" if detail else "")
+            + kept
+            + "; the stored copy is unchanged"
         )
         self.execution_id = execution_id
         self.size = size

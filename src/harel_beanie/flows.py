@@ -89,9 +89,9 @@ from harel_beanie.commit import (
     CommitPlan,
     append_trace_update,
     data_budget,
-    point,
     dedupe_keys,
     plan_commit,
+    point,
     reserved_bytes,
 )
 from harel_beanie.documents import (
@@ -237,7 +237,11 @@ def _extend_lease(st: StoreState, lease: Lease, want_ms: int) -> Flow[bool]:
     """Raise the lease's recorded `hi` (conditional on still owning it) before using it."""
     hi = extended_hi(lease.hi, st.mint.now_ms(), want_ms)
     expires = st.clock() + LEASE_TTL_S
-    held = yield UpdateOne("leases", {"_id": lease_id(lease.node), "owner": lease.owner}, {"$max": {"hi": hi}, "$set": {"expires": expires}})
+    held = yield UpdateOne(
+        "leases",
+        {"_id": lease_id(lease.node), "owner": lease.owner},
+        {"$max": {"hi": hi}, "$set": {"expires": expires}},
+    )
     if held:
         st.mint.install(replace(lease, hi=hi, expires=expires))
         return True
@@ -284,7 +288,11 @@ def _claim(st: StoreState, node: int, doc: Optional[Mapping[str, Any]], floor_ms
     try:
         if doc is None:
             yield InsertOne("leases", mine)
-        elif not (yield UpdateOne("leases", {"_id": lease_id(node), "owner": doc.get("owner"), "hi": doc.get("hi")}, {"$set": mine})):
+        elif not (
+            yield UpdateOne(
+                "leases", {"_id": lease_id(node), "owner": doc.get("owner"), "hi": doc.get("hi")}, {"$set": mine}
+            )
+        ):
             return False
     except DuplicateKeyError:
         return False
@@ -503,7 +511,13 @@ def _too_large(st: StoreState, exe: Execution, plan: CommitPlan) -> Flow[Executi
     """The server refused the commit for the document's size: read what the document holds
     now (one more round trip, on this failure only) to say which part is large."""
     parts = {"the execution's JSON": plan.data_bytes, "this commit's new outbox entries and spawns": plan.new_bytes}
-    held = {"outbox": "pending outbox", "spawns": "pending spawns", "trace": "trace ring", "processed": "dedupe window", "timers": "timers"}
+    held = {
+        "outbox": "pending outbox",
+        "spawns": "pending spawns",
+        "trace": "trace ring",
+        "processed": "dedupe window",
+        "timers": "timers",
+    }
     doc = yield FindOne("executions", {"_id": exe.id}, {key: 1 for key in held})
     for key, name in held.items():
         if doc and doc.get(key):
@@ -543,7 +557,9 @@ def _parent_of(doc: Mapping[str, Any]) -> Optional[str] | _Unknown:
     return _UNKNOWN
 
 
-def in_tree(execution_id: str, parents: Mapping[str, Optional[str] | _Unknown]) -> Callable[[str], Optional[bool] | str]:
+def in_tree(
+    execution_id: str, parents: Mapping[str, Optional[str] | _Unknown]
+) -> Callable[[str], Optional[bool] | str]:
     """Whether the execution with a given id is `execution_id` or one of its descendants,
     decided by the `parent_id` chain in `parents` (id -> parent id): True, False, or the id
     of the ancestor whose parent must be read first.
@@ -677,7 +693,9 @@ _HOLDS_ENTRIES = {
 }
 
 
-def _remove_entries(st: StoreState, array: str, query: dict[str, Any], match: dict[str, Any], *, many: bool) -> Flow[None]:
+def _remove_entries(
+    st: StoreState, array: str, query: dict[str, Any], match: dict[str, Any], *, many: bool
+) -> Flow[None]:
     """Remove the entries of `array` matching `match` (field -> value) from the documents
     `query` selects, and in the same write clear `pending` if that took their last entry:
     an update pipeline, so the flag can't disagree with the arrays. mongomock evaluates
@@ -724,7 +742,9 @@ def delete_timer(st: StoreState, execution_id: str, path: str, fire_at: float) -
         # left too low, is raised by the next sweep (as after a cancel)
         yield UpdateOne("executions", guard, {"$unset": {key: ""}})
         return
-    earliest: dict[str, Any] = {"$min": {"$map": {"input": {"$objectToArray": {"$ifNull": ["$timers", {}]}}, "in": "$$this.v"}}}
+    earliest: dict[str, Any] = {
+        "$min": {"$map": {"input": {"$objectToArray": {"$ifNull": ["$timers", {}]}}, "in": "$$this.v"}}
+    }
     earliest = {"$ifNull": [earliest, "$$REMOVE"]}  # none left: no bound at all, never a null one
     yield UpdateOne("executions", guard, [{"$project": {key: 0}}, {"$set": {"next_fire": earliest}}])
 

@@ -83,7 +83,9 @@ class InstrumentedStore:
             kwargs["kind"] = kind
         return self._tracer.start_as_current_span(f"{name} {self._collection}", **kwargs)  # type: ignore[union-attr]
 
-    def _done(self, name: str, args: tuple[Any, ...], started: float, error: Optional[BaseException], span: Any) -> None:
+    def _done(
+        self, name: str, args: tuple[Any, ...], started: float, error: Optional[BaseException], span: Any
+    ) -> None:
         if name == "commit" and self._metrics is not None:
             definition = getattr(args[0], "definition_id", "") if args else ""
             self._metrics.observe_commit(str(definition), time.perf_counter() - started, error)

@@ -32,7 +32,10 @@ class StoreMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         self.executions = Gauge(
-            "harel_executions", "Executions stored, by definition and status", ["definition", "status"], registry=registry
+            "harel_executions",
+            "Executions stored, by definition and status",
+            ["definition", "status"],
+            registry=registry,
         )
         self.pending = Gauge(
             "harel_pending_entries", "Pending work not yet relayed: outbox entries (events) and spawns (children)",
@@ -44,7 +47,9 @@ class StoreMetrics:
         )  # fmt: skip
         self.timers_due = Gauge("harel_timers_due", "Executions holding a timer due now", registry=registry)
         self.timer_lateness = Gauge(
-            "harel_timer_lateness_seconds", "How late the most overdue armed timer is (0 when none is due)", registry=registry
+            "harel_timer_lateness_seconds",
+            "How late the most overdue armed timer is (0 when none is due)",
+            registry=registry,
         )
         self.stuck = Gauge(
             "harel_executions_silent", "RUNNING executions not updated for longer than the stuck threshold (up to 1000)",
@@ -64,7 +69,11 @@ class StoreMetrics:
         )  # fmt: skip
 
     async def refresh(
-        self, *, doc: type[ExecutionDocument] = ExecutionDocument, stuck_after: float = 300.0, now: Optional[float] = None
+        self,
+        *,
+        doc: type[ExecutionDocument] = ExecutionDocument,
+        stuck_after: float = 300.0,
+        now: Optional[float] = None,
     ) -> queries.Backlog:
         """Read the stored figures (see `queries.backlog`) and set the gauges from them."""
         now = time.time() if now is None else now

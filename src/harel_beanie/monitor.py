@@ -46,7 +46,9 @@ def build_app(target: Target, definitions: Optional[str] = None, interval: Optio
         from harel.tui.app import MonitorApp
         from harel.tui.model import MonitorModel
     except ImportError as exc:
-        raise ConfigError(f"the monitor needs harel's TUI ({exc.name} is missing): pip install 'harel-beanie[tui]'") from None
+        raise ConfigError(
+            f"the monitor needs harel's TUI ({exc.name} is missing): pip install 'harel-beanie[tui]'"
+        ) from None
     cfg = Config.from_env()
     source = definition_source(definitions or cfg.definitions_dir)
     store = open_sync_store(target)

@@ -65,7 +65,9 @@ _STATUSES = tuple(s.value for s in Status)
 
 def _doc(doc: Any) -> Executions:
     if not (isinstance(doc, type) and issubclass(doc, ExecutionDocument)):
-        raise TypeError(f"doc must be ExecutionDocument or a class from bind(prefix), got {type(doc).__name__}: {doc!r}")
+        raise TypeError(
+            f"doc must be ExecutionDocument or a class from bind(prefix), got {type(doc).__name__}: {doc!r}"
+        )
     return doc
 
 
@@ -90,7 +92,9 @@ def _status(value: Any) -> str:
     return status
 
 
-def failed_since(since: float, *, definition_id: Optional[str] = None, doc: Executions = ExecutionDocument) -> FindMany[ExecutionRow]:
+def failed_since(
+    since: float, *, definition_id: Optional[str] = None, doc: Executions = ExecutionDocument
+) -> FindMany[ExecutionRow]:
     """Executions that failed at or after `since` (epoch seconds), newest first.
     Index: hb_status_updated (status, updated_at)."""
     doc = _doc(doc)
@@ -100,7 +104,9 @@ def failed_since(since: float, *, definition_id: Optional[str] = None, doc: Exec
     return doc.find(query, projection_model=ExecutionRow).sort([("updated_at", SortDirection.DESCENDING)])
 
 
-def stuck_running(older_than: float, *, now: Optional[float] = None, doc: Executions = ExecutionDocument) -> FindMany[ExecutionRow]:
+def stuck_running(
+    older_than: float, *, now: Optional[float] = None, doc: Executions = ExecutionDocument
+) -> FindMany[ExecutionRow]:
     """RUNNING executions not updated for more than `older_than` seconds, most silent first.
     Index: hb_status_updated (status, updated_at)."""
     doc = _doc(doc)
@@ -113,7 +119,9 @@ def children_of(parent_id: str, *, doc: Executions = ExecutionDocument) -> FindM
     """The child executions (orthogonal regions, invoked submachines) of one execution.
     Index: hb_parent (parent_id, _id)."""
     doc = _doc(doc)
-    return doc.find({"parent_id": require_str("parent_id", parent_id)}, projection_model=ExecutionRow).sort([("_id", SortDirection.ASCENDING)])
+    return doc.find({"parent_id": require_str("parent_id", parent_id)}, projection_model=ExecutionRow).sort(
+        [("_id", SortDirection.ASCENDING)]
+    )
 
 
 def waiting_on_timer(*, before: Optional[float] = None, doc: Executions = ExecutionDocument) -> FindMany[TimerRow]:
@@ -152,7 +160,9 @@ class Backlog:
         return asdict(self)
 
 
-async def backlog(*, doc: Executions = ExecutionDocument, stuck_after: float = 300.0, now: Optional[float] = None, show: int = 10) -> Backlog:
+async def backlog(
+    *, doc: Executions = ExecutionDocument, stuck_after: float = 300.0, now: Optional[float] = None, show: int = 10
+) -> Backlog:
     """Everything `harel-beanie status` reports. The counts group the whole collection
     (one pass over the (status, _id) index keys on mongod); every other figure reads only the
     documents that hold pending work, through their indexes."""
@@ -185,10 +195,20 @@ async def backlog(*, doc: Executions = ExecutionDocument, stuck_after: float = 3
     # show=0 lists none (a limit of 0 would mean no limit at all)
     for row in await waiting_on_timer(doc=doc).limit(show).to_list() if show else ():
         for key, at in sorted(row.timers.items(), key=lambda kv: kv[1]):
-            out.next_timers.append({"id": row.id, "definition_id": row.definition_id, "path": decode_path(key), "fire_at": at})
+            out.next_timers.append(
+                {"id": row.id, "definition_id": row.definition_id, "path": decode_path(key), "fire_at": at}
+            )
     out.next_timers = sorted(out.next_timers, key=lambda t: t["fire_at"])[:show]
     stuck = await stuck_running(stuck_after, now=now, doc=doc).limit(show).to_list() if show else []
-    out.stuck = [{"id": r.id, "definition_id": r.definition_id, "active_path": r.active_path, "silent_for": now - (r.updated_at or now)} for r in stuck]
+    out.stuck = [
+        {
+            "id": r.id,
+            "definition_id": r.definition_id,
+            "active_path": r.active_path,
+            "silent_for": now - (r.updated_at or now),
+        }
+        for r in stuck
+    ]
     return out
 
 
@@ -248,7 +268,11 @@ def index_for(query: dict[str, Any]) -> Optional[str]:
 
 
 def executions(
-    flt: ExecutionFilter = ExecutionFilter(), *, after: Optional[str] = None, doc: Executions = ExecutionDocument, hint: bool = False
+    flt: ExecutionFilter = ExecutionFilter(),
+    *,
+    after: Optional[str] = None,
+    doc: Executions = ExecutionDocument,
+    hint: bool = False,
 ) -> FindMany[ExecutionRow]:
     """Executions matching `flt` in `_id` order, starting after the id `after` (the keyset
     cursor: the last id of the previous page, so page k reads about one page, never k).
@@ -272,8 +296,12 @@ class Page:
 
 
 async def executions_page(
-    flt: ExecutionFilter = ExecutionFilter(), *, after: Optional[str] = None, limit: int = 50,
-    doc: Executions = ExecutionDocument, hint: bool = False,
+    flt: ExecutionFilter = ExecutionFilter(),
+    *,
+    after: Optional[str] = None,
+    limit: int = 50,
+    doc: Executions = ExecutionDocument,
+    hint: bool = False,
 ) -> Page:
     """A page of `executions(...)`: fetches one row more than `limit` to know if there is a next."""
     if limit < 1:
@@ -284,7 +312,9 @@ async def executions_page(
     return Page(rows, rows[-1].id if more else None)
 
 
-async def status_counts(flt: ExecutionFilter = ExecutionFilter(), *, doc: Executions = ExecutionDocument, hint: bool = False) -> dict[str, int]:
+async def status_counts(
+    flt: ExecutionFilter = ExecutionFilter(), *, doc: Executions = ExecutionDocument, hint: bool = False
+) -> dict[str, int]:
     """How many executions match `flt` in each status (the filter's own status ignored, so a
     page can show what choosing another status would give). One count per status, each a
     range of one index (hb_parent with a parent filter, else hb_status; with only a status,

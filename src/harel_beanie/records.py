@@ -57,13 +57,17 @@ def spawn_entries(docs: Iterable[Mapping[str, Any]]) -> tuple[list[SpawnEntry], 
     entries, owners = [], {}
     for doc in docs:
         for s in doc.get("spawns") or ():
-            entries.append(SpawnEntry(s["seq"], s["parent_id"], s["child_id"], s["root_path"], spawn_context(s["context"])))
+            entries.append(
+                SpawnEntry(s["seq"], s["parent_id"], s["child_id"], s["root_path"], spawn_context(s["context"]))
+            )
             owners[s["seq"]] = doc["_id"]
     entries.sort(key=lambda s: s.seq)
     return entries, owners
 
 
-def due_timers(docs: Iterable[Mapping[str, Any]], now: float) -> tuple[list[tuple[str, str, float]], list[dict[str, Any]]]:
+def due_timers(
+    docs: Iterable[Mapping[str, Any]], now: float
+) -> tuple[list[tuple[str, str, float]], list[dict[str, Any]]]:
     """The timers due at `now`, by fire time, and the repairs to make: documents whose
     `next_fire` bound is stale (nothing due, because the timer it bounded was cancelled) get
     their bound raised to their earliest timer, guarded on the version read."""

@@ -36,7 +36,6 @@ from harel_beanie.keys import ANY_SEQ
 log = logging.getLogger(__name__)
 
 
-
 class ScopedStore:
     """`store`, with `pending_outbox` / `pending_spawns` narrowed to `execution_id` and its
     descendants (the store's `within=` reads: the pending entries' index, then the holders'

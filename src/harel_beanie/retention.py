@@ -240,9 +240,21 @@ async def prune(
                 return report
             # a dry run reads only what it reports; a real run reads the whole document, for
             # the archive
-            projection = {"_id": 1, "version": 1, "status": 1, "parent_id": 1, "outbox": {"$slice": 1}, "spawns": {"$slice": 1}}
+            projection = {
+                "_id": 1,
+                "version": 1,
+                "status": 1,
+                "parent_id": 1,
+                "outbox": {"$slice": 1},
+                "spawns": {"$slice": 1},
+            }
             find_proj = None if (archive is not None and not dry_run) else projection
-            batch = await executions.find(candidates_filter(status, before, after), find_proj).sort("_id", 1).limit(batch_size).to_list(None)
+            batch = (
+                await executions.find(candidates_filter(status, before, after), find_proj)
+                .sort("_id", 1)
+                .limit(batch_size)
+                .to_list(None)
+            )
             if not batch:
                 break
             after = batch[-1]["_id"]
@@ -253,7 +265,9 @@ async def prune(
     return report
 
 
-async def _prune_batch(executions: Any, batch: list[dict[str, Any]], report: PruneReport, archive: Optional[Archive], dry_run: bool) -> None:
+async def _prune_batch(
+    executions: Any, batch: list[dict[str, Any]], report: PruneReport, archive: Optional[Archive], dry_run: bool
+) -> None:
     # the read filter already excludes pending work; kept in the count for a document whose
     # projection shows some (a document written between the plan and the read)
     ready = [d for d in batch if not d.get("outbox") and not d.get("spawns")]
@@ -273,7 +287,9 @@ async def _prune_batch(executions: Any, batch: list[dict[str, Any]], report: Pru
         return
     if archive is not None:
         await archive.begin(chosen)
-    deletes = [DeleteOne({"_id": d["_id"], "version": d["version"], "status": d["status"], **_NOTHING_PENDING}) for d in chosen]
+    deletes = [
+        DeleteOne({"_id": d["_id"], "version": d["version"], "status": d["status"], **_NOTHING_PENDING}) for d in chosen
+    ]
     await executions.bulk_write(deletes, ordered=False)
     gone = await _gone(executions, [d["_id"] for d in chosen])
     removed = [d for d in chosen if d["_id"] in gone]
@@ -313,7 +329,9 @@ async def ensure_ttl(executions: Any, seconds: Optional[float]) -> str:
         return f"created the TTL index {TTL_INDEX}: finished executions expire after {period}s"
     if int(existing.get("expireAfterSeconds", -1)) == period:
         return f"the TTL index {TTL_INDEX} already expires after {period}s"
-    await executions.database.command("collMod", executions.name, index={"name": TTL_INDEX, "expireAfterSeconds": period})
+    await executions.database.command(
+        "collMod", executions.name, index={"name": TTL_INDEX, "expireAfterSeconds": period}
+    )
     return f"changed the TTL index {TTL_INDEX}: {existing.get('expireAfterSeconds')}s -> {period}s"
 
 

@@ -58,7 +58,15 @@ async def collect(target: Target, stuck_after: float, show: int) -> dict[str, An
 
 def _ago(seconds: float) -> str:
     s = abs(seconds)
-    text = f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.1f}h" if s < 172800 else f"{s / 86400:.1f}d"
+    text = (
+        f"{s:.0f}s"
+        if s < 120
+        else f"{s / 60:.0f}m"
+        if s < 7200
+        else f"{s / 3600:.1f}h"
+        if s < 172800
+        else f"{s / 86400:.1f}d"
+    )
     return text
 
 
@@ -102,7 +110,12 @@ def render(console: Console, data: dict[str, Any]) -> None:
             t.add_column(col)
         for row in data["next_timers"]:
             delta = row["fire_at"] - now
-            t.add_row(row["id"], row["definition_id"], row["path"], f"due {_ago(delta)} ago" if delta <= 0 else f"in {_ago(delta)}")
+            t.add_row(
+                row["id"],
+                row["definition_id"],
+                row["path"],
+                f"due {_ago(delta)} ago" if delta <= 0 else f"in {_ago(delta)}",
+            )
         console.print(t)
     stuck_after = data["stuck_after"]
     if data["stuck"]:

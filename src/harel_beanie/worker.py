@@ -106,7 +106,9 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
         wid = opts["worker_id"]
         leftover = await sweep(store, transport, executions, worker.definitions, trace=opts["trace"])
         if leftover:
-            print(f"worker {wid}: relayed the pending work of {leftover} execution(s) left by earlier workers", flush=True)
+            print(
+                f"worker {wid}: relayed the pending work of {leftover} execution(s) left by earlier workers", flush=True
+            )
 
         stop = asyncio.Event()
         run = asyncio.create_task(_run_through_outages(worker, stop, wid))

@@ -57,7 +57,15 @@ def _ago(seconds: Optional[float]) -> str:
     if seconds is None:
         return ""
     s = abs(seconds)
-    return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.1f}h" if s < 172800 else f"{s / 86400:.1f}d"
+    return (
+        f"{s:.0f}s"
+        if s < 120
+        else f"{s / 60:.0f}m"
+        if s < 7200
+        else f"{s / 3600:.1f}h"
+        if s < 172800
+        else f"{s / 86400:.1f}d"
+    )
 
 
 def _templates() -> Jinja2Templates:
@@ -131,7 +139,9 @@ def dashboard_router(
                         roots: bool, within: Optional[float], after: Optional[str], limit: int) -> views.ExecutionsView:  # fmt: skip
         s = await ready()
         flt = parse_filter(definition, status, outcome, parent, roots, within)
-        return await views.executions_view(flt, after=after or None, limit=min(limit, MAX_PAGE), doc=doc_of(s), hint=hint(s))
+        return await views.executions_view(
+            flt, after=after or None, limit=min(limit, MAX_PAGE), doc=doc_of(s), hint=hint(s)
+        )
 
     @router.get("/api/executions", response_model=views.ExecutionsView, name=f"{name}.api_executions")
     async def api_executions(
@@ -175,8 +185,12 @@ def dashboard_router(
     async def api_execution(execution_id: str) -> views.ExecutionView:
         return await detail_data(execution_id)
 
-    @router.get("/executions/{execution_id}", response_class=HTMLResponse, name=f"{name}.execution", include_in_schema=False)
-    async def execution_page(request: Request, execution_id: str, done: Optional[str] = None, error: Optional[str] = None) -> HTMLResponse:
+    @router.get(
+        "/executions/{execution_id}", response_class=HTMLResponse, name=f"{name}.execution", include_in_schema=False
+    )
+    async def execution_page(
+        request: Request, execution_id: str, done: Optional[str] = None, error: Optional[str] = None
+    ) -> HTMLResponse:
         v = await detail_data(execution_id)
         tokens = {a: form_token(execution_id, a) for a in acts.enabled()}
         return page(request, "execution.html", view=v, e=v.execution, done=done, error=error, tokens=tokens)
@@ -185,14 +199,20 @@ def dashboard_router(
 
     async def failed_data(after: Optional[str], limit: int) -> views.FailedView:
         s = await ready()
-        return await views.failed_view(after=after or None, limit=min(limit, MAX_PAGE), stuck_after=stuck_after, doc=doc_of(s), hint=hint(s))
+        return await views.failed_view(
+            after=after or None, limit=min(limit, MAX_PAGE), stuck_after=stuck_after, doc=doc_of(s), hint=hint(s)
+        )
 
     @router.get("/api/failed", response_model=views.FailedView, name=f"{name}.api_failed")
-    async def api_failed(after: Optional[str] = None, limit: int = Query(page_size, ge=1, le=MAX_PAGE)) -> views.FailedView:
+    async def api_failed(
+        after: Optional[str] = None, limit: int = Query(page_size, ge=1, le=MAX_PAGE)
+    ) -> views.FailedView:
         return await failed_data(after, limit)
 
     @router.get("/failed", response_class=HTMLResponse, name=f"{name}.failed", include_in_schema=False)
-    async def failed_page(request: Request, after: Optional[str] = None, limit: int = Query(page_size, ge=1, le=MAX_PAGE)) -> HTMLResponse:
+    async def failed_page(
+        request: Request, after: Optional[str] = None, limit: int = Query(page_size, ge=1, le=MAX_PAGE)
+    ) -> HTMLResponse:
         return page(request, "failed.html", view=await failed_data(after, limit))
 
     async def backlog_data() -> views.BacklogView:

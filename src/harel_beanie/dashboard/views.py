@@ -159,7 +159,9 @@ def _age(seq: int, now: float) -> Optional[float]:
     return None if born is None else max(0.0, now - born)
 
 
-async def executions_view(flt: queries.ExecutionFilter, *, after: Optional[str], limit: int, doc: Doc, hint: bool = False) -> ExecutionsView:
+async def executions_view(
+    flt: queries.ExecutionFilter, *, after: Optional[str], limit: int, doc: Doc, hint: bool = False
+) -> ExecutionsView:
     page = await queries.executions_page(flt, after=after, limit=limit, doc=doc, hint=hint)
     counts = await queries.status_counts(flt, doc=doc, hint=hint)
     # distinct over the leading field of hb_definition: mongod reads one key per definition
@@ -179,7 +181,9 @@ def _step(raw: dict[str, Any]) -> StepOut:
     )  # fmt: skip
 
 
-async def execution_view(store: Any, execution_id: str, *, doc: Doc, actions: list[str], children: int = 100) -> Optional[ExecutionView]:
+async def execution_view(
+    store: Any, execution_id: str, *, doc: Doc, actions: list[str], children: int = 100
+) -> Optional[ExecutionView]:
     now = time.time()
     d = await queries.execution_detail(execution_id, doc=doc)
     if d is None:
@@ -193,9 +197,15 @@ async def execution_view(store: Any, execution_id: str, *, doc: Doc, actions: li
         except ValueError:
             kind = None
         outbox.append(OutboxOut(seq=e["seq"], target_id=e.get("target_id"), event_kind=kind, age=_age(e["seq"], now)))
-    spawns = [SpawnOut(seq=s["seq"], child_id=s["child_id"], root_path=s["root_path"], age=_age(s["seq"], now)) for s in d.spawns]
+    spawns = [
+        SpawnOut(seq=s["seq"], child_id=s["child_id"], root_path=s["root_path"], age=_age(s["seq"], now))
+        for s in d.spawns
+    ]
     timers = sorted(
-        (TimerOut(path=decode_path(k), fire_at=at, late_by=(now - at) if at <= now else None) for k, at in d.timers.items()),
+        (
+            TimerOut(path=decode_path(k), fire_at=at, late_by=(now - at) if at <= now else None)
+            for k, at in d.timers.items()
+        ),
         key=lambda t: t.fire_at,
     )
     trace = await store.read_trace(execution_id)
@@ -215,12 +225,21 @@ def _silent(stuck: list[dict[str, Any]]) -> list[SilentOut]:
     return [SilentOut(**s) for s in stuck]
 
 
-async def failed_view(*, after: Optional[str], limit: int, stuck_after: float, doc: Doc, hint: bool = False) -> FailedView:
+async def failed_view(
+    *, after: Optional[str], limit: int, stuck_after: float, doc: Doc, hint: bool = False
+) -> FailedView:
     now = time.time()
-    page = await queries.executions_page(queries.ExecutionFilter(status="FAILED"), after=after, limit=limit, doc=doc, hint=hint)
+    page = await queries.executions_page(
+        queries.ExecutionFilter(status="FAILED"), after=after, limit=limit, doc=doc, hint=hint
+    )
     total = await doc.find({"status": "FAILED"}).count()
     stuck = await queries.stuck_running(stuck_after, now=now, doc=doc).limit(limit).to_list()
-    silent = [SilentOut(id=r.id, definition_id=r.definition_id, active_path=r.active_path, silent_for=now - (r.updated_at or now)) for r in stuck]
+    silent = [
+        SilentOut(
+            id=r.id, definition_id=r.definition_id, active_path=r.active_path, silent_for=now - (r.updated_at or now)
+        )
+        for r in stuck
+    ]
     return FailedView(
         now=now, failed=[ExecutionOut.of(r) for r in page.rows], failed_total=total, after=after,
         next_after=page.next_after, silent=silent, stuck_after=stuck_after,
@@ -233,7 +252,9 @@ async def backlog_view(*, stuck_after: float, show: int, doc: Doc) -> BacklogVie
     for per in b.counts.values():
         for status, n in per.items():
             totals[status] = totals.get(status, 0) + n
-    timers = [NextTimerOut(**t, late_by=(b.now - t["fire_at"]) if t["fire_at"] <= b.now else None) for t in b.next_timers]
+    timers = [
+        NextTimerOut(**t, late_by=(b.now - t["fire_at"]) if t["fire_at"] <= b.now else None) for t in b.next_timers
+    ]
     return BacklogView(
         now=b.now, counts=b.counts, totals=totals, pending_outbox=b.pending_outbox, oldest_outbox_age=b.oldest_outbox_age,
         pending_spawns=b.pending_spawns, oldest_spawn_age=b.oldest_spawn_age, due_timers=b.due_timers,

@@ -104,10 +104,14 @@ class AdoptHarelLayout(Step):
         if ids:
             found = await m.counters.find({"_id": {"$in": [_HAREL_TRACE_COUNTER + i for i in ids]}}).to_list(None)
             trace_counters = {c["_id"][len(_HAREL_TRACE_COUNTER) :]: int(c.get("n") or 0) for c in found}
-        updated = await m.write_guarded(docs, lambda d: adopt_update(d, trace_counters.get(d["_id"])), self.up_projection)
+        updated = await m.write_guarded(
+            docs, lambda d: adopt_update(d, trace_counters.get(d["_id"])), self.up_projection
+        )
         if trace_counters:
             # folded into `trace_n`; a re-run without them keeps it (`trace_n` only grows)
-            await m.counters.bulk_write([DeleteOne({"_id": _HAREL_TRACE_COUNTER + i}) for i in trace_counters], ordered=False)
+            await m.counters.bulk_write(
+                [DeleteOne({"_id": _HAREL_TRACE_COUNTER + i}) for i in trace_counters], ordered=False
+            )
         return updated
 
     async def after_up(self, m: Migrator) -> None:

@@ -37,7 +37,9 @@ class PendingFlag(Step):
         await _drop_named(m, [ix.document["name"] for ix in _INDEXES if "partialFilterExpression" in ix.document])
 
     async def down_batch(self, m: Migrator, docs: list[dict[str, Any]]) -> int:
-        return await m.write_guarded(docs, lambda d: {"$unset": {"pending": ""}} if "pending" in d else None, self.down_projection)
+        return await m.write_guarded(
+            docs, lambda d: {"$unset": {"pending": ""}} if "pending" in d else None, self.down_projection
+        )
 
     async def after_down(self, m: Migrator) -> None:
         await m.counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": self.version - 1}}, upsert=True)
