@@ -56,7 +56,9 @@ async def collect(target: Target, stuck_after: float, show: int) -> dict[str, An
     return out
 
 
-def _ago(seconds: float) -> str:
+def human_duration(seconds: float) -> str:
+    """A duration for people: 45s, 12m, 3.5h, 2.0d (the sign dropped; the caller says
+    "ago" or "in"). The status command and the dashboard both show durations this way."""
     s = abs(seconds)
     text = (
         f"{s:.0f}s"
@@ -97,7 +99,7 @@ def render(console: Console, data: dict[str, Any]) -> None:
     p.add_column("")
     age = data["oldest_outbox_age"]
     p.add_row("outbox entries (events to relay)", str(data["pending_outbox"]),
-              f"oldest {_ago(age)} old" if age is not None and data["pending_outbox"] else "")  # fmt: skip
+              f"oldest {human_duration(age)} old" if age is not None and data["pending_outbox"] else "")  # fmt: skip
     p.add_row("spawns (children to create)", str(data["pending_spawns"]), "")
     p.add_row("timers due now", str(data["due_timers"]), "")
     tr = data["transport"]
@@ -114,20 +116,20 @@ def render(console: Console, data: dict[str, Any]) -> None:
                 row["id"],
                 row["definition_id"],
                 row["path"],
-                f"due {_ago(delta)} ago" if delta <= 0 else f"in {_ago(delta)}",
+                f"due {human_duration(delta)} ago" if delta <= 0 else f"in {human_duration(delta)}",
             )
         console.print(t)
     stuck_after = data["stuck_after"]
     if data["stuck"]:
-        t = Table(box=box.SIMPLE_HEAD, title=f"Stuck: RUNNING, not updated for more than {_ago(stuck_after)}",
+        t = Table(box=box.SIMPLE_HEAD, title=f"Stuck: RUNNING, not updated for more than {human_duration(stuck_after)}",
                   title_justify="left", title_style="bold red")  # fmt: skip
         for col in ("execution", "definition", "active state", "silent for"):
             t.add_column(col)
         for row in data["stuck"]:
-            t.add_row(row["id"], row["definition_id"], row["active_path"] or "", _ago(row["silent_for"]))
+            t.add_row(row["id"], row["definition_id"], row["active_path"] or "", human_duration(row["silent_for"]))
         console.print(t)
     else:
-        console.print(f"Nothing stuck: no RUNNING execution silent for more than {_ago(stuck_after)}.")
+        console.print(f"Nothing stuck: no RUNNING execution silent for more than {human_duration(stuck_after)}.")
 
 
 def main(args: Any, target: Target) -> int:

@@ -24,6 +24,7 @@ from fastapi.templating import Jinja2Templates
 from harel_beanie import queries
 from harel_beanie.dashboard import views
 from harel_beanie.documents import bind
+from harel_beanie.status import human_duration
 
 TEMPLATES = Path(__file__).parent / "templates"
 MAX_PAGE = 500
@@ -54,18 +55,7 @@ def _when(ts: Optional[float]) -> str:
 
 
 def _ago(seconds: Optional[float]) -> str:
-    if seconds is None:
-        return ""
-    s = abs(seconds)
-    return (
-        f"{s:.0f}s"
-        if s < 120
-        else f"{s / 60:.0f}m"
-        if s < 7200
-        else f"{s / 3600:.1f}h"
-        if s < 172800
-        else f"{s / 86400:.1f}d"
-    )
+    return "" if seconds is None else human_duration(seconds)
 
 
 def _templates() -> Jinja2Templates:
