@@ -47,7 +47,7 @@ from harel_beanie.calls import (
     UpdateMany,
     UpdateOne,
 )
-from harel_beanie.commit import MAX_DOCUMENT_BYTES, data_budget, dedupe_key, point
+from harel_beanie.commit import MAX_DOCUMENT_BYTES, CommitRequest, data_budget, dedupe_key, point
 from harel_beanie.documents import (
     NODE_COUNTER_ID,
     PENDING,
@@ -253,7 +253,7 @@ READ_BACK = on(FindOne, "confirm", filter={"_id": ID}, projection=projection(Ver
 
 def commit(st: StoreState, exe: Execution, *steps: Step, emits: Any = EMITS) -> tuple[list[int], Script]:
     script = Script(*steps)
-    return script.run(flows.commit(st, exe, list(emits), processed_event_id="ev-1")), script
+    return script.run(flows.commit(st, CommitRequest(exe, list(emits), processed_event_id="ev-1"))), script
 
 
 def assert_landed(st: StoreState, exe: Execution, seqs: list[int], version: int, want: list[int]) -> None:
@@ -405,7 +405,7 @@ def test_retries_exhausted_reraise_the_lost_reply() -> None:
         steps += [(cas() if i == 0 else same, error), (READ_BACK, {"_id": ID, "version": 3, "commit_tokens": ["t3"]})]
     script = Script(*steps)
     with pytest.raises(AutoReconnect) as err:
-        script.run(flows.commit(st, exe, EMITS))
+        script.run(flows.commit(st, CommitRequest(exe, EMITS)))
     assert err.value is errors[-1]  # the last send's error: the driver's own, not wrapped
     writes = script.seen[::2]
     assert all(w == writes[0] for w in writes)

@@ -45,7 +45,7 @@ from harel.spec.states import Event
 from pymongo import monitoring
 
 from harel_beanie import AsyncMongoStore, MongoStore, flows
-from harel_beanie.commit import plan_commit
+from harel_beanie.commit import CommitRequest, plan_commit
 
 ON_MONGOD = bool(os.environ.get("MONGODB_URL"))
 mongod_only = pytest.mark.skipif(not ON_MONGOD, reason="SecantusDB cannot show this; runs with MONGODB_URL (mongod)")
@@ -385,7 +385,7 @@ def _idle_documents(start: int, stop: int, now: float) -> list[dict[str, Any]]:
             parent_id="idle-root", created_at=now, updated_at=now,
         )  # fmt: skip
         timers = (TimerOp("schedule", "Wait", now + 3600.0),) if i % 2 else ()
-        plan = plan_commit(exe, [], Event(kind="Start").id, timers, (), None, trace_max=200, dedupe_window=1000)
+        plan = plan_commit(CommitRequest(exe, [], Event(kind="Start").id, timers), trace_max=200, dedupe_window=1000)
         assert plan.insert is not None
         docs.append(plan.insert)
     return docs

@@ -17,6 +17,7 @@ from pymongo.errors import PyMongoError
 
 from harel_beanie import calls, flows
 from harel_beanie.calls import Flow, T
+from harel_beanie.commit import CommitRequest
 from harel_beanie.connect import RetryPolicy, await_server
 from harel_beanie.documents import bind
 from harel_beanie.settings import StoreShell
@@ -171,7 +172,8 @@ class AsyncMongoStore(StoreShell):
         trace: Optional[dict[str, Any]] = None,
         step: Optional[Step] = None,
     ) -> list[int]:
-        return await self._run(flows.commit(self._state, exe, emits, processed_event_id, timers, spawns, trace, step))
+        request = CommitRequest(exe, emits, processed_event_id, timers, spawns, trace, step)
+        return await self._run(flows.commit(self._state, request))
 
     async def is_processed(self, execution_id: str, event_id: str) -> bool:
         return await self._run(flows.is_processed(self._state, execution_id, event_id))

@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from typing import Any, Optional, Sequence
 
 from harel.engine.execution import Execution
-from harel.engine.store.base import TimerOp
+from harel.engine.store.base import Step, TimerOp
 from harel.spec.states import Event
 
 from harel_beanie.keys import encode_path, require_str, timer_field
@@ -97,6 +97,28 @@ def dedupe_key(event_id: str) -> str:
     if len(raw) <= MAX_EVENT_ID_BYTES:
         return event_id
     return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+@dataclass(frozen=True)
+class CommitRequest:
+    """What harel's `commit` passes, held once: each store builds it from its `commit`'s
+    arguments (harel's signature, kept as is) and hands it whole to `flows.commit`, which
+    hands it to `plan_commit`.
+
+    `exe` is the execution at its loaded version (bumped by the store once the write has
+    landed); `emits` the outbox entries, (target id or None, event); `processed_event_id`
+    the event this step consumed, for the dedupe window; `timers` the timer ops, the last
+    per path winning; `spawns` the children to create, (child id, root path, context);
+    `trace` the step to append to the trace ring; `step` harel's description of the commit
+    for observers, which a store may ignore and this one does."""
+
+    exe: Execution
+    emits: Sequence[tuple[Optional[str], Event]] = ()
+    processed_event_id: Optional[str] = None
+    timers: Sequence[TimerOp] = ()
+    spawns: Sequence[tuple[str, str, dict[str, Any]]] = ()
+    trace: Optional[dict[str, Any]] = None
+    step: Optional[Step] = None
 
 
 @dataclass
@@ -192,21 +214,18 @@ def bounded_step(step: dict[str, Any], max_bytes: int) -> str:
 
 
 def plan_commit(
-    exe: Execution,
-    emits: Sequence[tuple[Optional[str], Event]],
-    processed_event_id: Optional[str],
-    timers: Sequence[TimerOp],
-    spawns: Sequence[tuple[str, str, dict[str, Any]]],
-    trace: Optional[dict[str, Any]],
+    request: CommitRequest,
     *,
     seqs: Sequence[int] = (),
     trace_max: int,
     dedupe_window: int,
     trace_step_bytes: int = DEFAULT_TRACE_STEP_BYTES,
 ) -> CommitPlan:
-    """Build the commit of `exe` at `exe.version + 1`, its outbox entries and spawns taking
-    `seqs` (minted by the caller, one per emit then one per spawn, increasing). `exe` itself
-    is not changed: the store bumps its version only once the write has landed."""
+    """Build the commit of `request.exe` at its version + 1, its outbox entries and spawns
+    taking `seqs` (minted by the caller, one per emit then one per spawn, increasing). The
+    execution itself is not changed: the store bumps its version only once the write has
+    landed."""
+    exe, emits, spawns, processed_event_id = request.exe, request.emits, request.spawns, request.processed_event_id
     require_str("execution id", exe.id)
     require_str("definition id", exe.definition_id)
     if processed_event_id is not None:
@@ -236,8 +255,8 @@ def plan_commit(
         for s, (cid, rp, ctx) in zip(spawn_seqs, spawns)
     ]
     ring = ring_length(trace_max, trace_step_bytes)
-    trace_items = [trace_item(trace, trace_step_bytes)] if trace is not None else []
-    timer_ops = final_timer_ops(timers)
+    trace_items = [trace_item(request.trace, trace_step_bytes)] if request.trace is not None else []
+    timer_ops = final_timer_ops(request.timers)
     schedules = {p: at for p, at in timer_ops.items() if at is not None}
     processed = [dedupe_key(processed_event_id)] if processed_event_id is not None else []
 

@@ -16,6 +16,7 @@ from pymongo.errors import PyMongoError
 
 from harel_beanie import calls, flows
 from harel_beanie.calls import Flow, T
+from harel_beanie.commit import CommitRequest
 from harel_beanie.connect import RetryPolicy, wait_for_server
 from harel_beanie.settings import StoreShell
 
@@ -145,7 +146,8 @@ class MongoStore(StoreShell):
         trace: Optional[dict[str, Any]] = None,
         step: Optional[Step] = None,
     ) -> list[int]:
-        return self._run(flows.commit(self._state, exe, emits, processed_event_id, timers, spawns, trace, step))
+        request = CommitRequest(exe, emits, processed_event_id, timers, spawns, trace, step)
+        return self._run(flows.commit(self._state, request))
 
     def is_processed(self, execution_id: str, event_id: str) -> bool:
         return self._run(flows.is_processed(self._state, execution_id, event_id))

@@ -15,8 +15,7 @@ from typing import Any, Mapping, Optional
 
 import bson
 from harel.engine.execution import Execution
-from harel.engine.store.base import Step, StoreConflict, TimerOp
-from harel.spec.states import Event
+from harel.engine.store.base import StoreConflict
 from pymongo.errors import (
     ConnectionFailure,
     DocumentTooLarge,
@@ -30,6 +29,7 @@ from harel_beanie.calls import FindOne, Flow, InsertOne, ReplaceOne, UpdateOne
 from harel_beanie.commit import (
     MAX_DOCUMENT_BYTES,
     CommitPlan,
+    CommitRequest,
     append_trace_update,
     data_budget,
     plan_commit,
@@ -48,16 +48,7 @@ _TOMB_TRIES = 3  # replacements of a tombstone that keeps changing (purges racin
 NOT_A_TOMBSTONE = {"tomb": {"$exists": False}}
 
 
-def commit(
-    st: StoreState,
-    exe: Execution,
-    emits: list[tuple[Optional[str], Event]],
-    processed_event_id: Optional[str] = None,
-    timers: tuple[TimerOp, ...] = (),
-    spawns: tuple[tuple[str, str, dict[str, Any]], ...] = (),
-    trace: Optional[dict[str, Any]] = None,
-    step: Optional[Step] = None,
-) -> Flow[list[int]]:
+def commit(st: StoreState, request: CommitRequest) -> Flow[list[int]]:
     """One write: the CAS update (or the insert of a new execution). A second round trip
     happens only when the write did not land, or its reply was lost, to learn why.
 
@@ -73,13 +64,17 @@ def commit(
     plan: Optional[CommitPlan] = None
     over: Optional[dict[str, Any]] = None  # a purged incarnation's tombstone the creation replaces
     tomb_tries = _TOMB_TRIES
+    exe = request.exe
     while True:
         if plan is None:
-            seqs = yield from mint_seqs(st, len(emits) + len(spawns), above=floor)
+            seqs = yield from mint_seqs(st, len(request.emits) + len(request.spawns), above=floor)
             plan = plan_commit(
-                exe, emits, processed_event_id, timers, spawns, trace, seqs=seqs,
-                trace_max=st.trace_max, trace_step_bytes=st.trace_step_bytes, dedupe_window=st.dedupe_window,
-            )  # fmt: skip
+                request,
+                seqs=seqs,
+                trace_max=st.trace_max,
+                trace_step_bytes=st.trace_step_bytes,
+                dedupe_window=st.dedupe_window,
+            )
             _check_budget(st, exe, plan)
         landed = False
         lost: Optional[PyMongoError] = None
