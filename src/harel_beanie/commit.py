@@ -222,16 +222,54 @@ def plan_commit(
     trace_step_bytes: int = DEFAULT_TRACE_STEP_BYTES,
 ) -> CommitPlan:
     """Build the commit of `request.exe` at its version + 1, its outbox entries and spawns
-    taking `seqs` (minted by the caller, one per emit then one per spawn, increasing). The
+    taking `seqs` (minted by the caller, one per emit then one per spawn, increasing): the
+    whole document of a new execution (version 0), else one conditional update. The
     execution itself is not changed: the store bumps its version only once the write has
     landed."""
+    exe = request.exe
+    c = _parts(request, seqs, trace_max, trace_step_bytes)
+    insert: Optional[dict[str, Any]] = None
+    if exe.version == 0:
+        cas: dict[str, Any] = {"_id": exe.id}
+        update: dict[str, Any] = {}
+        insert = _new_document(exe, c)
+    else:
+        cas, update = _cas_update(exe, c, dedupe_window)
+    return CommitPlan(
+        exe.id, exe.version, cas, update, insert, c.out_seqs, c.spawn_seqs,
+        data_bytes=len(c.data.encode()), token=c.token, new_bytes=_entries_bytes(c.outbox, c.spawns),
+    )  # fmt: skip
+
+
+@dataclass
+class _CommitParts:
+    """What one commit writes, checked and in stored form, before it is shaped as the
+    insert of a new execution or as the update of an existing one."""
+
+    new_version: int
+    data: str  # the execution's JSON at `new_version`
+    promoted: dict[str, Any]  # `summary_fields`
+    token: str
+    minted: list[int]  # every seq, increasing
+    out_seqs: list[int]
+    spawn_seqs: list[int]
+    outbox: list[dict[str, Any]]
+    spawns: list[dict[str, Any]]
+    trace: list[dict[str, Any]]  # the step to push, if any
+    ring: int  # how many steps the trace ring keeps
+    timer_ops: dict[str, Optional[float]]  # path -> fire_at, None = cancel
+    schedules: dict[str, float]  # the timer ops that arm
+    processed: list[str]  # the dedupe key to push, if any
+
+
+def _parts(request: CommitRequest, seqs: Sequence[int], trace_max: int, trace_step_bytes: int) -> _CommitParts:
+    """Check every caller string and value a commit stores, and put each in stored form."""
     exe, emits, spawns, processed_event_id = request.exe, request.emits, request.spawns, request.processed_event_id
     require_str("execution id", exe.id)
     require_str("definition id", exe.definition_id)
     if processed_event_id is not None:
         require_str("processed event id", processed_event_id)
-    old = exe.version
-    new = old + 1
+    new = exe.version + 1
 
     n_out = len(emits)
     if len(seqs) != n_out + len(spawns):
@@ -259,43 +297,60 @@ def plan_commit(
     timer_ops = final_timer_ops(request.timers)
     schedules = {p: at for p, at in timer_ops.items() if at is not None}
     processed = [dedupe_key(processed_event_id)] if processed_event_id is not None else []
+    return _CommitParts(
+        new_version=new,
+        data=exe.model_copy(update={"version": new}).model_dump_json(),
+        promoted=summary_fields(exe),
+        token=os.urandom(8).hex(),
+        minted=minted,
+        out_seqs=out_seqs,
+        spawn_seqs=spawn_seqs,
+        outbox=outbox,
+        spawns=spawn_items,
+        trace=trace_items,
+        ring=ring,
+        timer_ops=timer_ops,
+        schedules=schedules,
+        processed=processed,
+    )
 
-    data = exe.model_copy(update={"version": new}).model_dump_json()
-    promoted = summary_fields(exe)
-    token = os.urandom(8).hex()
-    sizes = {"data_bytes": len(data.encode()), "new_bytes": _entries_bytes(outbox, spawn_items)}
 
-    if old == 0:
-        doc: dict[str, Any] = {
-            "_id": exe.id,
-            "definition_id": exe.definition_id,
-            "version": new,
-            "data": data,
-            **promoted,
-            "outbox": outbox,
-            "spawns": spawn_items,
-            "processed": processed,
-            "timers": {encode_path(p): at for p, at in schedules.items()},
-            "trace": trace_items[-ring:],
-            "trace_n": len(trace_items),
-            "commit_tokens": [token],
-            "born": token,  # which creation this is: a purge buries it (see flows.purge)
-        }
-        if outbox or spawn_items:
-            doc["pending"] = True  # the relays' index (documents.PENDING)
-        # absent rather than null when there is none: `$min`/`$max` keep a null (null sorts
-        # below every number), so a null bound would hide every later timer from the sweep
-        if schedules:
-            doc["next_fire"] = min(schedules.values())
-        if minted:
-            doc["seq_hi"] = max(minted)
-        return CommitPlan(exe.id, old, {"_id": exe.id}, {}, doc, out_seqs, spawn_seqs, token=token, **sizes)
+def _new_document(exe: Execution, c: _CommitParts) -> dict[str, Any]:
+    """The whole document of a new execution."""
+    doc: dict[str, Any] = {
+        "_id": exe.id,
+        "definition_id": exe.definition_id,
+        "version": c.new_version,
+        "data": c.data,
+        **c.promoted,
+        "outbox": c.outbox,
+        "spawns": c.spawns,
+        "processed": c.processed,
+        "timers": {encode_path(p): at for p, at in c.schedules.items()},
+        "trace": c.trace[-c.ring :],
+        "trace_n": len(c.trace),
+        "commit_tokens": [c.token],
+        "born": c.token,  # which creation this is: a purge buries it (see flows.purge)
+    }
+    if c.outbox or c.spawns:
+        doc["pending"] = True  # the relays' index (documents.PENDING)
+    # absent rather than null when there is none: `$min`/`$max` keep a null (null sorts
+    # below every number), so a null bound would hide every later timer from the sweep
+    if c.schedules:
+        doc["next_fire"] = min(c.schedules.values())
+    if c.minted:
+        doc["seq_hi"] = max(c.minted)
+    return doc
 
-    set_ops: dict[str, Any] = {"data": data, "version": new, **promoted}
-    if outbox or spawn_items:
+
+def _cas_update(exe: Execution, c: _CommitParts, dedupe_window: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The filter (the CAS on the loaded version, and the seq floor) and the partial update
+    of an existing execution."""
+    set_ops: dict[str, Any] = {"data": c.data, "version": c.new_version, **c.promoted}
+    if c.outbox or c.spawns:
         set_ops["pending"] = True  # cleared by the write that removes the last entry
     unset_ops: dict[str, str] = {}
-    for path, at in timer_ops.items():
+    for path, at in c.timer_ops.items():
         if at is None:
             unset_ops[timer_field(path)] = ""
         else:
@@ -303,27 +358,27 @@ def plan_commit(
     update: dict[str, Any] = {"$set": set_ops}
     if unset_ops:
         update["$unset"] = unset_ops
-    if schedules:
-        update["$min"] = {"next_fire": min(schedules.values())}
-    push: dict[str, Any] = {"commit_tokens": {"$each": [token], "$slice": -COMMIT_TOKENS}}
-    if outbox:
-        push["outbox"] = {"$each": outbox}
-    if spawn_items:
-        push["spawns"] = {"$each": spawn_items}
-    if trace_items:
-        push["trace"] = {"$each": trace_items, "$slice": -ring}
+    if c.schedules:
+        update["$min"] = {"next_fire": min(c.schedules.values())}
+    push: dict[str, Any] = {"commit_tokens": {"$each": [c.token], "$slice": -COMMIT_TOKENS}}
+    if c.outbox:
+        push["outbox"] = {"$each": c.outbox}
+    if c.spawns:
+        push["spawns"] = {"$each": c.spawns}
+    if c.trace:
+        push["trace"] = {"$each": c.trace, "$slice": -c.ring}
         update["$inc"] = {"trace_n": 1}
-    if processed:
-        push["processed"] = {"$each": processed, "$slice": -dedupe_window}
+    if c.processed:
+        push["processed"] = {"$each": c.processed, "$slice": -dedupe_window}
     update["$push"] = push
 
-    cas: dict[str, Any] = {"_id": point(exe.id), "version": point(old)}
-    if minted:
+    cas: dict[str, Any] = {"_id": point(exe.id), "version": point(exe.version)}
+    if c.minted:
         # this execution's seqs must keep increasing even if our clock is behind the last
         # writer's: the server refuses the write if it has issued one at or above ours
-        cas["seq_hi"] = {"$not": {"$gte": minted[0]}}
-        update["$max"] = {"seq_hi": minted[-1]}
-    return CommitPlan(exe.id, old, cas, update, None, out_seqs, spawn_seqs, token=token, **sizes)
+        cas["seq_hi"] = {"$not": {"$gte": c.minted[0]}}
+        update["$max"] = {"seq_hi": c.minted[-1]}
+    return cas, update
 
 
 def point(value: Any) -> dict[str, Any]:

@@ -67,38 +67,9 @@ def commit(st: StoreState, request: CommitRequest) -> Flow[list[int]]:
     exe = request.exe
     while True:
         if plan is None:
-            seqs = yield from mint_seqs(st, len(request.emits) + len(request.spawns), above=floor)
-            plan = plan_commit(
-                request,
-                seqs=seqs,
-                trace_max=st.trace_max,
-                trace_step_bytes=st.trace_step_bytes,
-                dedupe_window=st.dedupe_window,
-            )
-            _check_budget(st, exe, plan)
-        landed = False
-        lost: Optional[PyMongoError] = None
-        try:
-            if plan.insert is None:
-                landed = (yield UpdateOne("executions", plan.filter, plan.update)) == 1
-            elif over is None:
-                yield InsertOne("executions", plan.insert)
-                landed = True
-            else:
-                # the id was purged before: a creation (harel's create of a reused id)
-                # replaces exactly the tombstone read, carrying its buried creations on
-                replacement = {**plan.insert, "buried": over.get("buried", [])}
-                landed = (yield ReplaceOne("executions", {"_id": exe.id, "tomb": over}, replacement)) == 1
-        except DuplicateKeyError:
-            pass  # a concurrent creator won the insert, an earlier send of ours did, or a tombstone
-        except DocumentTooLarge:
-            raise (yield from _too_large(st, exe, plan)) from None
-        except WriteError as err:
-            if err.code in _TOO_LARGE_CODES:
-                raise (yield from _too_large(st, exe, plan)) from None
-            raise
-        except (ConnectionFailure, ExecutionTimeout) as err:
-            lost = err
+            plan = yield from _plan(st, request, floor)
+        landed, lost = yield from _send(st, exe, plan, over)
+        if lost is not None:
             unsure[plan.token] = plan
         if landed:
             return _landed(st, exe, plan)
@@ -135,6 +106,44 @@ def commit(st: StoreState, request: CommitRequest) -> Flow[list[int]]:
             plan = None
             continue
         raise StoreConflict(exe.id, expected=plan.old_version, found=stored)
+
+
+def _plan(st: StoreState, request: CommitRequest, floor: int) -> Flow[CommitPlan]:
+    """Mint the commit's seqs above `floor` and plan its write, refused before it is sent
+    if the execution would not fit once the store's own additions are full."""
+    seqs = yield from mint_seqs(st, len(request.emits) + len(request.spawns), above=floor)
+    plan = plan_commit(
+        request, seqs=seqs, trace_max=st.trace_max, trace_step_bytes=st.trace_step_bytes, dedupe_window=st.dedupe_window
+    )
+    _check_budget(st, request.exe, plan)
+    return plan
+
+
+def _send(
+    st: StoreState, exe: Execution, plan: CommitPlan, over: Optional[dict[str, Any]]
+) -> Flow[tuple[bool, Optional[PyMongoError]]]:
+    """Send the planned write once: whether it landed, and the error that lost its reply
+    if one did (it may have landed then). `over` is the tombstone a creation replaces."""
+    try:
+        if plan.insert is None:
+            return (yield UpdateOne("executions", plan.filter, plan.update)) == 1, None
+        if over is None:
+            yield InsertOne("executions", plan.insert)
+            return True, None
+        # the id was purged before: a creation (harel's create of a reused id)
+        # replaces exactly the tombstone read, carrying its buried creations on
+        replacement = {**plan.insert, "buried": over.get("buried", [])}
+        return (yield ReplaceOne("executions", {"_id": exe.id, "tomb": over}, replacement)) == 1, None
+    except DuplicateKeyError:
+        return False, None  # a concurrent creator won the insert, an earlier send of ours did, or a tombstone
+    except DocumentTooLarge:
+        raise (yield from _too_large(st, exe, plan)) from None
+    except WriteError as err:
+        if err.code in _TOO_LARGE_CODES:
+            raise (yield from _too_large(st, exe, plan)) from None
+        raise
+    except (ConnectionFailure, ExecutionTimeout) as err:
+        return False, err
 
 
 def _token_found(found: Optional[Mapping[str, Any]], unsure: Mapping[str, CommitPlan]) -> Optional[str]:
