@@ -12,13 +12,13 @@ from typing import Any, Iterable, Optional
 from harel.engine.execution import Execution, ExecutionPage, Status
 from harel.engine.store.base import OutboxEntry, SpawnEntry, Step, TimerOp
 from harel.spec.states import Event
-from pymongo import ReturnDocument
 from pymongo.errors import PyMongoError
 
 from harel_beanie import calls, flows
 from harel_beanie.calls import Flow, T
 from harel_beanie.commit import CommitRequest
 from harel_beanie.connect import RetryPolicy, await_server
+from harel_beanie.dispatch import FlowRun, start
 from harel_beanie.documents import bind
 from harel_beanie.settings import StoreShell
 
@@ -88,56 +88,21 @@ class AsyncMongoStore(StoreShell):
     async def _run(self, flow: Flow[T]) -> T:
         if not self._state.ready:
             await self.init()
-        self._state.op_started()  # every operation counts (flows: one relay read, not two)
-        try:
+        with self._state.operation():  # every operation counts (flows.relays: one relay read, not two)
             return await self._drive(flow)
-        finally:
-            self._state.op_finished()
 
     async def _drive(self, flow: Flow[T]) -> T:
-        send: Any = None
-        error: Optional[BaseException] = None
-        while True:
+        run = FlowRun(flow)
+        while (call := run.next_call()) is not None:
             try:
-                call = flow.send(send) if error is None else flow.throw(error)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            try:
-                send, error = await self._call(call), None
+                run.reply(await self._call(call))
             except PyMongoError as exc:
-                send, error = None, exc
+                run.fail(exc)
+        return run.result
 
     async def _call(self, c: calls.Call) -> Any:
-        coll = self._colls[c.target]
-        if isinstance(c, calls.FindOne):
-            return await coll.find_one(c.filter, c.projection)
-        if isinstance(c, calls.Find):
-            cursor = coll.find(c.filter, c.projection)
-            if c.sort:
-                cursor = cursor.sort(c.sort)
-            if c.limit:
-                cursor = cursor.limit(c.limit)
-            return await cursor.to_list(None)
-        if isinstance(c, calls.UpdateOne):
-            return (await coll.update_one(c.filter, c.update, upsert=c.upsert)).matched_count
-        if isinstance(c, calls.InsertOne):
-            await coll.insert_one(c.document)
-            return None
-        if isinstance(c, calls.ReplaceOne):
-            return (await coll.replace_one(c.filter, c.replacement)).matched_count
-        if isinstance(c, calls.UpdateMany):
-            return (await coll.update_many(c.filter, c.update)).matched_count
-        if isinstance(c, calls.DeleteOne):
-            return (await coll.delete_one(c.filter)).deleted_count
-        if isinstance(c, calls.Increment):
-            return await coll.find_one_and_update(
-                {"_id": c.id}, {"$inc": {c.field: c.by}}, upsert=True, return_document=ReturnDocument.AFTER
-            )
-        if isinstance(c, calls.CreateIndexes):
-            if c.indexes:
-                await coll.create_indexes(c.indexes)
-            return None
-        raise TypeError(f"unknown call {c!r}")
+        answer, reply = start(self._colls[c.target], c)
+        return reply(await (answer.to_list(None) if isinstance(c, calls.Find) else _maybe_await(answer)))
 
     # --- AsyncExecutionStore ----------------------------------------------------------------
 

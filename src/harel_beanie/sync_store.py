@@ -11,13 +11,13 @@ from typing import Any, Iterable, Optional
 from harel.engine.execution import Execution, ExecutionPage, Status
 from harel.engine.store.base import OutboxEntry, SpawnEntry, Step, TimerOp
 from harel.spec.states import Event
-from pymongo import ReturnDocument
 from pymongo.errors import PyMongoError
 
 from harel_beanie import calls, flows
 from harel_beanie.calls import Flow, T
 from harel_beanie.commit import CommitRequest
 from harel_beanie.connect import RetryPolicy, wait_for_server
+from harel_beanie.dispatch import FlowRun, start
 from harel_beanie.settings import StoreShell
 
 
@@ -64,54 +64,21 @@ class MongoStore(StoreShell):
     def _run(self, flow: Flow[T]) -> T:
         if not self._state.ready:
             self.init()
-        self._state.op_started()  # every operation counts (flows: one relay read, not two)
-        try:
+        with self._state.operation():  # every operation counts (flows.relays: one relay read, not two)
             return self._drive(flow)
-        finally:
-            self._state.op_finished()
 
     def _drive(self, flow: Flow[T]) -> T:
-        send: Any = None
-        error: Optional[BaseException] = None
-        while True:
+        run = FlowRun(flow)
+        while (call := run.next_call()) is not None:
             try:
-                call = flow.send(send) if error is None else flow.throw(error)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            try:
-                send, error = self._call(call), None
+                run.reply(self._call(call))
             except PyMongoError as exc:
-                send, error = None, exc
+                run.fail(exc)
+        return run.result
 
     def _call(self, c: calls.Call) -> Any:
-        coll = self._colls[c.target]
-        if isinstance(c, calls.FindOne):
-            return coll.find_one(c.filter, c.projection)
-        if isinstance(c, calls.Find):
-            cursor = coll.find(c.filter, c.projection)
-            if c.sort:
-                cursor = cursor.sort(c.sort)
-            return list(cursor.limit(c.limit) if c.limit else cursor)
-        if isinstance(c, calls.UpdateOne):
-            return coll.update_one(c.filter, c.update, upsert=c.upsert).matched_count
-        if isinstance(c, calls.InsertOne):
-            coll.insert_one(c.document)
-            return None
-        if isinstance(c, calls.ReplaceOne):
-            return coll.replace_one(c.filter, c.replacement).matched_count
-        if isinstance(c, calls.UpdateMany):
-            return coll.update_many(c.filter, c.update).matched_count
-        if isinstance(c, calls.DeleteOne):
-            return coll.delete_one(c.filter).deleted_count
-        if isinstance(c, calls.Increment):
-            return coll.find_one_and_update(
-                {"_id": c.id}, {"$inc": {c.field: c.by}}, upsert=True, return_document=ReturnDocument.AFTER
-            )
-        if isinstance(c, calls.CreateIndexes):
-            if c.indexes:
-                coll.create_indexes(c.indexes)
-            return None
-        raise TypeError(f"unknown call {c!r}")
+        answer, reply = start(self._colls[c.target], c)
+        return reply(list(answer) if isinstance(c, calls.Find) else answer)
 
     # --- ExecutionStore ---------------------------------------------------------------------
 

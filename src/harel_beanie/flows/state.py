@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from harel.engine.store.base import OutboxEntry
 
@@ -49,8 +50,18 @@ class StoreState:
     prefetched: Optional[tuple[Optional[str], list[OutboxEntry], int]] = None
     _ops_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
+    @contextmanager
+    def operation(self) -> Iterator[None]:
+        """Counts one operation of the store (the shells' `_run`) as it starts and as it
+        finishes, however it ends."""
+        self.op_started()
+        try:
+            yield
+        finally:
+            self.op_finished()
+
     def op_started(self) -> None:
-        """Called by the store before each operation (the shells' `_run`)."""
+        """Called by the store before each operation."""
         with self._ops_lock:
             self.ops += 1
 
