@@ -1,6 +1,7 @@
 """`AsyncMongoStore`: harel's `AsyncExecutionStore` over PyMongo's `AsyncMongoClient` (Motor
 and mongomock-motor clients work too), for harel's `AsyncDurableRunner` and `AsyncWorker`.
-A thin shell: it awaits the calls the flows in `harel_beanie.flows` ask for.
+A thin shell: it awaits the calls the flows in `harel_beanie.flows` ask for (each as
+`harel_beanie.dispatch` says).
 """
 
 from __future__ import annotations

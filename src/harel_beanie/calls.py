@@ -2,8 +2,9 @@
 
 Each store operation is written once, in `harel_beanie.flows`, as a generator that yields
 these calls and receives their results. The sync store makes each call with PyMongo's
-`MongoClient`, the async store awaits it with `AsyncMongoClient` (or Motor); neither holds
-any logic of its own. The result each call sends back is given on the class.
+`MongoClient`, the async store awaits it with `AsyncMongoClient` (or Motor), both through
+`harel_beanie.dispatch`; neither holds any logic of its own. The result each call sends
+back is given on the class.
 """
 
 from __future__ import annotations

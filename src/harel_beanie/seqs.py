@@ -44,7 +44,8 @@ Rule 7: lease writes are acknowledged by a majority and the journal and their re
 Each execution's seqs must also increase (harel delivers its pending entries oldest first).
 Clocks of different machines disagree, so the commit carries the execution's highest seq
 (`seq_hi`) in its CAS filter; a writer behind it is told so by the server and mints again
-above it (`take(..., above=)`), extending its lease if need be (see `harel_beanie.flows`).
+above it (`take(..., above=)`), extending its lease if need be (see
+`harel_beanie.flows.leases`).
 
 A lease costs a round trip when an instance first mints and about once a minute while it
 keeps minting (`LEASE_SPAN_MS`); a store that never mints (a `status` command, a dashboard)

@@ -1,6 +1,6 @@
 """`MongoStore`: harel's `ExecutionStore` over PyMongo's sync `MongoClient`, for harel's
 sync `DurableRunner`. A thin shell: it makes the calls the flows in `harel_beanie.flows`
-ask for and nothing else.
+ask for (each as `harel_beanie.dispatch` says) and nothing else.
 """
 
 from __future__ import annotations
