@@ -57,6 +57,16 @@ def browser() -> Iterator[Any]:
             driver.quit()
 
 
+def _click_and_load(driver: Any, by: str, value: str) -> None:
+    """Click a control that loads a new page, and wait until the address has changed: reading
+    the page before that would read the old one."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    before = driver.current_url
+    driver.find_element(by, value).click()
+    WebDriverWait(driver, 20).until(lambda d: d.current_url != before)
+
+
 def _rows(driver: Any, table: str = "executions") -> list[dict[str, str]]:
     from selenium.webdriver.common.by import By
 
@@ -85,7 +95,7 @@ def test_browse_filter_open_and_see_a_failed_one(shop: dict[str, Any], browser: 
     # pages of 10: the next page starts after the last id of this one
     browser.get(f"{dash.base}/?limit=10")
     first = [r["id"] for r in _rows(browser)]
-    browser.find_element(By.ID, "next").click()
+    _click_and_load(browser, By.ID, "next")
     second = [r["id"] for r in _rows(browser)]
     assert len(first) == len(second) == 10 and second[0] > first[-1]
 
@@ -93,7 +103,7 @@ def test_browse_filter_open_and_see_a_failed_one(shop: dict[str, Any], browser: 
     Select(browser.find_element(By.ID, "f-definition")).select_by_value("Order")
     Select(browser.find_element(By.ID, "f-status")).select_by_value("DONE")
     browser.find_element(By.ID, "f-roots").click()
-    browser.find_element(By.ID, "apply").click()
+    _click_and_load(browser, By.ID, "apply")
     assert "status=DONE" in browser.current_url and "definition=Order" in browser.current_url
     rows = _rows(browser)
     assert rows and all(r["status"] == "DONE" and r["definition"] == "Order" for r in rows)
@@ -102,7 +112,7 @@ def test_browse_filter_open_and_see_a_failed_one(shop: dict[str, Any], browser: 
 
     # open a delivered order: its state, context, children and its trace as a timeline
     delivered = f"{run_id}-order-0000"
-    browser.find_element(By.LINK_TEXT, delivered).click()
+    _click_and_load(browser, By.LINK_TEXT, delivered)
     assert browser.find_element(By.ID, "execution-id").text == delivered
     assert browser.find_element(By.ID, "active-path").text == "Completed"
     assert json.loads(browser.find_element(By.ID, "context").text)["order_id"] == delivered
@@ -113,15 +123,15 @@ def test_browse_filter_open_and_see_a_failed_one(shop: dict[str, Any], browser: 
     assert any(c["definition"] == "pay.Payment" for c in children)
 
     # the failed queue holds the dead-lettered order; its page shows the error
-    browser.find_element(By.LINK_TEXT, "Failed & silent").click()
+    _click_and_load(browser, By.LINK_TEXT, "Failed & silent")
     assert [r["id"] for r in _rows(browser, "failed")] == ["broken-order-1"]
     assert "quiet-order-1" in browser.find_element(By.ID, "silent").text
-    browser.find_element(By.LINK_TEXT, "broken-order-1").click()
+    _click_and_load(browser, By.LINK_TEXT, "broken-order-1")
     assert browser.find_element(By.ID, "status").text == "FAILED"
     assert "gateway answered 502" in browser.find_element(By.ID, "error-record").text
 
     # the backlog page
-    browser.find_element(By.LINK_TEXT, "Backlog").click()
+    _click_and_load(browser, By.LINK_TEXT, "Backlog")
     assert "Order" in browser.find_element(By.ID, "by-definition").text
 
 
