@@ -40,7 +40,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from harel_beanie.async_store import AsyncMongoStore
 from harel_beanie.demo_mix import FULFIL_WINDOW, LOST_WINDOW, PAY_WINDOW, SPAN, Scenario, plan, root_id
 from harel_beanie.demo_report import report
-from harel_beanie.drivers import ManualClock
+from harel_beanie.drivers import ManualClock, next_fire
 from harel_beanie.loader import default_models_dir, load_models
 from harel_beanie.relay import sweep
 from harel_beanie.stack import LABEL, CommandCounter, CountingWorker, open_client, open_transport, transport_collections
@@ -222,13 +222,12 @@ class Demo:
         horizon = self.clock() + within
         while True:
             await self.settle()
-            due = await self.poll.due_timers(horizon)
-            ahead = [fire_at for _eid, _path, fire_at in due if fire_at > self.clock()]
-            if not ahead:
+            ahead = next_fire(await self.poll.due_timers(horizon), self.clock())
+            if ahead is None:
                 self.clock.set(horizon)
                 await self.settle()
                 return
-            self.clock.set(min(ahead))
+            self.clock.set(ahead)
 
     async def _pending(self) -> tuple[int, int, int, int]:
         return (
