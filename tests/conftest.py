@@ -2,7 +2,9 @@
 
 With `MONGODB_URL` set, every test runs against that server (any mongod, replica set or
 Atlas). Otherwise the session starts SecantusDB as a child process (`harel_beanie.embedded`)
-and stops it at the end. Each test gets a database of its own, dropped afterwards.
+and stops it at the end: the server is the one an app's tests get from the package's pytest
+plugin (`harel_beanie.testing`, its `harel_mongo_url`), which this suite loads too. Each test
+gets a database of its own, dropped afterwards.
 """
 
 from __future__ import annotations
@@ -15,17 +17,13 @@ import pymongo
 import pytest
 
 from harel_beanie import AsyncMongoStore, MongoStore
-from harel_beanie.embedded import EmbeddedServer
+
+pytest_plugins = ["harel_beanie.testing"]
 
 
 @pytest.fixture(scope="session")
-def mongo_url() -> Iterator[str]:
-    url = os.environ.get("MONGODB_URL")
-    if url:
-        yield url
-        return
-    with EmbeddedServer() as server:
-        yield server.url
+def mongo_url(harel_mongo_url: str) -> str:
+    return harel_mongo_url
 
 
 @pytest.fixture(scope="session")

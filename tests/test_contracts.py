@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from harel.engine.store.base import AsyncExecutionStore, ExecutionStore
-from harel.testing import (
-    assert_async_listing_contract,
-    assert_async_outbox_contract,
-    assert_async_purge_contract,
-    assert_listing_contract,
-    assert_outbox_contract,
-    assert_purge_contract,
-)
+
+from tests.contracts import ASYNC, SYNC
+
+#: each contract on a database of its own, its ids under a prefix
+NAMESPACED = [("listing", "L-"), ("outbox", "O-"), ("purge", "P-")]
 
 
 def test_sync_store_is_an_execution_store(store):
@@ -21,36 +19,20 @@ async def test_async_store_is_an_async_execution_store(astore):
     assert isinstance(astore, AsyncExecutionStore)
 
 
-def test_sync_listing_contract(store):
-    assert_listing_contract(store, ordered=True, ns="L-")
+@pytest.mark.parametrize("contract, ns", NAMESPACED)
+def test_sync_contract(store, contract, ns):
+    SYNC[contract](store, ns)
 
 
-def test_sync_outbox_contract(store):
-    assert_outbox_contract(store, ns="O-")
-
-
-def test_sync_purge_contract(store):
-    assert_purge_contract(store, ns="P-")
-
-
-async def test_async_listing_contract(astore):
-    await assert_async_listing_contract(astore, ordered=True, ns="L-")
-
-
-async def test_async_outbox_contract(astore):
-    await assert_async_outbox_contract(astore, ns="O-")
-
-
-async def test_async_purge_contract(astore):
-    await assert_async_purge_contract(astore, ns="P-")
+@pytest.mark.parametrize("contract, ns", NAMESPACED)
+async def test_async_contract(astore, contract, ns):
+    await ASYNC[contract](astore, ns)
 
 
 def test_contracts_share_one_database(store):
     # the contracts are namespaced so they hold on a backend shared with other data
-    assert_listing_contract(store, ordered=True, ns="a.")
-    assert_listing_contract(store, ordered=True, ns="a$")
-    assert_outbox_contract(store, ns="b．")
-    assert_purge_contract(store, ns="c\u00e9")
+    for contract, ns in (("listing", "a."), ("listing", "a$"), ("outbox", "b．"), ("purge", "c\u00e9")):
+        SYNC[contract](store, ns)
 
 
 async def test_async_contracts_through_a_motor_client(mongo_url, db_name):
@@ -60,9 +42,8 @@ async def test_async_contracts_through_a_motor_client(mongo_url, db_name):
     from harel_beanie import AsyncMongoStore
 
     store = AsyncMongoStore(AsyncIOMotorClient(mongo_url), db_name)
-    await assert_async_listing_contract(store, ordered=True, ns="M-")
-    await assert_async_outbox_contract(store, ns="M-")
-    await assert_async_purge_contract(store, ns="M-")
+    for check in ASYNC.values():
+        await check(store, "M-")
     await store.close()
 
 

@@ -896,7 +896,7 @@ def test_cli_worker_server_restart(tmp_path: Path, how: str, figures: Any) -> No
 
     A worker that exits during the outage is started again, as a deployment's restart policy
     would, and the test then ends as an expected failure naming it: the command is meant to
-    ride out a server restart (issue 5), and does not yet."""
+    ride out a server restart, and does not yet."""
     if os.environ.get("MONGODB_URL"):
         pytest.skip("restarts a server the test starts itself")
     asyncio.run(_cli_server_restart(tmp_path, kill=(how == "SIGKILL"), figures=figures))

@@ -12,7 +12,7 @@ root that merely starts with the same characters.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, AsyncIterator, NamedTuple, Optional
 
 import pymongo
 import pytest
@@ -206,6 +206,38 @@ SPLITTER = (
 )
 
 
+class Forks(NamedTuple):
+    """The Forker and Splitter machines on the async store and harel's Mongo transport, on
+    one `ManualClock` (the `forks` fixture)."""
+
+    store: AsyncMongoStore
+    transport: Any
+    clock: ManualClock
+    definitions: dict[str, Any]
+    executions: Any  # the executions collection, as the worker and the sweep are given it
+    runner: AsyncDistributedRunner
+
+
+@pytest.fixture
+async def forks(mongo_url: str, db_name: str, tmp_path: Path) -> AsyncIterator[Forks]:
+    (tmp_path / "forker.stm").write_text(FORK)
+    (tmp_path / "splitter.stm").write_text(SPLITTER)
+    definitions = {
+        "Forker": definition_from_dsl_file(tmp_path / "forker.stm", validate=True),
+        "Splitter": definition_from_dsl_file(tmp_path / "splitter.stm", validate=True),
+    }
+    client: Any = pymongo.AsyncMongoClient(mongo_url)
+    store = AsyncMongoStore(client, db_name)
+    clock = ManualClock()
+    transport = await open_mongo_transport(mongo_url, db_name, clock=clock)
+    try:
+        runner = AsyncDistributedRunner(store, transport, definitions, clock=clock)
+        yield Forks(store, transport, clock, definitions, client[db_name][Names("harel").executions], runner)
+    finally:
+        await transport.close()
+        await store.close()
+
+
 class Unrelayed:
     """The store as a process that dies between its commit and its relay sees it: the
     commit lands, the relay finds nothing, so the spawns stay pending."""
@@ -225,7 +257,7 @@ class Unrelayed:
 
 @pytest.mark.parametrize("pair", [("a", "a:b"), ("o", "o:Split.A:0"), ("", ":"), ("x.y", "x.y:$z")])
 async def test_a_workers_relay_never_takes_another_roots_spawns(
-    mongo_url: str, db_name: str, tmp_path: Path, pair: tuple[str, str], figures: Figures
+    forks: Forks, pair: tuple[str, str], figures: Figures
 ) -> None:
     """Two roots, the second named as if it were the first's child (`a` and `a:b`, or even
     exactly the id harel would give `o`'s region). `a:b` forked (a `Forker`) and its
@@ -234,44 +266,29 @@ async def test_a_workers_relay_never_takes_another_roots_spawns(
     definition (a `Splitter`, which forks too), must relay `a`'s regions and leave `a:b`'s
     alone; relaying them there would create `a:b`'s regions as Splitters. The sweep then creates them with `a:b`'s own definition."""
     first, second = pair
-    (tmp_path / "forker.stm").write_text(FORK)
-    (tmp_path / "splitter.stm").write_text(SPLITTER)
-    definitions = {
-        "Forker": definition_from_dsl_file(tmp_path / "forker.stm", validate=True),
-        "Splitter": definition_from_dsl_file(tmp_path / "splitter.stm", validate=True),
-    }
-    client: Any = pymongo.AsyncMongoClient(mongo_url)
-    store = AsyncMongoStore(client, db_name)
-    clock = ManualClock()
-    transport = await open_mongo_transport(mongo_url, db_name, clock=clock)
-    try:
-        runner = AsyncDistributedRunner(store, transport, definitions, clock=clock)
-        executions = client[db_name][Names("harel").executions]
-        await runner.create("Forker", {}, execution_id=second)
-        crashed = AsyncWorker(Unrelayed(store), transport, definitions, clock=clock)
-        assert await crashed.step()  # the fork commits; the relay never happens
-        pending = await store.pending_spawns()
-        assert {s.parent_id for s in pending} == {second} and len(pending) == 2
-        await runner.create("Splitter", {}, execution_id=first)
-        worker = CountingWorker(store, transport, definitions, clock=clock, executions=executions)
-        lease = await worker._claim()  # as its run loop does: claim, then handle
-        assert lease is not None and lease.group_id == first
-        assert await worker._handle(lease)
-        assert await store.pending_spawns() == pending  # not the Splitter's to relay
-        assert not [s for s in (await store.list_executions()).items if s.parent_id == second]
-        mine = [s for s in (await store.list_executions(definition_id="Splitter")).items if s.parent_id == first]
-        assert len(mine) == 2  # its own regions it did relay
-        assert await sweep(store, transport, executions, definitions, clock) == 1
-        assert await store.pending_spawns() == []
-        kids = (await store.list_executions(definition_id="Forker")).items
-        regions = [k for k in kids if k.parent_id == second]
-        assert len(regions) == 2 and all(k.id.startswith(second + ":Split.") for k in regions)
-        assert {k.parent_id for k in (await store.list_executions(definition_id="Splitter")).items} == {None, first}
-        assert all(k.status != Status.FAILED for k in kids)
-        figures.set(own_regions_relayed=len(mine), other_roots_spawns_left=len(pending), created_by_sweep=len(regions))
-    finally:
-        await transport.close()
-        await store.close()
+    store, transport, clock, definitions, executions, runner = forks
+    await runner.create("Forker", {}, execution_id=second)
+    crashed = AsyncWorker(Unrelayed(store), transport, definitions, clock=clock)
+    assert await crashed.step()  # the fork commits; the relay never happens
+    pending = await store.pending_spawns()
+    assert {s.parent_id for s in pending} == {second} and len(pending) == 2
+    await runner.create("Splitter", {}, execution_id=first)
+    worker = CountingWorker(store, transport, definitions, clock=clock, executions=executions)
+    lease = await worker._claim()  # as its run loop does: claim, then handle
+    assert lease is not None and lease.group_id == first
+    assert await worker._handle(lease)
+    assert await store.pending_spawns() == pending  # not the Splitter's to relay
+    assert not [s for s in (await store.list_executions()).items if s.parent_id == second]
+    mine = [s for s in (await store.list_executions(definition_id="Splitter")).items if s.parent_id == first]
+    assert len(mine) == 2  # its own regions it did relay
+    assert await sweep(store, transport, executions, definitions, clock) == 1
+    assert await store.pending_spawns() == []
+    kids = (await store.list_executions(definition_id="Forker")).items
+    regions = [k for k in kids if k.parent_id == second]
+    assert len(regions) == 2 and all(k.id.startswith(second + ":Split.") for k in regions)
+    assert {k.parent_id for k in (await store.list_executions(definition_id="Splitter")).items} == {None, first}
+    assert all(k.status != Status.FAILED for k in kids)
+    figures.set(own_regions_relayed=len(mine), other_roots_spawns_left=len(pending), created_by_sweep=len(regions))
 
 
 def test_a_scoped_read_over_documents_harel_wrote(mongo_url: str, db_name: str) -> None:
@@ -295,42 +312,23 @@ def test_a_scoped_read_over_documents_harel_wrote(mongo_url: str, db_name: str) 
         ours.close()
 
 
-async def test_the_sweep_relays_each_owners_spawns_with_its_own_definition(
-    mongo_url: str, db_name: str, tmp_path: Path, figures: Figures
-) -> None:
+async def test_the_sweep_relays_each_owners_spawns_with_its_own_definition(forks: Forks, figures: Figures) -> None:
     """The sweep relays every owner of pending work with that owner's definition. An owner's
     descendant may run another machine (an invoked submachine, here a `Forker` under a
     `Splitter`) and hold region spawns of its own, left by a worker that died before its
     relay. The ancestor's pass must not create them (with the ancestor's definition they
     would be `Splitter` regions at a `Forker` path); the descendant's own pass does."""
-    (tmp_path / "forker.stm").write_text(FORK)
-    (tmp_path / "splitter.stm").write_text(SPLITTER)
-    definitions = {
-        "Forker": definition_from_dsl_file(tmp_path / "forker.stm", validate=True),
-        "Splitter": definition_from_dsl_file(tmp_path / "splitter.stm", validate=True),
-    }
-    client: Any = pymongo.AsyncMongoClient(mongo_url)
-    store = AsyncMongoStore(client, db_name)
-    clock = ManualClock()
-    transport = await open_mongo_transport(mongo_url, db_name, clock=clock)
-    try:
-        runner = AsyncDistributedRunner(store, transport, definitions, clock=clock)
-        executions = client[db_name][Names("harel").executions]
-        parent, child = "p:q", "p:q:Call:0"
-        await runner.create("Splitter", {}, execution_id=parent)
-        # the parent holds work of its own (an event for itself), the child its regions
-        await store.commit(await store.load(parent), [(parent, Event(id="poke", kind="Poke"))])
-        await store.commit(Execution(id=child, definition_id="Forker", parent_id=parent), [])
-        exe = await store.load(child)
-        await store.commit(
-            exe, [], spawns=((child + ":Split.A:0", "Split.A", {}), (child + ":Split.B:0", "Split.B", {}))
-        )
-        assert await sweep(store, transport, executions, definitions, clock) == 2
-        assert await store.pending_spawns() == []
-        regions = [k for k in (await store.list_executions()).items if k.parent_id == child]
-        assert sorted(k.id for k in regions) == [child + ":Split.A:0", child + ":Split.B:0"]
-        assert {k.definition_id for k in regions} == {"Forker"}
-        figures.set(owners_swept=2, regions_created=len(regions))
-    finally:
-        await transport.close()
-        await store.close()
+    store, transport, clock, definitions, executions, runner = forks
+    parent, child = "p:q", "p:q:Call:0"
+    await runner.create("Splitter", {}, execution_id=parent)
+    # the parent holds work of its own (an event for itself), the child its regions
+    await store.commit(await store.load(parent), [(parent, Event(id="poke", kind="Poke"))])
+    await store.commit(Execution(id=child, definition_id="Forker", parent_id=parent), [])
+    exe = await store.load(child)
+    await store.commit(exe, [], spawns=((child + ":Split.A:0", "Split.A", {}), (child + ":Split.B:0", "Split.B", {})))
+    assert await sweep(store, transport, executions, definitions, clock) == 2
+    assert await store.pending_spawns() == []
+    regions = [k for k in (await store.list_executions()).items if k.parent_id == child]
+    assert sorted(k.id for k in regions) == [child + ":Split.A:0", child + ":Split.B:0"]
+    assert {k.definition_id for k in regions} == {"Forker"}
+    figures.set(owners_swept=2, regions_created=len(regions))

@@ -1,4 +1,4 @@
-"""Structural performance facts of the store that do not depend on timing (issue 6).
+"""Structural performance facts of the store that do not depend on timing.
 
 1. Round trips per operation, counted with a PyMongo `CommandListener` on a client built for
    the test: a state-only commit 1, the first commit of a new execution 1, a commit with

@@ -13,6 +13,7 @@ code). Each command lives in its own module, imported only when it runs.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import sys
@@ -75,6 +76,11 @@ def _connection(p: argparse.ArgumentParser, embedded: bool) -> None:
                    help="how long each ping waits for an answer (default 1)")  # fmt: skip
 
 
+def _stuck_after(p: argparse.ArgumentParser, called: str) -> None:
+    p.add_argument("--stuck-after", type=_positive_float, default=300.0, metavar="SECONDS",
+                   help=f"a RUNNING execution not updated for this long is {called} (default 300)")  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
@@ -93,8 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="events in flight per worker (default 16)")  # fmt: skip
     demo.add_argument("--models", metavar="DIR", help="the models directory (default: models/ of this checkout)")
     demo.add_argument("--no-trace", action="store_true", help="do not record the execution timelines")
-    _connection(demo, embedded=True)
-    demo.set_defaults(handler=_demo)
+    _command(demo, "harel_beanie.demo", embedded=True, notes=_stdout)  # its notes belong to its report
 
     worker = sub.add_parser("worker", help="a long-running harel AsyncWorker on the store",
                             description="Claim and process the events queued on harel's Mongo transport, "
@@ -113,20 +118,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help="record execution timelines (default: $HAREL_TRACE, else off)")  # fmt: skip
     worker.add_argument("--sweep-every", type=_positive_float, default=5.0, metavar="SECONDS",
                         help="relay outbox entries and spawns no handler relayed, this often (default 5)")  # fmt: skip
-    _connection(worker, embedded=False)
-    worker.set_defaults(handler=_worker)
+    _command(worker, "harel_beanie.worker", embedded=False)
 
     status = sub.add_parser("status", help="backlog and health: counts, pending work, timers, stuck executions",
                             description="What is pending and what is stuck: executions by definition and "
                             "status, pending outbox and spawns, due and next timers, RUNNING executions "
                             "silent for longer than --stuck-after.")  # fmt: skip
     status.add_argument("--json", action="store_true", help="print JSON (for scripts) instead of tables")
-    status.add_argument("--stuck-after", type=_positive_float, default=300.0, metavar="SECONDS",
-                        help="a RUNNING execution not updated for this long is stuck (default 300)")  # fmt: skip
+    _stuck_after(status, "stuck")
     status.add_argument("--show", type=_positive_int, default=10, metavar="N",
                         help="list at most N next timers and stuck executions (default 10)")  # fmt: skip
-    _connection(status, embedded=True)
-    status.set_defaults(handler=_status)
+    _command(status, "harel_beanie.status", embedded=True)
 
     monitor = sub.add_parser(
         "monitor",
@@ -141,8 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     monitor.add_argument("--interval", type=_positive_float, default=None, metavar="SECONDS",
                          help="refresh interval (default: $HAREL_TUI_INTERVAL_MS, else 1 s)")  # fmt: skip
     monitor.add_argument("--theme", default=None, help="a Textual theme (default: $HAREL_TUI_THEME, else nord)")
-    _connection(monitor, embedded=True)
-    monitor.set_defaults(handler=_monitor)
+    _command(monitor, "harel_beanie.monitor", embedded=True)
 
     dash = sub.add_parser("dashboard", help="the web dashboard, served standalone (uvicorn)",
                           description="Serve the web dashboard (executions, one execution's timeline, failed and "
@@ -155,10 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     dash.add_argument("--allow", metavar="ACTIONS", help="turn on actions, comma-separated: send,cancel,redrive "
                       "(default none; needs --definitions)")  # fmt: skip
     dash.add_argument("--definitions", metavar="DIR", help="*.stm directory, for the actions")
-    dash.add_argument("--stuck-after", type=_positive_float, default=300.0, metavar="SECONDS",
-                      help="a RUNNING execution not updated for this long is silent (default 300)")  # fmt: skip
-    _connection(dash, embedded=True)
-    dash.set_defaults(handler=_dashboard)
+    _stuck_after(dash, "silent")
+    _command(dash, "harel_beanie.dashboard.serve", embedded=True, extra="dashboard", say=_stdout)
 
     prune = sub.add_parser("prune", help="remove (or archive) finished executions older than a cut-off",
                            description="Remove DONE/CANCELLED executions that finished before the cut-off, in "
@@ -176,8 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--ttl", metavar="AGE|off", help="instead: create or change the TTL index on finished_at "
                        "(the server expires finished executions by age alone), or drop it with 'off'")  # fmt: skip
     prune.add_argument("--json", action="store_true", help="print the report as JSON")
-    _connection(prune, embedded=True)
-    prune.set_defaults(handler=_prune)
+    _command(prune, "harel_beanie.prune", embedded=True)
 
     migrate = sub.add_parser("migrate", help="move a database between layout versions (0: harel's MongoStore layout)",
                              description="Move a harel-beanie database between layout versions (0 is harel's own "
@@ -187,10 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "down: one version back (or --to); status: what the database holds")  # fmt: skip
     migrate.add_argument("--to", type=int, metavar="VERSION", help="target layout version (0 = harel's MongoStore)")
     migrate.add_argument("--batch-size", type=_positive_int, metavar="N", help="executions per batch (default 500)")
-    _connection(migrate, embedded=False)
+    # never the embedded server: a migration is for a deployment's database, and the
+    # embedded one's data was written by this package, at its layout
+    _command(migrate, "harel_beanie.migrate.command", embedded=False)
     # the flag's name before migrate shared the other commands' connection flags
     migrate.add_argument("--timeout", dest="connect_timeout", type=_positive_float, help=argparse.SUPPRESS)
-    migrate.set_defaults(handler=_migrate)
     return parser
 
 
@@ -221,59 +220,36 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _demo(args: Any) -> int:
-    from harel_beanie import demo
+def _command(
+    p: argparse.ArgumentParser,
+    module: str,
+    *,
+    embedded: bool,
+    notes: Callable[[str], None] = _stderr,
+    extra: Optional[str] = None,
+    **main_kwargs: Any,
+) -> None:
+    """The connection flags and the handler of one command: it resolves the target (the
+    embedded server only when `embedded`; what it says about that goes to `notes`) and
+    runs `main(args, target, **main_kwargs)` of `module`, imported only then; a module
+    that needs the pip `extra` and cannot be imported is one line."""
+    _connection(p, embedded=embedded)
 
-    with _target(args, embedded_ok=True, say=_stdout) as target:
-        return demo.main(args, target)
+    def handler(args: Any) -> int:
+        try:
+            runner = importlib.import_module(module)
+        except ImportError as exc:  # the extra is not installed
+            if extra is None:
+                raise
+            from harel_beanie.where import ConfigError
 
+            raise ConfigError(
+                f"the {args.command} needs its extra: pip install 'harel-beanie[{extra}]' ({exc})"
+            ) from None
+        with _target(args, embedded_ok=embedded, say=notes) as target:
+            return int(runner.main(args, target, **main_kwargs))
 
-def _worker(args: Any) -> int:
-    from harel_beanie import worker
-
-    with _target(args, embedded_ok=False, say=_stderr) as target:
-        return worker.main(args, target)
-
-
-def _status(args: Any) -> int:
-    from harel_beanie import status
-
-    with _target(args, embedded_ok=True, say=_stderr) as target:
-        return status.main(args, target)
-
-
-def _monitor(args: Any) -> int:
-    from harel_beanie import monitor
-
-    with _target(args, embedded_ok=True, say=_stderr) as target:
-        return monitor.main(args, target)
-
-
-def _dashboard(args: Any) -> int:
-    try:
-        from harel_beanie.dashboard import serve
-    except ImportError as exc:  # the extra is not installed
-        from harel_beanie.where import ConfigError
-
-        raise ConfigError(f"the dashboard needs its extra: pip install 'harel-beanie[dashboard]' ({exc})") from None
-    with _target(args, embedded_ok=True, say=_stderr) as target:
-        return serve.main(args, target, say=_stdout)
-
-
-def _prune(args: Any) -> int:
-    from harel_beanie import prune
-
-    with _target(args, embedded_ok=True, say=_stderr) as target:
-        return prune.main(args, target)
-
-
-def _migrate(args: Any) -> int:
-    # never the embedded server: a migration is for a deployment's database, and the
-    # embedded one's data was written by this package, at its layout
-    from harel_beanie.migrate import command
-
-    with _target(args, embedded_ok=False, say=_stderr) as target:
-        return command.main(args, target)
+    p.set_defaults(handler=handler)
 
 
 # --- entry point --------------------------------------------------------------------------

@@ -3,32 +3,22 @@ them, so a newcomer sees the store do its job within a minute of cloning.
 
 Why this module exists: on a fresh clone, `make demo` sets up, runs a few hundred
 executions through harel's engine on our store, and shows what happened and where it is
-kept (the printing is `harel_beanie.demo_report`). It runs the pure-Mongo stack: our `AsyncMongoStore`, harel's
-`AsyncMongoTransport` on the same server, harel's `AsyncDistributedRunner` queueing the
-work and real `AsyncWorker.run` loops claiming it with `--concurrency` events in flight.
-
-What it runs (a mix, cycled until it has about `--executions` executions):
-
-- orders that are paid, cool off for 15 minutes, fan their lines out to pickers, join,
-  are sealed, scanned twice and delivered (`Completed`);
-- orders whose gateway fails a few times first (retries with exponential backoff on
-  durable timers), refused cards (`PaymentFailed`), out-of-stock lines (`Unfulfilled`),
-  orders cancelled while cooling off (`Cancelled`), parcels never delivered (`Lost` after
-  a 7-day timer), and standalone payments whose gateway never answers (`GaveUp` when the
-  2-minute budget runs out).
+kept. It runs the pure-Mongo stack: our `AsyncMongoStore`, harel's `AsyncMongoTransport` on
+the same server, harel's `AsyncDistributedRunner` queueing the work and real
+`AsyncWorker.run` loops claiming it with `--concurrency` events in flight. What it runs,
+cycled until it has about `--executions` executions, is the shop mix of
+`harel_beanie.demo_mix`; what it prints is `harel_beanie.demo_report`. This module drives
+the run: the phases of the mix's script, the clock, waiting for the work to settle, and
+the tally it hands to the report.
 
 Timers: the run's clock is simulated — a `ManualClock` shared by the runner, the workers
 and the transport, advanced by the demo to each next timer once the work before it is done.
-It replays about eight days of shop time, ending at the real time now, so a 15-minute or a
-7-day timer fires at once and the timestamps stored are plausible.
+It replays about eight days of shop time (the mix's windows), ending at the real time now,
+so a 15-minute or a 7-day timer fires at once and the timestamps stored are plausible.
 
 With no URL (`--url`, `HAREL_MONGO_URL`, `MONGODB_URL`) it starts the embedded server on
 `./harel-beanie-data` (see `harel_beanie.where`), so a second run finds the first run's
 executions; every run's ids start with its own run id.
-
-It stays one module of a little over 400 lines: the mix is what the run's waiting and
-checking are written against (how many executions each scenario creates, how it must end),
-and the run's phases share one clock and one set of counters.
 """
 
 from __future__ import annotations
@@ -44,94 +34,19 @@ from typing import Any, Optional
 
 from harel.engine.aio.distributed import AsyncDistributedRunner
 from harel.engine.schema import Names
-from harel.spec.states import Event
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from harel_beanie.async_store import AsyncMongoStore
+from harel_beanie.demo_mix import FULFIL_WINDOW, LOST_WINDOW, PAY_WINDOW, SPAN, Scenario, plan, root_id
 from harel_beanie.demo_report import report
-from harel_beanie.drivers import ManualClock
+from harel_beanie.drivers import ManualClock, next_fire
 from harel_beanie.loader import default_models_dir, load_models
 from harel_beanie.relay import sweep
 from harel_beanie.stack import LABEL, CommandCounter, CountingWorker, open_client, open_transport, transport_collections
 from harel_beanie.where import ConfigError, Target
 
 FINISHED = ("DONE", "FAILED", "CANCELLED")
-DAY = 86_400.0
-# the simulated windows: payments (retries, budget), cooling-off and picking, then a week
-# and a day for the lost parcels' timers
-PAY_WINDOW, FULFIL_WINDOW, LOST_WINDOW = 300.0, 3_600.0, 8 * DAY
-SPAN = PAY_WINDOW + FULFIL_WINDOW + LOST_WINDOW
-
-
-# --- the workload -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """One root execution of the mix: what it is created with, what the demo does to it,
-    and the final state the model must end it in."""
-
-    name: str
-    definition_id: str
-    lines: tuple[str, ...] = ()
-    card: str = "visa"
-    flaky: int = 0
-    cancel: bool = False  # cancelled while cooling off
-    seal: bool = False  # the packing bench reports the parcel sealed
-    deliver: bool = False  # carrier scans and delivery
-    expect: str = ""
-
-    @property
-    def executions(self) -> int:
-        """How many executions it creates: an order that reaches fulfilment has its payment,
-        two regions and one picker per line."""
-        if self.definition_id == "Payment":
-            return 1
-        if self.card == "blocked" or self.cancel:
-            return 2
-        return 4 + len(self.lines)
-
-    def context(self, root_id: str) -> dict[str, Any]:
-        if self.definition_id == "Payment":
-            return {"order_id": root_id, "amount": 42.0, "card": self.card, "flaky_attempts": self.flaky}
-        amount = round(19.9 * max(1, len(self.lines)), 2)
-        return {"order_id": root_id, "amount": amount, "lines": list(self.lines), "card": self.card,
-                "flaky_attempts": self.flaky}  # fmt: skip
-
-
-# every kind of ending comes in the first 27 executions, so a small run shows them all
-MIX: tuple[Scenario, ...] = (
-    Scenario("delivered", "Order", ("SKU-1", "SKU-2"), seal=True, deliver=True, expect="Completed"),
-    Scenario("gateway retried", "Order", ("SKU-3",), flaky=2, seal=True, deliver=True, expect="Completed"),
-    Scenario("card declined", "Order", ("SKU-1",), card="blocked", expect="PaymentFailed"),
-    Scenario("payment gave up", "Payment", flaky=99, expect="GaveUp"),
-    Scenario("out of stock", "Order", ("SKU-2", "OOS-9"), expect="Unfulfilled"),
-    Scenario("cancelled", "Order", ("SKU-1", "SKU-2"), cancel=True, expect="Cancelled"),
-    Scenario("parcel lost", "Order", ("SKU-5",), seal=True, expect="Lost"),
-    Scenario("delivered", "Order", ("SKU-4", "SKU-5", "SKU-6"), seal=True, deliver=True, expect="Completed"),
-    Scenario("delivered", "Order", ("SKU-7",), seal=True, deliver=True, expect="Completed"),
-    Scenario("gateway retried", "Order", ("SKU-8", "SKU-9"), flaky=3, seal=True, deliver=True, expect="Completed"),
-    Scenario("delivered", "Order", ("SKU-1", "SKU-3"), seal=True, deliver=True, expect="Completed"),
-)
-
-
-def plan(executions: int) -> list[Scenario]:
-    """The mix, cycled until it creates at least `executions` executions (at least one)."""
-    out: list[Scenario] = []
-    total = 0
-    while total < executions or not out:
-        s = MIX[len(out) % len(MIX)]
-        out.append(s)
-        total += s.executions
-    return out
-
-
-def root_id(run_id: str, i: int, s: Scenario) -> str:
-    return f"{run_id}-{'order' if s.definition_id == 'Order' else 'payment'}-{i:04d}"
-
-
-# --- the run ------------------------------------------------------------------------------
 
 
 class DemoStalled(RuntimeError):
@@ -269,14 +184,11 @@ class Demo:
             await sender.create(s.definition_id, s.context(eid), execution_id=eid)
 
         async def seal(eid: str, s: Scenario) -> None:
-            await sender.send(
-                eid, Event(id=f"{eid}:sealed", kind="ParcelSealed", data={"weight_g": 250 * len(s.lines)})
-            )
+            await sender.send(eid, s.sealed(eid))
 
         async def deliver(eid: str, s: Scenario) -> None:
-            for k in range(2):
-                await sender.send(eid, Event(id=f"{eid}:scan:{k}", kind="Scan", data={"hub": f"HUB-{k + 1}"}))
-            await sender.send(eid, Event(id=f"{eid}:delivered", kind="Delivered", data={"signed_by": "front desk"}))
+            for event in s.delivery(eid):
+                await sender.send(eid, event)
 
         async def cancel(eid: str, s: Scenario) -> None:
             await sender.cancel(eid)
@@ -310,13 +222,12 @@ class Demo:
         horizon = self.clock() + within
         while True:
             await self.settle()
-            due = await self.poll.due_timers(horizon)
-            ahead = [fire_at for _eid, _path, fire_at in due if fire_at > self.clock()]
-            if not ahead:
+            ahead = next_fire(await self.poll.due_timers(horizon), self.clock())
+            if ahead is None:
                 self.clock.set(horizon)
                 await self.settle()
                 return
-            self.clock.set(min(ahead))
+            self.clock.set(ahead)
 
     async def _pending(self) -> tuple[int, int, int, int]:
         return (

@@ -59,18 +59,36 @@ class SpawnItem(BaseModel):
     context: Union[str, dict[str, Any]]
 
 
-class ExecutionDocument(Document):
+class SummaryFields(BaseModel):
+    """harel's `ExecutionSummary` but its version, as the executions document holds it: the
+    key, the definition, and the summary fields this store copies out of `data` at each
+    commit (`commit.summary_fields`) so that listings and dashboards never parse `data`.
+    Those copies are optional: a document harel's store wrote has none until it is written
+    again or migrated. The executions document and the listing rows derive from this."""
+
+    id: str = Field(alias="_id")
+    definition_id: str
+    status: Optional[str] = None
+    outcome: Optional[str] = None
+    active_path: Optional[str] = None
+    parent_id: Optional[str] = None
+    finished_at: Optional[float] = None
+
+
+class ExecutionDocument(Document, SummaryFields):
     """One execution and everything that must commit atomically with it.
 
-    The first group of fields is harel's MongoStore layout. The second group is what this
-    store adds so that listing, sweeps and dashboards are served by indexes instead of
-    parsing `data`: copies of the execution's summary fields, a lower bound of its earliest
-    timer, the count of trace steps ever written and the highest seq it has issued."""
+    Its `_id`, `definition_id`, `version`, `data`, `outbox`, `spawns`, `processed`, `timers`
+    and `trace` are harel's MongoStore layout. The rest is what this store adds so that
+    listing, sweeps and dashboards are served by indexes instead of parsing `data`: copies
+    of the execution's summary fields (`SummaryFields`, and its creation and update times),
+    a lower bound of its earliest timer, the count of trace steps ever written and the
+    highest seq it has issued."""
 
-    model_config = ConfigDict(extra="allow")
+    # (mypy sees Beanie's `model_config` as an instance variable, pydantic's as a class one)
+    model_config = ConfigDict(extra="allow")  # type: ignore[misc]
 
-    id: str = Field(alias="_id")  # type: ignore[assignment]
-    definition_id: str
+    id: str = Field(alias="_id")  # type: ignore[assignment]  # Beanie's own `id` is an ObjectId
     version: int
     data: str  # the Execution as JSON, exactly what harel's `Execution.model_dump_json` gives
     outbox: list[OutboxItem] = []
@@ -79,13 +97,8 @@ class ExecutionDocument(Document):
     timers: dict[str, float] = {}  # encoded node path -> fire_at (see harel_beanie.paths)
     trace: list[dict[str, Any]] = []
 
-    status: Optional[str] = None
-    outcome: Optional[str] = None
-    active_path: Optional[str] = None
-    parent_id: Optional[str] = None
     created_at: Optional[float] = None
     updated_at: Optional[float] = None
-    finished_at: Optional[float] = None
     finished_on: Optional[datetime] = None  # `finished_at` as a date: what a TTL index expires
     next_fire: Optional[float] = None  # <= every armed timer's fire_at; absent (never null) when none
     trace_n: int = 0  # trace steps ever appended; stamps the 0-based index of a ring entry
@@ -178,17 +191,10 @@ class VersionView(BaseModel):
     tomb: Optional[Tombstone] = None
 
 
-class SummaryView(BaseModel):
+class SummaryView(SummaryFields):
     """A row of `list_executions`: harel's `ExecutionSummary`, read from promoted fields."""
 
-    id: str = Field(alias="_id")
-    definition_id: str
     version: int = 0
-    status: Optional[str] = None
-    outcome: Optional[str] = None
-    active_path: Optional[str] = None
-    parent_id: Optional[str] = None
-    finished_at: Optional[float] = None
 
 
 class LegacySummaryView(SummaryView):

@@ -18,7 +18,9 @@ written once here (loading the models they run is `harel_beanie.loader`'s job):
 
 Nothing here is Mongo-specific except `open_mongo_transport` (harel's `AsyncMongoTransport`,
 the deployment's queue, opened by `harel_beanie.stack`): the drivers take any harel store
-or transport.
+or transport. It stays one module of about 400 lines: a script step means what a driver
+does with it, and a snapshot is how two drivers' runs of one script are compared; the
+engine and crash tests use the three together.
 """
 
 from __future__ import annotations
@@ -185,7 +187,7 @@ class SyncDurable:
         horizon = self.clock() + within
         fired = self.fire_due_timers()
         while fired < max_fires:
-            nxt = _next_fire(self.store.due_timers(horizon), self.clock())
+            nxt = next_fire(self.store.due_timers(horizon), self.clock())
             if nxt is None:
                 return fired
             self.clock.set(nxt)
@@ -227,7 +229,7 @@ class _AsyncDriver:
         horizon = self.clock() + within
         fired = await self.fire_due_timers()
         while fired < max_fires:
-            nxt = _next_fire(await self.store.due_timers(horizon), self.clock())
+            nxt = next_fire(await self.store.due_timers(horizon), self.clock())
             if nxt is None:
                 return fired
             self.clock.set(nxt)
@@ -340,8 +342,8 @@ async def open_mongo_transport(url: str, db_name: str, *, clock: Any = None, pre
     return await open_transport(target, clock=clock or time.time)
 
 
-def _next_fire(due: Sequence[tuple[str, str, float]], now: float) -> Optional[float]:
-    """The earliest fire time still ahead of `now` (timers at or before it already had their
+def next_fire(due: Sequence[tuple[str, str, float]], now: float) -> Optional[float]:
+    """The earliest fire time in `due` (a store's `due_timers`) still ahead of `now` (timers at or before it already had their
     chance: one left armed belongs to a suspended execution and waits for its resume)."""
     ahead = [fire_at for _eid, _path, fire_at in due if fire_at > now]
     return min(ahead) if ahead else None

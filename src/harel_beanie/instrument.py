@@ -16,10 +16,11 @@ package `otel_tracer()` returns None and no span is made.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 #: the store operations harel calls (sync and async stores share the names)
 OPERATIONS = (
@@ -98,42 +99,37 @@ class InstrumentedStore:
             except ImportError:
                 pass
 
+    @contextlib.contextmanager
+    def _observed(self, name: str, args: tuple[Any, ...]) -> Iterator[None]:
+        """One call of operation `name`: in its span (if tracing), timed, its error recorded."""
+        cm = self._span(name) if self._tracer is not None else None
+        span = cm.__enter__() if cm is not None else None
+        started = time.perf_counter()
+        error: Optional[BaseException] = None
+        try:
+            yield
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self._done(name, args, started, error, span)
+            if cm is not None:
+                # the span ends here; an exception was recorded above, not re-raised by it
+                cm.__exit__(None, None, None)
+
     def _wrap(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         if inspect.iscoroutinefunction(method):
 
             @functools.wraps(method)
             async def async_call(*args: Any, **kwargs: Any) -> Any:
-                cm = self._span(name) if self._tracer is not None else None
-                span = cm.__enter__() if cm is not None else None
-                started = time.perf_counter()
-                error: Optional[BaseException] = None
-                try:
+                with self._observed(name, args):
                     return await method(*args, **kwargs)
-                except BaseException as exc:
-                    error = exc
-                    raise
-                finally:
-                    self._done(name, args, started, error, span)
-                    if cm is not None:
-                        # the span ends here; an exception was recorded above, not re-raised by it
-                        cm.__exit__(None, None, None)
 
             return async_call
 
         @functools.wraps(method)
         def sync_call(*args: Any, **kwargs: Any) -> Any:
-            cm = self._span(name) if self._tracer is not None else None
-            span = cm.__enter__() if cm is not None else None
-            started = time.perf_counter()
-            error: Optional[BaseException] = None
-            try:
+            with self._observed(name, args):
                 return method(*args, **kwargs)
-            except BaseException as exc:
-                error = exc
-                raise
-            finally:
-                self._done(name, args, started, error, span)
-                if cm is not None:
-                    cm.__exit__(None, None, None)
 
         return sync_call

@@ -32,23 +32,16 @@ from beanie.odm.queries.find import FindMany
 from harel.engine.execution import Status
 from pydantic import BaseModel, Field
 
-from harel_beanie.documents import PENDING, ExecutionDocument
+from harel_beanie.documents import PENDING, ExecutionDocument, SummaryView
 from harel_beanie.keys import ANY_SEQ, ANY_TIME, decode_path, require_int, require_str, require_time
 from harel_beanie.seqs import minted_at
 
 
-class ExecutionRow(BaseModel):
-    """One execution as a dashboard row: the promoted fields only, never `data`."""
+class ExecutionRow(SummaryView):
+    """One execution as a dashboard row: the promoted fields only, never `data` (a
+    `list_executions` row and the time of the last update)."""
 
-    id: str = Field(alias="_id")
-    definition_id: str
-    status: Optional[str] = None
-    outcome: Optional[str] = None
-    active_path: Optional[str] = None
-    parent_id: Optional[str] = None
     updated_at: Optional[float] = None
-    finished_at: Optional[float] = None
-    version: int = 0
 
 
 class TimerRow(BaseModel):
@@ -330,26 +323,18 @@ async def status_counts(
     return out
 
 
-class ExecutionDetail(BaseModel):
-    """One execution as its page shows it: the snapshot and its pending work. Leaves out the
-    dedupe window and the trace ring (the trace is read with the store's `read_trace`)."""
+class ExecutionDetail(ExecutionRow):
+    """One execution as its page shows it: its row, the snapshot and its pending work (the
+    entries as stored, whichever store wrote them). Leaves out the dedupe window and the
+    trace ring (the trace is read with the store's `read_trace`)."""
 
-    id: str = Field(alias="_id")
-    definition_id: str
-    version: int = 0
+    created_at: Optional[float] = None
     data: str
     outbox: list[dict[str, Any]] = []
     spawns: list[dict[str, Any]] = []
     timers: dict[str, float] = {}
     next_fire: Optional[float] = None
     trace_n: int = 0
-    status: Optional[str] = None
-    outcome: Optional[str] = None
-    active_path: Optional[str] = None
-    parent_id: Optional[str] = None
-    created_at: Optional[float] = None
-    updated_at: Optional[float] = None
-    finished_at: Optional[float] = None
 
 
 async def execution_detail(execution_id: str, *, doc: Executions = ExecutionDocument) -> Optional[ExecutionDetail]:

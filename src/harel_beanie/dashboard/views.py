@@ -22,20 +22,14 @@ from harel_beanie.seqs import minted_at
 Doc = type[ExecutionDocument]
 
 
-class ExecutionOut(BaseModel):
+class ExecutionOut(queries.ExecutionRow):
+    """A row as the pages and the JSON show it: its key is `id` (the row's `_id`)."""
+
     id: str
-    definition_id: str
-    status: Optional[str] = None
-    outcome: Optional[str] = None
-    active_path: Optional[str] = None
-    parent_id: Optional[str] = None
-    updated_at: Optional[float] = None
-    finished_at: Optional[float] = None
-    version: int = 0
 
     @classmethod
     def of(cls, row: queries.ExecutionRow) -> "ExecutionOut":
-        return cls(**row.model_dump(by_alias=False))
+        return cls(**row.model_dump(by_alias=False, include=set(cls.model_fields)))
 
 
 class FilterOut(BaseModel):
@@ -209,10 +203,7 @@ async def execution_view(
         key=lambda t: t.fire_at,
     )
     trace = await store.read_trace(execution_id)
-    row = ExecutionOut(
-        id=d.id, definition_id=d.definition_id, status=d.status, outcome=d.outcome, active_path=d.active_path,
-        parent_id=d.parent_id, updated_at=d.updated_at, finished_at=d.finished_at, version=d.version,
-    )  # fmt: skip
+    row = ExecutionOut.of(d)
     return ExecutionView(
         now=now, execution=row, created_at=d.created_at, context=data.get("context"), error=data.get("error"),
         children=[ExecutionOut.of(k) for k in kids[:children]], more_children=len(kids) > children,

@@ -188,12 +188,7 @@ def adopt_update(doc: dict[str, Any], trace_counter: Optional[int]) -> Optional[
                 unset[name] = ""
         elif doc.get(name) != value:
             sets[name] = value
-    update: dict[str, Any] = {}
-    if unset:
-        update["$unset"] = unset
-    if sets:
-        update["$set"] = sets
-    return update or None
+    return _update(sets, unset)
 
 
 def _ring_count(trace: list[dict[str, Any]]) -> int:
@@ -224,11 +219,12 @@ def restore_update(doc: dict[str, Any]) -> Optional[dict[str, Any]]:
     if list(harel_timers) != list(timers):
         sets["timers"] = harel_timers
     unset = {f: "" for f in ADDED_FIELDS if f in doc}
-    update: dict[str, Any] = {}
-    if sets:
-        update["$set"] = sets
-    if unset:
-        update["$unset"] = unset
+    return _update(sets, unset)
+
+
+def _update(sets: dict[str, Any], unset: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The update document setting `sets` and removing `unset`; None when both are empty."""
+    update = {op: fields for op, fields in (("$set", sets), ("$unset", unset)) if fields}
     return update or None
 
 
