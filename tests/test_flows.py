@@ -47,7 +47,7 @@ from harel_beanie.calls import (
     UpdateMany,
     UpdateOne,
 )
-from harel_beanie.commit import MAX_DOCUMENT_BYTES, CommitRequest, data_budget, dedupe_key, point
+from harel_beanie.commit import CommitRequest, point
 from harel_beanie.documents import (
     NODE_COUNTER_ID,
     PENDING,
@@ -73,6 +73,7 @@ from harel_beanie.seqs import (
     node_of,
 )
 from harel_beanie.settings import StoreSettings
+from harel_beanie.sizes import MAX_DOCUMENT_BYTES, data_budget, dedupe_key
 
 # --- the scripted executor ------------------------------------------------------------------
 

@@ -17,15 +17,13 @@ once, with no I/O, for both stores. Compared with harel's MongoStore it:
   wedged by the store's own additions: a trace step is stored whole up to
   `trace_step_bytes` and slimmed past it, an event id longer than `MAX_EVENT_ID_BYTES`
   is remembered by its digest, and the execution's own JSON gets what is left of the
-  server's limit (`data_budget`);
+  server's limit (`data_budget`); the bounds themselves are `harel_beanie.sizes`;
 - remembers the tokens of its last `COMMIT_TOKENS` commits, so a writer whose reply was
   lost learns that its commit landed even if others committed after it.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -37,66 +35,13 @@ from harel.engine.store.base import Step, TimerOp
 from harel.spec.states import Event
 
 from harel_beanie.keys import encode_path, require_str, timer_field
+from harel_beanie.sizes import DEFAULT_TRACE_STEP_BYTES, dedupe_key, ring_length, strict_json, trace_item
 
 DEFAULT_DEDUPE_WINDOW = 1000
 """How many of the most recent event ids an execution remembers as processed (see README)."""
 
-MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
-"""MongoDB's limit on one document."""
-
-DEFAULT_TRACE_STEP_BYTES = 16 * 1024
-"""The most one stored trace step takes; a larger step is slimmed (`bounded_step`)."""
-
-MAX_TRACE_RING_BYTES = 8 * 1024 * 1024
-"""The most a trace ring may be configured to take (`trace_max` x `trace_step_bytes`)."""
-
-KEEP_ALL_RING_BYTES = 4 * 1024 * 1024
-"""With `trace_max=0` ("keep every step", as harel means it) the ring keeps as many of the
-latest steps as fit in this many bytes."""
-
-MAX_EVENT_ID_BYTES = 128
-"""A processed event id longer than this (UTF-8) is remembered by its SHA-256 digest."""
-
-_DEDUPE_ITEM_BYTES = 8 + MAX_EVENT_ID_BYTES  # BSON: type, index key, length, NUL, the id
-_TRACE_ITEM_OVERHEAD = 24  # BSON around one ring entry's text
-_HEADROOM = 256 * 1024  # promoted fields, timers, tokens, field names: far less than this
-
 COMMIT_TOKENS = 16
 """How many commits back a writer whose reply was lost is still recognised as landed."""
-
-
-def ring_length(trace_max: int, trace_step_bytes: int) -> int:
-    """How many steps the trace ring keeps."""
-    return trace_max or max(1, KEEP_ALL_RING_BYTES // trace_step_bytes)
-
-
-def reserved_bytes(trace_max: int, trace_step_bytes: int, dedupe_window: int) -> int:
-    """What the store may keep for itself in one document, at most: the full trace ring,
-    the full dedupe window and headroom for everything else it adds."""
-    ring = ring_length(trace_max, trace_step_bytes) * (trace_step_bytes + _TRACE_ITEM_OVERHEAD)
-    return ring + dedupe_window * _DEDUPE_ITEM_BYTES + _HEADROOM
-
-
-def data_budget(trace_max: int, trace_step_bytes: int, dedupe_window: int) -> int:
-    """The most the execution's own JSON (`data`) may take: the server's limit less what
-    the store reserves for itself, so the store's additions never push a document over."""
-    return MAX_DOCUMENT_BYTES - reserved_bytes(trace_max, trace_step_bytes, dedupe_window)
-
-
-def dedupe_keys(event_id: str) -> list[str]:
-    """The forms an event id may be remembered under: the id itself when short, else its
-    digest (what this store writes) and the id (what harel's store wrote)."""
-    if len(event_id.encode("utf-8", "surrogatepass")) <= MAX_EVENT_ID_BYTES:
-        return [event_id]
-    return [dedupe_key(event_id), event_id]
-
-
-def dedupe_key(event_id: str) -> str:
-    """What the dedupe window stores for an event id: bounded in bytes whatever the id."""
-    raw = event_id.encode("utf-8", "surrogatepass")
-    if len(raw) <= MAX_EVENT_ID_BYTES:
-        return event_id
-    return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -178,39 +123,6 @@ def final_timer_ops(timers: Sequence[TimerOp]) -> dict[str, Optional[float]]:
         else:
             raise ValueError(f"unknown timer action {op.action!r} for path {op.path!r}")
     return out
-
-
-def strict_json(what: str, value: Any) -> str:
-    """`value` as JSON, refusing NaN and infinities: JSON has no such numbers, and harel's
-    own serialisation would silently store them as null."""
-    try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False, default=str)
-    except ValueError:
-        raise ValueError(f"{what} holds a NaN or infinite number, which can't be stored") from None
-
-
-def trace_item(step: dict[str, Any], max_bytes: int) -> dict[str, Any]:
-    """A trace step as stored: its JSON text, because a user's context keys may hold `.` or
-    start with `$`, which a BSON field name inside `$push` must not."""
-    return {"t": bounded_step(step, max_bytes)}
-
-
-def bounded_step(step: dict[str, Any], max_bytes: int) -> str:
-    """The step's JSON, at most `max_bytes`. A larger step (harel puts the whole context in
-    every step) keeps its small fields (event kind, paths, actions, timestamp) and has its
-    largest values replaced, largest first, by `{"omitted_bytes": n}` until it fits; a
-    step that still does not fit keeps only that it was omitted."""
-    text = strict_json("the trace step", step)
-    if len(text.encode()) <= max_bytes:
-        return text
-    sizes = {k: len(strict_json("the trace step", v).encode()) for k, v in step.items()}
-    slim = dict(step)
-    for key in sorted(sizes, key=sizes.__getitem__, reverse=True):
-        slim[key] = {"omitted_bytes": sizes[key]}
-        text = json.dumps(slim, separators=(",", ":"))
-        if len(text.encode()) <= max_bytes:
-            return text
-    return json.dumps({"omitted_bytes": sum(sizes.values())})
 
 
 def plan_commit(

@@ -21,14 +21,10 @@ from harel.engine.store.base import DEFAULT_TRACE_MAX
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
-from harel_beanie.commit import (
-    DEFAULT_DEDUPE_WINDOW,
-    DEFAULT_TRACE_STEP_BYTES,
-    MAX_EVENT_ID_BYTES,
-    MAX_TRACE_RING_BYTES,
-)
+from harel_beanie.commit import DEFAULT_DEDUPE_WINDOW
 from harel_beanie.documents import bind, index_models
 from harel_beanie.flows import StoreState
+from harel_beanie.sizes import DEFAULT_TRACE_STEP_BYTES, MAX_EVENT_ID_BYTES, MAX_TRACE_RING_BYTES
 
 DEFAULT_WRITE_CONCERN = WriteConcern(w="majority", j=True)
 _MAJORITY_READ = ReadConcern("majority")

@@ -26,20 +26,13 @@ from pymongo.errors import (
 )
 
 from harel_beanie.calls import FindOne, Flow, InsertOne, ReplaceOne, UpdateOne
-from harel_beanie.commit import (
-    MAX_DOCUMENT_BYTES,
-    CommitPlan,
-    CommitRequest,
-    append_trace_update,
-    data_budget,
-    plan_commit,
-    reserved_bytes,
-)
+from harel_beanie.commit import CommitPlan, CommitRequest, append_trace_update, plan_commit
 from harel_beanie.documents import VersionView, projection
 from harel_beanie.errors import ExecutionTooLarge
 from harel_beanie.flows.leases import mint_seqs
 from harel_beanie.flows.state import StoreState
 from harel_beanie.keys import require_str
+from harel_beanie.sizes import MAX_DOCUMENT_BYTES, data_budget, reserved_bytes
 
 # the server's codes for a document or update over the size limit
 _TOO_LARGE_CODES = {10334, 17419, 17420, 13134}

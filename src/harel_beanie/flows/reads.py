@@ -13,11 +13,11 @@ from harel.engine.execution import Execution, ExecutionPage, Status
 
 from harel_beanie import records
 from harel_beanie.calls import Find, FindOne, Flow
-from harel_beanie.commit import dedupe_keys
 from harel_beanie.documents import LoadView, TraceView, projection
 from harel_beanie.flows.state import StoreState
 from harel_beanie.keys import prefix_range, require_str
 from harel_beanie.listing import listing_page, listing_query
+from harel_beanie.sizes import dedupe_keys
 
 
 def load(st: StoreState, execution_id: str) -> Flow[Optional[Execution]]:

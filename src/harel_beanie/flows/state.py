@@ -20,10 +20,10 @@ from typing import Any, Callable, Iterator, Optional
 from harel.engine.store.base import OutboxEntry
 
 from harel_beanie.calls import CreateIndexes, FindOne, Flow, UpdateOne
-from harel_beanie.commit import DEFAULT_TRACE_STEP_BYTES
 from harel_beanie.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
 from harel_beanie.errors import SchemaMismatch
 from harel_beanie.seqs import SeqMint
+from harel_beanie.sizes import DEFAULT_TRACE_STEP_BYTES
 
 log = logging.getLogger("harel_beanie")
 
