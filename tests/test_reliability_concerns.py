@@ -14,13 +14,13 @@ import pytest
 from harel.engine.execution import Execution
 from harel.engine.store.base import TimerOp
 from harel.spec.states import Event
-from pymongo import monitoring
 from pymongo.errors import PyMongoError, WriteConcernError
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
 from harel_beanie import DEFAULT_WRITE_CONCERN, AsyncMongoStore, MongoStore
 from tests.both import BlockingAsyncStore, settle
+from tests.wire import Recorder
 
 WRITES = {"insert", "update", "findAndModify"}
 MAJORITY_WRITE = {"w": "majority", "j": True}
@@ -41,21 +41,7 @@ def is_confirm(cmd: dict[str, Any]) -> bool:
     return "processed" in projection and "data" not in projection or "commit_tokens" in projection
 
 
-class Log(monitoring.CommandListener):
-    def __init__(self) -> None:
-        self.commands: list[tuple[str, dict[str, Any]]] = []
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        self.commands.append((event.command_name, dict(event.command)))
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
-
-
-def make(kind: str, url: str, db: str, log: Log, **options: Any) -> Any:
+def make(kind: str, url: str, db: str, log: Recorder, **options: Any) -> Any:
     if kind == "sync":
         return MongoStore(pymongo.MongoClient(url, event_listeners=[log]), db, **options)
     return BlockingAsyncStore(
@@ -90,7 +76,7 @@ def every_operation(store: Any) -> None:
     assert store.purge("c", exe.version) is True  # its tombstone, and the update of the peer's outbox
 
 
-def writes_and_reads(log: Log) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[str, dict[str, Any]]]]:
+def writes_and_reads(log: Recorder) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[str, dict[str, Any]]]]:
     writes = [(n, c) for n, c in log.commands if n in WRITES]
     reads = [(n, c) for n, c in log.commands if n == "find"]
     return writes, reads
@@ -100,7 +86,7 @@ def test_the_default_write_concern_is_on_every_write(kind, mongo_url, db_name, f
     """The default `w="majority", j=True` is on every `insert`, `update`, `delete` and
     `findAndModify` a run touching every operation sends, and no read concern is sent unless
     one is set."""
-    log = Log()
+    log = Recorder()
     store = make(kind, mongo_url, db_name, log)
     every_operation(store)
     close(store)
@@ -126,7 +112,7 @@ def test_the_default_write_concern_is_on_every_write(kind, mongo_url, db_name, f
 def test_a_custom_write_concern_is_on_every_write(kind, mongo_url, db_name, concern):
     """A custom write concern (`w=1, j=False`, a `wtimeout`) replaces the default on every
     write of the run."""
-    log = Log()
+    log = Recorder()
     store = make(kind, mongo_url, db_name, log, write_concern=concern)
     every_operation(store)
     close(store)
@@ -143,7 +129,7 @@ def test_a_custom_write_concern_is_on_every_write(kind, mongo_url, db_name, conc
 def test_an_unsatisfiable_write_concern_is_reported_not_ignored(kind, mongo_url, db_name):
     """w=5 cannot be met by one server: the store surfaces the server's refusal as a
     PyMongo error instead of carrying on as if the write were durable."""
-    log = Log()
+    log = Recorder()
     store = make(kind, mongo_url, db_name, log, write_concern=WriteConcern(w=5, wtimeout=200))
     try:
         with pytest.raises(PyMongoError) as err:
@@ -158,7 +144,7 @@ def test_an_unacknowledged_write_concern_is_refused_up_front(kind, mongo_url, db
     """`w=0` is refused when the store is made: a CAS whose outcome is never acknowledged
     cannot work."""
     with pytest.raises(ValueError, match="acknowledged|w=0"):
-        store = make(kind, mongo_url, db_name, Log(), write_concern=WriteConcern(w=0))
+        store = make(kind, mongo_url, db_name, Recorder(), write_concern=WriteConcern(w=0))
         close(store)
 
 
@@ -166,7 +152,7 @@ def test_an_unacknowledged_write_concern_is_refused_up_front(kind, mongo_url, db
 def test_the_read_concern_is_on_every_read(kind, mongo_url, db_name, level):
     """A read concern (`local`, `majority`) is on every `find` of the run, and the writes keep
     the default write concern."""
-    log = Log()
+    log = Recorder()
     store = make(kind, mongo_url, db_name, log, read_concern=ReadConcern(level))
     every_operation(store)
     close(store)

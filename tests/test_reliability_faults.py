@@ -41,13 +41,13 @@ import pytest
 from harel.engine.execution import Execution
 from harel.engine.store.base import StoreConflict, TimerOp
 from harel.spec.states import Event
-from pymongo import monitoring
 from pymongo.errors import AutoReconnect, PyMongoError
 
 from harel_beanie import AsyncMongoStore, MongoStore, calls
 from harel_beanie.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
 from harel_beanie.embedded import EmbeddedServer
 from tests.both import BlockingAsyncStore
+from tests.wire import Recorder
 
 VICTIM = "hb-victim"  # the appName every fault is scoped to
 X, PEER = "x.exe", "peer"
@@ -71,31 +71,6 @@ def admin(fault_url: str) -> Iterator[pymongo.MongoClient[Any]]:
     yield c
     c.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
     c.close()
-
-
-class Log(monitoring.CommandListener):
-    def __init__(self) -> None:
-        self.commands: list[tuple[str, dict[str, Any]]] = []
-        self.faults: Counter[str] = Counter()
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        self.commands.append((event.command_name, dict(event.command)))
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        if "writeConcernError" in event.reply:
-            self.faults["writeConcernError on " + event.command_name] += 1
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        failure = event.failure  # the server's error document, or the driver's for a network error
-        what = (
-            failure.get("codeName")
-            or failure.get("errtype")
-            or ("writeConcernError" if "writeConcernError" in failure else "error")
-        )
-        self.faults[f"{what} on {event.command_name}"] += 1
-
-    def names(self) -> list[str]:
-        return [n for n, _ in self.commands]
 
 
 # --- the scenario and its caller ------------------------------------------------------------
@@ -278,7 +253,7 @@ class Run:
         self.admin = admin
         self.db = "hbf_" + uuid.uuid4().hex[:10]
         self.coll = admin[self.db]["harel_executions"]
-        self.log = Log()
+        self.log = Recorder()
         self.closers: list[Callable[[], None]] = []
         setup_peer(self.coll)
 
@@ -435,7 +410,7 @@ def test_the_scenario_uses_only_the_commands_the_faults_cover(runs):
 
 
 def test_the_store_never_sends_an_aggregate(runs, admin):
-    """The issue asks for faults on `aggregate`: the store sends none (every read is a find,
+    """Faults on `aggregate` are among the ones to try: the store sends none (every read is a find,
     the pipeline of `delete_timer` is an update), so failing every aggregate, count and
     distinct changes nothing."""
     base, _ = baseline(runs, "sync")
@@ -568,7 +543,7 @@ def test_driver_retryable_writes_compose_with_the_commit_token():
     commit token), and the server runs it once: the store sees plain success."""
     with EmbeddedServer(test_commands=True, standalone=False) as server:
         admin: pymongo.MongoClient[Any] = pymongo.MongoClient(server.url)
-        log = Log()
+        log = Recorder()
         store = MongoStore(pymongo.MongoClient(server.url, appName=VICTIM, event_listeners=[log]), "rs")
         exe = Execution(id="r", definition_id="d")
         store.commit(exe, [])

@@ -19,6 +19,7 @@ from harel.spec.states import Event
 
 from harel_beanie import MongoStore, flows
 from harel_beanie.seqs import LEASE_SPAN_MS, LEASE_TTL_S, MS_SHIFT, NODES, SeqMint, lease_id, node_of
+from tests.wire import Recorder
 
 FROZEN_MS = 90_000_000_000  # a millisecond of the seq epoch (late 2026), the same for everyone
 
@@ -205,27 +206,15 @@ def test_every_node_held_by_a_live_instance_is_refused_by_name(shared, db_name):
 def test_lease_writes_and_reads_are_majority_whatever_the_store_concerns(mongo_url, db_name):
     """A lease must survive a failover (Rule 7): its writes go at w:majority with the
     journal and its reads at majority, even on a store configured with w:1."""
-    from pymongo import monitoring
     from pymongo.write_concern import WriteConcern
 
-    seen: list[tuple[str, dict[str, Any]]] = []
-
-    class Listener(monitoring.CommandListener):
-        def started(self, event: monitoring.CommandStartedEvent) -> None:
-            if event.command.get(event.command_name) == "harel_counters":
-                seen.append((event.command_name, dict(event.command)))
-
-        def succeeded(self, event: Any) -> None: ...
-
-        def failed(self, event: Any) -> None: ...
-
-    store = MongoStore(
-        pymongo.MongoClient(mongo_url, event_listeners=[Listener()]), db_name, write_concern=WriteConcern(w=1)
-    )
+    rec = Recorder()
+    store = MongoStore(pymongo.MongoClient(mongo_url, event_listeners=[rec]), db_name, write_concern=WriteConcern(w=1))
     store.init()
-    seen.clear()
+    rec.clear()
     mint(store)
     store.close()
+    seen = [(name, cmd) for name, cmd in rec.take() if cmd.get(name) == "harel_counters"]
     assert {name for name, _ in seen} >= {"findAndModify", "find", "insert", "update"}
     for name, cmd in seen:
         if name == "find":

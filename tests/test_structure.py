@@ -42,10 +42,10 @@ import pytest
 from harel.engine.execution import Execution, Status
 from harel.engine.store.base import TimerOp
 from harel.spec.states import Event
-from pymongo import monitoring
 
 from harel_beanie import AsyncMongoStore, MongoStore, flows
 from harel_beanie.commit import CommitRequest, plan_commit
+from tests.wire import Recorder
 
 ON_MONGOD = bool(os.environ.get("MONGODB_URL"))
 mongod_only = pytest.mark.skipif(not ON_MONGOD, reason="SecantusDB cannot show this; runs with MONGODB_URL (mongod)")
@@ -53,36 +53,6 @@ mongod_only = pytest.mark.skipif(not ON_MONGOD, reason="SecantusDB cannot show t
 EXECUTIONS = "harel_executions"
 COUNTERS = "harel_counters"
 # commands that are not a store operation's round trip
-_NOT_ROUND_TRIPS = {"endSessions"}
-
-
-class Recorder(monitoring.CommandListener):
-    """Every command a client sends, in order (thread-safe)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.commands: list[tuple[str, dict[str, Any]]] = []
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        if event.command_name in _NOT_ROUND_TRIPS:
-            return
-        with self._lock:
-            self.commands.append((event.command_name, dict(event.command)))
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
-
-    def clear(self) -> None:
-        with self._lock:
-            self.commands.clear()
-
-    def take(self) -> list[tuple[str, dict[str, Any]]]:
-        with self._lock:
-            out, self.commands = self.commands, []
-        return out
 
 
 def _collection(name: str, cmd: dict[str, Any]) -> Any:
