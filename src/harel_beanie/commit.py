@@ -162,7 +162,6 @@ class _CommitParts:
     data: str  # the execution's JSON at `new_version`
     promoted: dict[str, Any]  # `summary_fields`
     token: str
-    minted: list[int]  # every seq, increasing
     out_seqs: list[int]
     spawn_seqs: list[int]
     outbox: list[dict[str, Any]]
@@ -170,8 +169,17 @@ class _CommitParts:
     trace: list[dict[str, Any]]  # the step to push, if any
     ring: int  # how many steps the trace ring keeps
     timer_ops: dict[str, Optional[float]]  # path -> fire_at, None = cancel
-    schedules: dict[str, float]  # the timer ops that arm
     processed: list[str]  # the dedupe key to push, if any
+
+    @property
+    def minted(self) -> list[int]:
+        """Every seq of the commit, increasing: the emits' then the spawns'."""
+        return self.out_seqs + self.spawn_seqs
+
+    @property
+    def schedules(self) -> dict[str, float]:
+        """The timer ops that arm a timer."""
+        return {p: at for p, at in self.timer_ops.items() if at is not None}
 
 
 def _parts(request: CommitRequest, seqs: Sequence[int], trace_max: int, trace_step_bytes: int) -> _CommitParts:
@@ -186,8 +194,7 @@ def _parts(request: CommitRequest, seqs: Sequence[int], trace_max: int, trace_st
     n_out = len(emits)
     if len(seqs) != n_out + len(spawns):
         raise ValueError(f"{len(seqs)} seqs for {n_out} emits and {len(spawns)} spawns")
-    minted = list(seqs)
-    out_seqs, spawn_seqs = minted[:n_out], minted[n_out:]
+    out_seqs, spawn_seqs = list(seqs[:n_out]), list(seqs[n_out:])
     strict_json(f"the context of execution {exe.id!r}", exe.context)
     outbox = []
     for s, (t, e) in zip(out_seqs, emits):
@@ -207,14 +214,12 @@ def _parts(request: CommitRequest, seqs: Sequence[int], trace_max: int, trace_st
     ring = ring_length(trace_max, trace_step_bytes)
     trace_items = [trace_item(request.trace, trace_step_bytes)] if request.trace is not None else []
     timer_ops = final_timer_ops(request.timers)
-    schedules = {p: at for p, at in timer_ops.items() if at is not None}
     processed = [dedupe_key(processed_event_id)] if processed_event_id is not None else []
     return _CommitParts(
         new_version=new,
         data=exe.model_copy(update={"version": new}).model_dump_json(),
         promoted=summary_fields(exe),
         token=os.urandom(8).hex(),
-        minted=minted,
         out_seqs=out_seqs,
         spawn_seqs=spawn_seqs,
         outbox=outbox,
@@ -222,7 +227,6 @@ def _parts(request: CommitRequest, seqs: Sequence[int], trace_max: int, trace_st
         trace=trace_items,
         ring=ring,
         timer_ops=timer_ops,
-        schedules=schedules,
         processed=processed,
     )
 
