@@ -52,27 +52,20 @@ class StoreState:
 
     @contextmanager
     def operation(self) -> Iterator[None]:
-        """Counts one operation of the store (the shells' `_run`) as it starts and as it
-        finishes, however it ends."""
-        self.op_started()
+        """One operation of the store (the shells' `_run`): counted as it starts and again as
+        it finishes, however it ends, so a relay read's kept entries are valid only until
+        anything else happens on this instance."""
+        with self._ops_lock:
+            self.ops += 1
         try:
             yield
         finally:
-            self.op_finished()
-
-    def op_started(self) -> None:
-        """Called by the store before each operation."""
-        with self._ops_lock:
-            self.ops += 1
-
-    def op_finished(self) -> None:
-        """Called by the store after each operation, however it ended."""
-        with self._ops_lock:
-            self.ops += 1
-            kept = self.prefetched
-            if kept is not None and kept[2] < 0:
-                # kept by the operation that just finished: valid until anything else happens
-                self.prefetched = (kept[0], kept[1], self.ops)
+            with self._ops_lock:
+                self.ops += 1
+                kept = self.prefetched
+                if kept is not None and kept[2] < 0:
+                    # kept by the operation that just finished: valid until anything else happens
+                    self.prefetched = (kept[0], kept[1], self.ops)
 
     def keep_outbox(self, within: Optional[str], entries: list[OutboxEntry]) -> None:
         with self._ops_lock:
