@@ -37,6 +37,7 @@ import contextlib
 import datetime
 import importlib.metadata
 import logging
+import math
 import os
 import platform
 import statistics
@@ -86,6 +87,11 @@ RUNNER_LABEL = {**_BASE_LABEL, **{r + TRACED: label + ", traced" for r, label in
 # production, but it shows how much of the gap to harel on this server the indexes account for
 BARE = "bare"
 BARE_RUNNERS = RUNNERS
+# this store with only the indexes its own operations read (the relay's and the timer sweep's
+# partial ones), none of the listing and dashboard indexes: what the store would cost here if
+# nobody listed executions, between BARE and its full index set
+OWN = "own"
+OWN_INDEXES = ("hb_pending", "hb_timer_pending")
 # this store at harel's write concern (the client default, w:1, no journal wait) instead of its
 # own default (w: majority, j: true): both stores at equal durability, in the same rounds
 EQUAL = "beanie-w1"
@@ -125,12 +131,26 @@ def load_definitions() -> dict[str, Definition]:
 # --- stores, as harel.worker and this package's from_url build them ------------------------
 
 
+def _own_indexes(kind: str, url: str, db: str) -> None:
+    """For OWN, create the indexes of OWN_INDEXES (the store itself was set up without any)."""
+    if kind != OWN:
+        return
+    client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
+    try:
+        client[db][EXECUTIONS].create_indexes(
+            [ix for ix in index_models(ExecutionDocument) if ix.document["name"] in OWN_INDEXES]
+        )
+    finally:
+        client.close()
+
+
 def sync_store(kind: str, url: str, db: str) -> Any:
     if kind == "harel":
         return HarelMongoStore.from_url(url, db)
-    if kind == BARE:
+    if kind in (BARE, OWN):
         bare = MongoStore.from_url(url, db, create_schema=False)
         bare.init()
+        _own_indexes(kind, url, db)
         return bare
     store = MongoStore.from_url(url, db, **concern(kind))
     store.init()
@@ -145,9 +165,10 @@ def concern(kind: str) -> dict[str, Any]:
 async def async_store(kind: str, url: str, db: str) -> Any:
     if kind == "harel":
         return await HarelAsyncMongoStore.from_url(url, db)
-    if kind == BARE:
+    if kind in (BARE, OWN):
         bare = await AsyncMongoStore.from_url(url, db, create_schema=False)
         await bare.init()
+        _own_indexes(kind, url, db)
         return bare
     store = await AsyncMongoStore.from_url(url, db, **concern(kind))
     await store.init()
@@ -155,6 +176,21 @@ async def async_store(kind: str, url: str, db: str) -> Any:
 
 
 # --- results --------------------------------------------------------------------------------
+
+
+@dataclass
+class Wire:
+    """What one timed section sent: commands by side, and the time each side's commands spent
+    on the wire (sent until answered, as the driver reports it), by command name."""
+
+    store: int = 0
+    transport: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)  # "store update" -> seconds
+    client_cpu: float = 0.0  # CPU seconds of this process (all its threads) inside the sections
+    server_cpu: Optional[float] = None  # ... and of the server's process, when it runs here
+
+    def side(self, side: str) -> float:
+        return sum(v for k, v in self.seconds.items() if k.startswith(side + " "))
 
 
 @dataclass
@@ -167,8 +203,7 @@ class Cell:
     submit_events: int = 0  # worker: the create + send calls that queued the work
     submit_seconds: float = 0.0
     round: int = 0
-    store_calls: int = 0  # commands sent to the store's collections while timed
-    transport_calls: int = 0  # ... and to the transport's
+    wire: Wire = field(default_factory=Wire)  # what the timed sections sent
 
     def per_event(self, calls: int) -> float:
         return calls / self.events if self.events else 0.0
@@ -222,9 +257,33 @@ class ServerRun:
         if not cs:
             return None
         return (
-            statistics.median(c.per_event(c.store_calls) for c in cs),
-            statistics.median(c.per_event(c.transport_calls) for c in cs),
+            statistics.median(c.per_event(c.wire.store) for c in cs),
+            statistics.median(c.per_event(c.wire.transport) for c in cs),
         )
+
+    def split(self, runner: str, state: str, store: str) -> Optional[dict[str, float]]:
+        """Where an event's time went, ms per event (median over rounds of each part): the
+        wall time, the store's commands on the wire (and of them its updates), the transport's,
+        and the rest, spent in the client (harel's engine, the drivers, the worker's loop). The
+        parts add up only where the commands run one at a time (the DurableRunner and
+        concurrency 1)."""
+        cs = [c for c in self.cells if (c.runner, c.state, c.store) == (runner, state, store) and c.events]
+        if not cs:
+            return None
+
+        def part(f: Callable[[Cell], float]) -> float:
+            return statistics.median(f(c) * 1000 / c.events for c in cs)
+
+        return {
+            "wall": part(lambda c: c.seconds),
+            "store": part(lambda c: c.wire.side("store")),
+            "store update": part(lambda c: c.wire.seconds.get("store update", 0.0)),
+            "transport": part(lambda c: c.wire.side("transport")),
+            "client": part(lambda c: c.seconds - c.wire.side("store") - c.wire.side("transport")),
+            "client cpu": part(lambda c: c.wire.client_cpu),
+            # NaN where the server runs elsewhere (its CPU time is not readable from here)
+            "server cpu": part(lambda c: c.wire.server_cpu if c.wire.server_cpu is not None else float("nan")),
+        }
 
     def submit(self, runner: str, state: str, store: str) -> Optional[float]:
         r = [
@@ -239,47 +298,85 @@ class ServerRun:
 
 
 class Tally(monitoring.CommandListener):
-    """Counts the commands sent while a timed section runs, by what they address: the store's
-    collections (`<prefix>_executions`, `<prefix>_counters`) or the transport's. Both stores'
-    clients (PyMongo, PyMongo async, Motor) report here, so the counts compare like for like."""
+    """Counts and times the commands sent while a timed section runs, by what they address:
+    the store's collections (`<prefix>_executions`, `<prefix>_counters`) or the transport's.
+    Both stores' clients (PyMongo, PyMongo async, Motor) report here, so the figures compare
+    like for like."""
 
     def __init__(self) -> None:
-        self.on = False
-        self.store = 0
-        self.transport = 0
+        self.wire: Optional[Wire] = None
+        self.server_pid: Optional[int] = None  # the embedded server's process, to read its CPU time
+        self._open: dict[tuple[Any, int], str] = {}  # (connection, request id) -> "side command"
         self._lock = threading.Lock()
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
-        if not self.on:
+        wire = self.wire
+        if wire is None:
             return
         target = event.command.get(event.command_name)
         if not isinstance(target, str):
             target = event.command.get("collection")  # getMore names its collection here
         if not isinstance(target, str):
             return
+        if "_transport_" in target:  # first: the transport's counters end in _counters too
+            side = "transport"
+        elif target.endswith(("_executions", "_counters")):
+            side = "store"
+        else:
+            return
         with self._lock:
-            if "_transport_" in target:  # first: the transport's counters end in _counters too
-                self.transport += 1
-            elif target.endswith(("_executions", "_counters")):
-                self.store += 1
+            setattr(wire, side, getattr(wire, side) + 1)
+            self._open[(event.connection_id, event.request_id)] = f"{side} {event.command_name}"
+
+    def _answered(self, event: Any) -> None:
+        with self._lock:
+            key = self._open.pop((event.connection_id, event.request_id), None)
+            wire = self.wire
+            if key is not None and wire is not None:
+                wire.seconds[key] = wire.seconds.get(key, 0.0) + event.duration_micros / 1e6
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
+        self._answered(event)
 
     def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
+        self._answered(event)
 
     @contextlib.contextmanager
-    def timed(self, cell_counts: list[int]) -> Iterator[None]:
-        """Count while inside; add (store, transport) to `cell_counts`."""
-        s0, t0 = self.store, self.transport
-        self.on = True
+    def timed(self, wire: Wire) -> Iterator[None]:
+        """Count and time into `wire` the commands sent while inside (one section at a time),
+        and add the CPU time this process and the server's spent meanwhile."""
+        client, server = time.process_time(), _cpu_seconds(self.server_pid)
+        self.wire = wire
         try:
             yield
         finally:
-            self.on = False
-            cell_counts[0] += self.store - s0
-            cell_counts[1] += self.transport - t0
+            self.wire = None
+            wire.client_cpu += time.process_time() - client
+            after = _cpu_seconds(self.server_pid)
+            if server is not None and after is not None:
+                wire.server_cpu = (wire.server_cpu or 0.0) + after - server
+            with self._lock:
+                self._open.clear()
+
+
+def _cpu_seconds(pid: Optional[int]) -> Optional[float]:
+    """CPU seconds the live threads of process `pid` have run (Linux, nanosecond counters), or
+    None. A timed section keeps its connections, so the server's threads serving it live
+    through it."""
+    if pid is None:
+        return None
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended meanwhile
+    return total / 1e9
 
 
 TALLY = Tally()
@@ -395,8 +492,8 @@ def measure_durable(
     for step in STEPS:
         runner.process(warm.id, Event(kind=step))
     events = 0
-    counts = [0, 0]
-    with TALLY.timed(counts):
+    wire = Wire()
+    with TALLY.timed(wire):
         t = time.perf_counter()
         while events < cap and time.perf_counter() - t < budget:
             exe = runner.create("Parcel")
@@ -411,7 +508,7 @@ def measure_durable(
     last = store.load(ids[-1])
     assert last is not None and (last.status is Status.DONE or events % EVENTS_PER_EXECUTION), last
     store.close()
-    return Cell("durable", "", kind, events, seconds, store_calls=counts[0], transport_calls=counts[1]), ids
+    return Cell("durable", "", kind, events, seconds, wire=wire), ids
 
 
 class CountingTransport:
@@ -509,7 +606,7 @@ async def _measure_worker(
     wave = max(4, concurrency)
     handled = submitted = 0
     drain_seconds = submit_seconds = 0.0
-    counts = [0, 0]
+    wire = Wire()
     mine: list[str] = []
     while handled < cap and drain_seconds + submit_seconds < budget:
         n = min(wave, -(-(cap - handled) // EVENTS_PER_EXECUTION))
@@ -522,7 +619,7 @@ async def _measure_worker(
         submitted += EVENTS_PER_EXECUTION * n
         mine += batch
         ids += batch
-        with TALLY.timed(counts):
+        with TALLY.timed(wire):
             got, seconds = await _drain(store, transport, defs, concurrency, EVENTS_PER_EXECUTION * n, budget, trace)
         handled += got
         drain_seconds += seconds
@@ -540,7 +637,7 @@ async def _measure_worker(
     client.close()
     runner_name = f"worker-{concurrency}" + (TRACED if trace else "")
     cell = Cell(runner_name, "", kind, handled, drain_seconds, submit_events=submitted, submit_seconds=submit_seconds,
-                store_calls=counts[0], transport_calls=counts[1])  # fmt: skip
+                wire=wire)  # fmt: skip
     return cell, ids
 
 
@@ -844,7 +941,7 @@ def run_server(name: str, url: str, opts: Options, defs: dict[str, Definition]) 
         for r in range(opts.rounds):
             for state in STATES:
                 for runner in RUNNERS:
-                    kinds = STORES + ((BARE,) if state == "empty" and runner in BARE_RUNNERS else ())
+                    kinds = STORES + ((BARE, OWN) if state == "empty" and runner in BARE_RUNNERS else ())
                     kinds += (EQUAL,) if state == "empty" and runner in EQUAL_RUNNERS else ()
                     order = kinds if r % 2 == 0 else tuple(reversed(kinds))
                     for kind in order:
@@ -915,9 +1012,11 @@ def reading(run: ServerRun) -> list[str]:
             "- The indexes' share. With only `_id`, against harel's on an empty database (with its indexes in "
             "brackets): "
             + "; ".join(f"{RUNNER_LABEL[r]} {z:.2f}x ({x:.2f}x)" for r, z, x in bare)
-            + ". Where a runner is below its target even with only `_id`, the rest of the gap is the engine's and "
-            "the transport's round trips, the same for any store; where it reaches the target only without "
-            "indexes, the index set (the table at the end) is what this server makes the commit pay."
+            + ". With only the two indexes its own operations read: "
+            + "; ".join(f"{RUNNER_LABEL[r]} {_x(run.ratio(r, 'empty', OWN))}" for r, _, _ in bare)
+            + ". Where a runner reaches its target only with fewer indexes, the index set (the tables at the end) "
+            "is what this server makes every write pay; the listing and dashboard indexes are needed by the "
+            "reads this store promises, so they stay."
         )
     hp, bp = run.calls("durable", "empty", "harel"), run.calls("durable", "empty", "beanie")
     ht, bt = run.calls("durable" + TRACED, "empty", "harel"), run.calls("durable" + TRACED, "empty", "beanie")
@@ -942,6 +1041,32 @@ def reading(run: ServerRun) -> list[str]:
             f"(claim, lock, read, ack), the same for both stores, against {w[0]:.1f} to the store: the transport "
             "sets the pace, so a cheaper store moves the worker figures less than the DurableRunner's."
         )
+    for runner in ("worker-1", "worker-1" + TRACED):
+        sh, sz, sb = (run.split(runner, "empty", k) for k in ("harel", BARE, "beanie"))
+        if sh is None or sb is None:
+            continue
+        d = {k: sb[k] - sh[k] for k in sb}
+        text = (
+            f"- Where the {RUNNER_LABEL[runner]} loses (the time table above). An event takes {d['wall']:+.2f} ms "
+            f"longer on this store than on harel's: its commits {d['store update']:+.2f} ms, the store's other "
+            f"commands {d['store'] - d['store update']:+.2f}, the transport's commands {d['transport']:+.2f} and "
+            f"the client's own work {d['client']:+.2f}. The commits' difference alone would make the ratio "
+            f"{sh['wall'] / (sh['wall'] + d['store update']):.2f}x; measured, {_x(run.ratio(runner, 'empty'))}."
+        )
+        if sz is not None:
+            text += (
+                f" With only `_id` the commits take {sz['store update'] - sh['store update']:+.2f} ms against "
+                f"harel's, so the index set is {sb['store update'] - sz['store update']:.2f} ms of each event's "
+                "commit."
+            )
+        if sz is not None and not any(math.isnan(x["server cpu"]) for x in (sh, sz, sb)):
+            text += (
+                f" The server's CPU per event: {sh['server cpu']:.2f} ms for harel's store, "
+                f"{sz['server cpu']:.2f} ms for this one with only `_id` and {sb['server cpu']:.2f} ms with its "
+                "indexes. The commands go one at a time, so the server's CPU is on each event's path: the "
+                f"{sb['server cpu'] - sz['server cpu']:.2f} ms the index set adds on this server sets the bound."
+            )
+        out.append(text)
     out.append(
         "- A database in use. harel's store answers the relay's reads (pending outbox entries and spawns) by "
         "reading every execution document, and the DurableRunner relays after every event, so its rate falls "
@@ -1057,19 +1182,56 @@ def report_server(run: ServerRun) -> str:
                      f"{ok1}), {_x(xe)} at equal write concern ({ok3}); with {run.stored:,} stored {_x(run.ratio(runner, 'stored'))} "
                      f"harel's, {_pct(bs, b)} of its own empty-database rate.")  # fmt: skip
     if any(c.store == BARE for c in run.cells):
-        lines += ["", "### Without its indexes", ""]
+        lines += ["", "### With fewer indexes", ""]
         lines.append(
-            "The same store with only `_id` (`create_schema=False` on a fresh database), measured in the same "
-            "rounds, empty database: none of its reads is index-backed, so it is no configuration to run, but it "
-            "shows what the indexes cost this store on this server against what the rest of its design saves."
+            "The same store measured in the same rounds on an empty database, set up with fewer indexes "
+            "(`create_schema=False`, then only the ones named): with only `_id`, none of its reads is "
+            "index-backed; with only the two partial indexes its own operations read (the relay's pending "
+            f"work, `{OWN_INDEXES[0]}`, and the timer sweep's, `{OWN_INDEXES[1]}`), its listing and dashboard "
+            "reads are not. Neither is a configuration to run; together they show what each part of the index "
+            "set costs this store on this server."
         )
         lines.append("")
-        lines.append("| runner | harel MongoStore | harel-beanie, `_id` only | ratio | harel-beanie | ratio |")
-        lines.append("|---|---:|---:|---:|---:|---:|")
+        lines.append(
+            "| runner | harel MongoStore | `_id` only | ratio | its own reads' indexes | ratio | every index | ratio |"
+        )
+        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
         for runner in BARE_RUNNERS:
-            h, z, b = (run.rate(runner, "empty", k) for k in ("harel", BARE, "beanie"))
-            lines.append(f"| {RUNNER_LABEL[runner]} | {_f(h)} | {_f(z)} | {_x(run.ratio(runner, 'empty', BARE))} | "
-                         f"{_f(b)} | {_x(run.ratio(runner, 'empty'))} |")  # fmt: skip
+            row = [RUNNER_LABEL[runner], _f(run.rate(runner, "empty", "harel"))]
+            for kind in (BARE, OWN, "beanie"):
+                row += [_f(run.rate(runner, "empty", kind)), _x(run.ratio(runner, "empty", kind))]
+            lines.append("| " + " | ".join(row) + " |")
+    sequential = [r for r in RUNNERS if split_runner(r)[0] in ("durable", "worker-1")]
+    if any(run.split(r, "empty", "harel") for r in sequential):
+        lines += ["", "### Where an event's time goes", ""]
+        lines.append(
+            "Empty database, runners whose commands go one at a time, ms per event (median over rounds of each "
+            "part): the store's commands from sent to answered as the driver reports them (of which its "
+            "updates, the commits), harel's transport's commands, and the rest, spent in the client process "
+            "(harel's engine, the drivers, the worker's loop); then the CPU time the client process and the "
+            "server spent per event (all their threads; the server's only when it runs on this machine). In "
+            "brackets, the difference to harel's store."
+        )
+        lines.append("")
+        lines.append(
+            "| runner | store | event | store's commands | of which updates | transport's commands | client "
+            "| CPU: client | CPU: server |"
+        )
+        lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        for runner in sequential:
+            base = run.split(runner, "empty", "harel")
+            for kind, label in (("harel", "harel MongoStore"), (BARE, "harel-beanie, `_id` only"),
+                                ("beanie", "harel-beanie")):  # fmt: skip
+                got = run.split(runner, "empty", kind)
+                if got is None or base is None:
+                    continue
+                cells = [
+                    "-"
+                    if math.isnan(got[k])
+                    else f"{got[k]:.2f}" + ("" if kind == "harel" else f" ({got[k] - base[k]:+.2f})")
+                    for k in ("wall", "store", "store update", "transport", "client", "client cpu", "server cpu")
+                ]
+                lines.append(f"| {RUNNER_LABEL[runner]} | {label} | " + " | ".join(cells) + " |")
     lines += ["", "### Reading these figures", ""]
     lines += reading(run)
     if run.index_costs:
@@ -1183,7 +1345,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     runs = []
     if not a.no_embedded:
         with EmbeddedServer() as server:
-            runs.append(run_server("embedded", server.url, opts, defs))
+            TALLY.server_pid = server.proc.pid if server.proc is not None else None
+            try:
+                runs.append(run_server("embedded", server.url, opts, defs))
+            finally:
+                TALLY.server_pid = None
     if a.url:
         runs.append(run_server("url", a.url, opts, defs))
     text = report(runs, opts, started.replace(tzinfo=None), time.perf_counter() - t)

@@ -50,3 +50,20 @@ def test_bench_quick_run_writes_a_report(tmp_path: Path) -> None:
     assert "`hb_pending`" in text and "`hb_timer_pending`" in text
     # the relay reads both kinds of entry in one round trip: fewer per event than harel's store
     assert ours_plain < harel_plain
+    # fewer indexes: `_id` only and only the store's own reads' indexes, beside the full set
+    fewer = text[text.index("### With fewer indexes") : text.index("### Where an event's time goes")]
+    for row in runners + tuple(r + ", traced" for r in runners):
+        line = next(ln for ln in fewer.splitlines() if ln.startswith(f"| {row} |"))
+        assert all(c.strip() not in ("", "-") for c in line.strip("|").split("|")), line
+    # where an event's time goes: the commands' wire time by side, and the server's CPU
+    split = text[text.index("### Where an event's time goes") : text.index("### Reading these figures")]
+    parts = {}
+    for ln in split.splitlines():
+        if ln.startswith(("| DurableRunner", "| AsyncWorker")):
+            cells = [c.strip() for c in ln.strip("|").split("|")]
+            parts[(cells[0], cells[1])] = [float("nan") if c == "-" else float(c.split(" ")[0]) for c in cells[2:]]
+    for store in ("harel MongoStore", "harel-beanie, `_id` only", "harel-beanie"):
+        event, ours, updates, transport, _client, client_cpu, server_cpu = parts[("AsyncWorker, concurrency 1", store)]
+        assert event > 0 and ours >= updates > 0 and transport > 0 and client_cpu > 0, store
+        assert server_cpu > 0  # read from the embedded server's process (the first section)
+        assert parts[("DurableRunner (sync)", store)][3] == 0.0  # no transport in a DurableRunner
