@@ -1067,6 +1067,19 @@ def reading(run: ServerRun) -> list[str]:
                 f"{sb['server cpu'] - sz['server cpu']:.2f} ms the index set adds on this server sets the bound."
             )
         out.append(text)
+    for runner in ("worker-16", "worker-16" + TRACED):
+        sh, sz, sb = (run.split(runner, "empty", k) for k in ("harel", BARE, "beanie"))
+        if sh is None or sz is None or sb is None or any(math.isnan(x["server cpu"]) for x in (sh, sz, sb)):
+            continue
+        cpu = {k: x["client cpu"] + x["server cpu"] for k, x in (("harel", sh), (BARE, sz), ("beanie", sb))}
+        out.append(
+            f"- The {RUNNER_LABEL[runner]}: the commands overlap, and the client and the server share this "
+            f"machine's {os.cpu_count()} CPUs. Their CPU per event, client + server: {cpu['harel']:.2f} ms for "
+            f"harel's store, {cpu[BARE]:.2f} ms for this one with only `_id` and {cpu['beanie']:.2f} ms with its "
+            f"indexes (the server's part {sh['server cpu']:.2f}, {sz['server cpu']:.2f} and "
+            f"{sb['server cpu']:.2f} ms). Were the CPUs the bound, the ratio would be "
+            f"{cpu['harel'] / cpu['beanie']:.2f}x; measured, {_x(run.ratio(runner, 'empty'))}."
+        )
     out.append(
         "- A database in use. harel's store answers the relay's reads (pending outbox entries and spawns) by "
         "reading every execution document, and the DurableRunner relays after every event, so its rate falls "
