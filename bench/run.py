@@ -1047,10 +1047,11 @@ def reading(run: ServerRun) -> list[str]:
             continue
         d = {k: sb[k] - sh[k] for k in sb}
         text = (
-            f"- Where the {RUNNER_LABEL[runner]} loses (the time table above). An event takes {d['wall']:+.2f} ms "
-            f"longer on this store than on harel's: its commits {d['store update']:+.2f} ms, the store's other "
-            f"commands {d['store'] - d['store update']:+.2f}, the transport's commands {d['transport']:+.2f} and "
-            f"the client's own work {d['client']:+.2f}. The commits' difference alone would make the ratio "
+            f"- Where the {RUNNER_LABEL[runner]}'s time goes (the time table above). An event takes "
+            f"{sb['wall']:.2f} ms on this store against {sh['wall']:.2f} ms on harel's ({d['wall']:+.2f}): its "
+            f"commits {d['store update']:+.2f} ms, the store's other commands {d['store'] - d['store update']:+.2f}, "
+            f"the transport's commands {d['transport']:+.2f} and the client's own work {d['client']:+.2f}. The "
+            "commits' difference alone would make the ratio "
             f"{sh['wall'] / (sh['wall'] + d['store update']):.2f}x; measured, {_x(run.ratio(runner, 'empty'))}."
         )
         if sz is not None:
@@ -1063,8 +1064,8 @@ def reading(run: ServerRun) -> list[str]:
             text += (
                 f" The server's CPU per event: {sh['server cpu']:.2f} ms for harel's store, "
                 f"{sz['server cpu']:.2f} ms for this one with only `_id` and {sb['server cpu']:.2f} ms with its "
-                "indexes. The commands go one at a time, so the server's CPU is on each event's path: the "
-                f"{sb['server cpu'] - sz['server cpu']:.2f} ms the index set adds on this server sets the bound."
+                f"indexes: the index set adds {sb['server cpu'] - sz['server cpu']:.2f} ms, and with the commands "
+                "going one at a time, the server's work is on each event's path."
             )
         out.append(text)
     for runner in ("worker-16", "worker-16" + TRACED):
