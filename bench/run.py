@@ -65,8 +65,8 @@ from pymongo import monitoring
 from pymongo.write_concern import WriteConcern
 
 from harel_beanie import AsyncMongoStore, MongoStore
-from harel_beanie.documents import ExecutionDocument, index_models
-from harel_beanie.embedded import EmbeddedServer
+from harel_beanie.core.documents import ExecutionDocument, index_models
+from harel_beanie.ops.embedded import EmbeddedServer
 
 HERE = Path(__file__).resolve().parent
 MODEL = HERE / "parcel.stm"

@@ -20,7 +20,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 
 from harel_beanie import MongoStore
-from harel_beanie.embedded import EmbeddedServer, free_port
+from harel_beanie.ops.embedded import EmbeddedServer, free_port
 
 DOCS = Path(__file__).resolve().parent
 TOKEN = "screenshots"

@@ -20,9 +20,9 @@ from harel.engine.execution import Execution, Status
 from harel.engine.store.base import TimerOp
 from harel.spec.states import Event
 
-from harel_beanie import cli
-from harel_beanie.embedded import free_port
-from harel_beanie.where import CLI_RETRY, Target
+from harel_beanie.ops import cli
+from harel_beanie.ops.embedded import free_port
+from harel_beanie.ops.where import CLI_RETRY, Target
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
 
@@ -224,7 +224,7 @@ def test_status_on_an_empty_database_says_so(mongo_url, db_name, tmp_path):
 async def test_monitor_starts_and_lists_the_executions(astore, mongo_url, db_name):
     from textual.widgets import DataTable
 
-    from harel_beanie.monitor import build_app
+    from harel_beanie.ops.monitor import build_app
 
     ids = ["order-a", "order-b", "payment-c"]
     for i in ids:
@@ -281,7 +281,7 @@ def test_the_embedded_server_is_joined_taken_over_or_refused_to_a_second_demo(tm
     """The data folder's `server.json` says which command runs its server: a live owner's
     server is joined (and left running), a dead owner's is taken over (and stopped), and a
     demo does not share a running demo's server."""
-    from harel_beanie.embedded import EmbeddedServer
+    from harel_beanie.ops.embedded import EmbeddedServer
 
     data = tmp_path / "harel-beanie-data"
     server = EmbeddedServer(data / "db", log_path=tmp_path / "server.log").start()

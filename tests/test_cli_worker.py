@@ -14,8 +14,8 @@ from harel.engine.aio.distributed import AsyncDistributedRunner
 from harel.engine.execution import Status
 from harel.engine.schema import Names
 
-from harel_beanie.drivers import open_mongo_transport
-from harel_beanie.loader import load_models
+from harel_beanie.ops.drivers import open_mongo_transport
+from harel_beanie.ops.loader import load_models
 from tests.test_cli import MODELS, cli_env
 
 

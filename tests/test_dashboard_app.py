@@ -17,8 +17,8 @@ from harel.spec.states import Event
 from prometheus_client import CollectorRegistry
 
 from harel_beanie.dashboard import DashboardActions, dashboard_router, no_auth
-from harel_beanie.instrument import InstrumentedStore
-from harel_beanie.metrics import StoreMetrics
+from harel_beanie.telemetry.instrument import InstrumentedStore
+from harel_beanie.telemetry.metrics import StoreMetrics
 
 
 def client_for(app: FastAPI) -> httpx.AsyncClient:

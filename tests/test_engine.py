@@ -3,7 +3,7 @@ harel's three runners — `DurableRunner` (sync store), `AsyncDurableRunner` and
 `AsyncDistributedRunner` + `AsyncWorker` pair (async store, a transport) — and every run
 compared with the same run on harel's own in-memory store (`DictStore` / `AsyncDictStore`).
 
-Each scenario is a script (`harel_beanie.drivers`: create, send, let time pass, control
+Each scenario is a script (`harel_beanie.ops.drivers`: create, send, let time pass, control
 commands) with expectations along the way (`Expect`) and at the end (`final`: every
 execution the run leaves, status / outcome / state). The differential compares what the two
 stores hold at the end (`drivers.snapshot`): every `Execution.model_dump()`, each trace,
@@ -30,7 +30,7 @@ from harel.engine.aio_transport import AsyncInMemoryTransport
 from harel.spec.states import Event
 
 from harel_beanie import AsyncMongoStore
-from harel_beanie.drivers import (
+from harel_beanie.ops.drivers import (
     AsyncDurable,
     AsyncWorkerDriver,
     Control,
@@ -44,7 +44,7 @@ from harel_beanie.drivers import (
     order_steps,
     snapshot,
 )
-from harel_beanie.loader import load_models
+from harel_beanie.ops.loader import load_models
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
 

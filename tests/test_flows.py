@@ -1,4 +1,4 @@
-"""The flows of `harel_beanie.flows`, driven call by call with no server.
+"""The flows of `harel_beanie.core.flows`, driven call by call with no server.
 
 A `Script` plays the database: it checks each call a flow yields against the step it
 expects (the call's type, its target, and whatever of its filter, update or document the
@@ -32,8 +32,8 @@ from pymongo.errors import (
     WriteError,
 )
 
-from harel_beanie import flows
-from harel_beanie.calls import (
+from harel_beanie.core import flows
+from harel_beanie.core.calls import (
     Call,
     CreateIndexes,
     DeleteOne,
@@ -47,8 +47,8 @@ from harel_beanie.calls import (
     UpdateMany,
     UpdateOne,
 )
-from harel_beanie.commit import CommitRequest, point
-from harel_beanie.documents import (
+from harel_beanie.core.commit import CommitRequest, point
+from harel_beanie.core.documents import (
     NODE_COUNTER_ID,
     PENDING,
     SCHEMA_MARKER_ID,
@@ -56,10 +56,10 @@ from harel_beanie.documents import (
     VersionView,
     projection,
 )
-from harel_beanie.errors import ExecutionTooLarge, SchemaMismatch
-from harel_beanie.flows import StoreState
-from harel_beanie.keys import ANY_SEQ, ANY_TIME
-from harel_beanie.seqs import (
+from harel_beanie.core.errors import ExecutionTooLarge, SchemaMismatch
+from harel_beanie.core.flows import StoreState
+from harel_beanie.core.keys import ANY_SEQ, ANY_TIME
+from harel_beanie.core.seqs import (
     HAREL_SEQ_COUNTERS,
     LEASE_SPAN_MS,
     LEASE_TTL_S,
@@ -72,8 +72,8 @@ from harel_beanie.seqs import (
     lease_id,
     node_of,
 )
-from harel_beanie.settings import StoreSettings
-from harel_beanie.sizes import MAX_DOCUMENT_BYTES, data_budget, dedupe_key
+from harel_beanie.core.sizes import MAX_DOCUMENT_BYTES, data_budget, dedupe_key
+from harel_beanie.store.settings import StoreSettings
 
 # --- the scripted executor ------------------------------------------------------------------
 

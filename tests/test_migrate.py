@@ -28,7 +28,7 @@ from harel.engine.schema import DEFAULT_PREFIX, Names
 from harel.engine.store import MongoStore as HarelMongoStore
 
 from harel_beanie import MongoStore, SchemaMismatch
-from harel_beanie.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION, bind, index_models
+from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION, bind, index_models
 from harel_beanie.migrate import (
     ADDED_FIELDS,
     PROGRESS_ID,
@@ -565,7 +565,7 @@ def test_layout_1_with_pending_work_goes_up_to_2(
 ) -> None:
     """A database this store wrote at layout 1 (no `pending` flag, full pending indexes):
     refused until migrated, then every entry it held is relayed through the flag's index."""
-    from harel_beanie.documents import LAYOUT_1_INDEXES
+    from harel_beanie.core.documents import LAYOUT_1_INDEXES
 
     store = MongoStore(pymongo.MongoClient(mongo_url), db_name)
     exe = Execution(id="v1", definition_id="d")

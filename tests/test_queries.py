@@ -11,7 +11,7 @@ from harel.engine.store.base import TimerOp
 from harel.spec.states import Event
 
 from harel_beanie import queries
-from harel_beanie.documents import ExecutionDocument
+from harel_beanie.core.documents import ExecutionDocument
 
 NOW = 1_800_000_000.0
 
@@ -83,6 +83,6 @@ async def test_backlog_reports_what_is_pending(astore):
 
 @pytest.mark.parametrize("seq,expected", [(5, None), (0, None)])
 def test_harels_small_seqs_carry_no_time(seq, expected):
-    from harel_beanie.seqs import minted_at
+    from harel_beanie.core.seqs import minted_at
 
     assert minted_at(seq) is expected

@@ -29,7 +29,7 @@ MAJORITY_READ = {"level": "majority"}
 
 def is_lease(cmd: dict[str, Any]) -> bool:
     """A command on the seq leases (the counters collection, past set-up's layout marker):
-    always at majority, whatever the store's concerns (harel_beanie.seqs, Rule 7)."""
+    always at majority, whatever the store's concerns (harel_beanie.core.seqs, Rule 7)."""
     name = next(iter(cmd))
     return cmd[name] == "harel_counters" and "harel_beanie:schema" not in str(cmd)
 

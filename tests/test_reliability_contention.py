@@ -121,7 +121,7 @@ def check(client: pymongo.MongoClient[Any], db_name: str, ids: list[str], ledger
         all_seqs += [seq for seq, parent, _ in ledger.spawned if parent == exe_id] + [s["seq"] for s in doc["spawns"]]
         # timers: fired (and deleted) or still armed, exactly the winners', never both
         fired = {(p, at) for e, p, at in ledger.fired if e == exe_id}
-        from harel_beanie.keys import decode_path
+        from harel_beanie.core.keys import decode_path
 
         armed = {(decode_path(k), at) for k, at in doc.get("timers", {}).items()}
         assert not fired & armed

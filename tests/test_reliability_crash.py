@@ -78,8 +78,7 @@ from harel.spec.states import Event
 from pymongo.errors import ConnectionFailure
 
 from harel_beanie import AsyncMongoStore
-from harel_beanie.connect import RetryPolicy
-from harel_beanie.drivers import (
+from harel_beanie.ops.drivers import (
     EPOCH,
     AsyncWorkerDriver,
     Control,
@@ -89,10 +88,11 @@ from harel_beanie.drivers import (
     Timers,
     asnapshot,
 )
-from harel_beanie.embedded import EmbeddedServer
-from harel_beanie.loader import load_models
-from harel_beanie.stack import open_transport
-from harel_beanie.where import Target
+from harel_beanie.ops.embedded import EmbeddedServer
+from harel_beanie.ops.loader import load_models
+from harel_beanie.ops.stack import open_transport
+from harel_beanie.ops.where import Target
+from harel_beanie.store.connect import RetryPolicy
 from tests.crash_clock import ClockControl
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -43,9 +43,10 @@ from harel.engine.store.base import StoreConflict, TimerOp
 from harel.spec.states import Event
 from pymongo.errors import AutoReconnect, PyMongoError
 
-from harel_beanie import AsyncMongoStore, MongoStore, calls
-from harel_beanie.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
-from harel_beanie.embedded import EmbeddedServer
+from harel_beanie import AsyncMongoStore, MongoStore
+from harel_beanie.core import calls
+from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
+from harel_beanie.ops.embedded import EmbeddedServer
 from tests.both import BlockingAsyncStore
 from tests.wire import Recorder
 

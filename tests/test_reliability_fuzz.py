@@ -28,8 +28,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harel_beanie import AsyncMongoStore, MongoStore
-from harel_beanie.keys import decode_path
-from harel_beanie.listing import decode_cursor
+from harel_beanie.core.keys import decode_path
+from harel_beanie.core.listing import decode_cursor
 from tests.both import BlockingAsyncStore
 from tests.fuzz_strategies import (
     any_text,

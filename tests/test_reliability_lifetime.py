@@ -19,9 +19,10 @@ from harel.engine.store.base import StoreConflict, TimerOp
 from harel.spec.states import Event
 from pymongo.errors import AutoReconnect, DuplicateKeyError
 
-from harel_beanie import MongoStore, calls
-from harel_beanie.commit import COMMIT_TOKENS
-from harel_beanie.loader import load_models
+from harel_beanie import MongoStore
+from harel_beanie.core import calls
+from harel_beanie.core.commit import COMMIT_TOKENS
+from harel_beanie.ops.loader import load_models
 from tests.both import BlockingAsyncStore, make_store
 
 COMMIT_UPDATE = lambda c: (

@@ -16,7 +16,7 @@ from harel.engine.execution import Execution, Status
 from harel.engine.store.base import TimerOp
 
 from harel_beanie import bind, queries
-from harel_beanie.documents import ExecutionDocument
+from harel_beanie.core.documents import ExecutionDocument
 from tests.figures import Figures
 
 NOW = 1_800_000_000.0

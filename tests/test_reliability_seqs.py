@@ -1,4 +1,4 @@
-"""Seqs unique by construction: each clause of the argument in `harel_beanie.seqs`, tried on
+"""Seqs unique by construction: each clause of the argument in `harel_beanie.core.seqs`, tried on
 the real server with many store instances, frozen, stepped and skewed clocks, instances that
 outlive their lease, and harel's own counters beside them.
 
@@ -17,8 +17,9 @@ import pytest
 from harel.engine.execution import Execution
 from harel.spec.states import Event
 
-from harel_beanie import MongoStore, flows
-from harel_beanie.seqs import LEASE_SPAN_MS, LEASE_TTL_S, MS_SHIFT, NODES, SeqMint, lease_id, node_of
+from harel_beanie import MongoStore
+from harel_beanie.core import flows
+from harel_beanie.core.seqs import LEASE_SPAN_MS, LEASE_TTL_S, MS_SHIFT, NODES, SeqMint, lease_id, node_of
 from tests.wire import Recorder
 
 FROZEN_MS = 90_000_000_000  # a millisecond of the seq epoch (late 2026), the same for everyone

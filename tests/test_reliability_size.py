@@ -19,8 +19,8 @@ from harel.engine.execution import Execution
 from harel.spec.states import Event
 
 from harel_beanie import ExecutionTooLarge, MongoStore
-from harel_beanie.loader import load_models
-from harel_beanie.sizes import DEFAULT_TRACE_STEP_BYTES, MAX_DOCUMENT_BYTES, data_budget
+from harel_beanie.core.sizes import DEFAULT_TRACE_STEP_BYTES, MAX_DOCUMENT_BYTES, data_budget
+from harel_beanie.ops.loader import load_models
 
 MODEL = """
 event Note {}

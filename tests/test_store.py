@@ -15,8 +15,8 @@ from harel.engine.store.base import StoreConflict, TimerOp
 from harel.spec.states import Event
 
 from harel_beanie import AsyncMongoStore, ExecutionTooLarge, MongoStore, RetryPolicy, SchemaMismatch, StoreUnavailable
-from harel_beanie.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
-from harel_beanie.embedded import EmbeddedServer, free_port
+from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
+from harel_beanie.ops.embedded import EmbeddedServer, free_port
 
 AWKWARD = [
     "a.b",
@@ -171,7 +171,7 @@ def test_load_for_event_answers_both_in_one_read(either):
 
 
 def test_seqs_keep_increasing_per_execution_when_a_writer_clock_is_behind(mongo_url, db_name):
-    from harel_beanie.seqs import SeqMint
+    from harel_beanie.core.seqs import SeqMint
 
     ahead = MongoStore(pymongo.MongoClient(mongo_url), db_name)
     behind = MongoStore(pymongo.MongoClient(mongo_url), db_name)
@@ -258,7 +258,7 @@ def test_from_url_waits_for_a_server_that_starts_late(tmp_path):
 def test_a_commit_whose_reply_is_lost_is_resolved_by_its_token(mongo_url, db_name, client):
     from pymongo.errors import AutoReconnect
 
-    from harel_beanie import calls
+    from harel_beanie.core import calls
 
     class LosesOneReply(MongoStore):
         lose: list[str] = []

@@ -43,8 +43,9 @@ from harel.engine.execution import Execution, Status
 from harel.engine.store.base import TimerOp
 from harel.spec.states import Event
 
-from harel_beanie import AsyncMongoStore, MongoStore, flows
-from harel_beanie.commit import CommitRequest, plan_commit
+from harel_beanie import AsyncMongoStore, MongoStore
+from harel_beanie.core import flows
+from harel_beanie.core.commit import CommitRequest, plan_commit
 from tests.wire import Recorder
 
 ON_MONGOD = bool(os.environ.get("MONGODB_URL"))
@@ -203,7 +204,7 @@ async def test_async_load_for_event_is_one_round_trip(acounted: tuple[AsyncMongo
     assert [n for n, _ in rec.take()] == ["find"]
 
 
-# --- 1b. one relay read per pass (the argument is in harel_beanie.flows) -----------------------
+# --- 1b. one relay read per pass (the argument is in harel_beanie.core.flows) -----------------------
 
 
 def _finds(sent: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:

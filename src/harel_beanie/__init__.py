@@ -8,10 +8,8 @@ committed with one conditional update. The Beanie documents (`ExecutionDocument`
 `harel_beanie.testing` is a pytest plugin giving apps' tests a ready store.
 """
 
-from harel_beanie.async_store import AsyncMongoStore
-from harel_beanie.commit import DEFAULT_DEDUPE_WINDOW
-from harel_beanie.connect import RetryPolicy, mask_url
-from harel_beanie.documents import (
+from harel_beanie.core.commit import DEFAULT_DEDUPE_WINDOW
+from harel_beanie.core.documents import (
     DOCUMENT_MODELS,
     SCHEMA_VERSION,
     CounterDocument,
@@ -19,9 +17,11 @@ from harel_beanie.documents import (
     bind,
     document_models,
 )
-from harel_beanie.errors import ExecutionTooLarge, SchemaMismatch, StoreUnavailable
-from harel_beanie.settings import DEFAULT_WRITE_CONCERN
-from harel_beanie.sync_store import MongoStore
+from harel_beanie.core.errors import ExecutionTooLarge, SchemaMismatch, StoreUnavailable
+from harel_beanie.store.async_store import AsyncMongoStore
+from harel_beanie.store.connect import RetryPolicy, mask_url
+from harel_beanie.store.settings import DEFAULT_WRITE_CONCERN
+from harel_beanie.store.sync_store import MongoStore
 
 __all__ = [
     "AsyncMongoStore",

@@ -1,7 +1,7 @@
-"""`python -m harel_beanie`: the `harel-beanie` command line (see `harel_beanie.cli`)."""
+"""`python -m harel_beanie`: the `harel-beanie` command line (see `harel_beanie.ops.cli`)."""
 
 import sys
 
-from harel_beanie.cli import main
+from harel_beanie.ops.cli import main
 
 sys.exit(main())

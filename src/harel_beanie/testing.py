@@ -32,8 +32,8 @@ from typing import Any, AsyncIterator, Iterator
 
 import pytest
 
-from harel_beanie.async_store import AsyncMongoStore
-from harel_beanie.sync_store import MongoStore
+from harel_beanie.store.async_store import AsyncMongoStore
+from harel_beanie.store.sync_store import MongoStore
 
 ENV = "HAREL_BEANIE_TEST_STORE"
 CHOICES = ("memory", "server")
@@ -77,7 +77,7 @@ def harel_mongo_url() -> Iterator[str]:
     if url:
         yield url
         return
-    from harel_beanie.embedded import EmbeddedServer
+    from harel_beanie.ops.embedded import EmbeddedServer
 
     with EmbeddedServer() as server:
         yield server.url

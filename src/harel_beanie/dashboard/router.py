@@ -22,9 +22,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from harel_beanie import queries
+from harel_beanie.core.documents import bind
 from harel_beanie.dashboard import views
-from harel_beanie.documents import bind
-from harel_beanie.status import human_duration
+from harel_beanie.ops.status import human_duration
 
 TEMPLATES = Path(__file__).parent / "templates"
 MAX_PAGE = 500
@@ -81,7 +81,7 @@ def dashboard_router(
     name: str = "harel_dashboard",
 ) -> APIRouter:
     """The dashboard as a router (see the package docstring). `metrics`: a
-    `harel_beanie.metrics.StoreMetrics` to serve at `/metrics`, refreshed on each scrape.
+    `harel_beanie.telemetry.metrics.StoreMetrics` to serve at `/metrics`, refreshed on each scrape.
     `name` prefixes the route names; give each a different one to mount two dashboards (two
     databases, say) in one app."""
     if auth is None:

@@ -15,9 +15,9 @@ from typing import Any, Optional
 from pydantic import BaseModel
 
 from harel_beanie import queries
-from harel_beanie.documents import ExecutionDocument
-from harel_beanie.keys import decode_path
-from harel_beanie.seqs import minted_at
+from harel_beanie.core.documents import ExecutionDocument
+from harel_beanie.core.keys import decode_path
+from harel_beanie.core.seqs import minted_at
 
 Doc = type[ExecutionDocument]
 

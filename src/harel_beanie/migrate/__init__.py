@@ -7,7 +7,7 @@ The pieces, each in a module of its own:
 - one module per step (`adopt_harel_mongostore`: version 1 over harel's layout), listed in
   `steps.STEPS`;
 - `command`: `harel-beanie migrate up|down|status`, parsed by the package's one command
-  line (`harel_beanie.cli`) with the same `--url`/`--db`/`--prefix` rules as every command;
+  line (`harel_beanie.ops.cli`) with the same `--url`/`--db`/`--prefix` rules as every command;
   `python -m harel_beanie.migrate ...` and `main(argv)` below run the same.
 
 Beanie's CLI runs the same steps: each file in `migrations/` is a Beanie migration whose
@@ -38,7 +38,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """`harel-beanie migrate` with `argv` (default: this process's arguments). Exit status:
     0 done, 1 the migration refused or failed (the message says why; re-running resumes),
     2 bad arguments or no server."""
-    from harel_beanie import cli
+    from harel_beanie.ops import cli
 
     return cli.main(["migrate", *(sys.argv[1:] if argv is None else argv)])
 

@@ -22,12 +22,12 @@ from harel.engine.execution import Execution
 from pydantic import ValidationError
 from pymongo import DeleteOne, UpdateOne
 
-from harel_beanie import records
-from harel_beanie.commit import summary_fields
-from harel_beanie.documents import LAYOUT_1_INDEXES, SCHEMA_MARKER_ID, ExecutionDocument, index_models
-from harel_beanie.keys import harel_timer_key
+from harel_beanie.core import records
+from harel_beanie.core.commit import summary_fields
+from harel_beanie.core.documents import LAYOUT_1_INDEXES, SCHEMA_MARKER_ID, ExecutionDocument, index_models
+from harel_beanie.core.keys import harel_timer_key
+from harel_beanie.core.seqs import EPOCH_MS, HAREL_SEQ_COUNTERS, NODE_BITS, SEQ_BITS
 from harel_beanie.migrate.engine import MigrationError, Migrator, Step
-from harel_beanie.seqs import EPOCH_MS, HAREL_SEQ_COUNTERS, NODE_BITS, SEQ_BITS
 
 # harel's MongoStore: the seq counter of each pending array, its per-execution trace counter
 _HAREL_SEQ_COUNTERS = dict(zip(("outbox", "spawns"), HAREL_SEQ_COUNTERS))
@@ -151,7 +151,7 @@ class AdoptHarelLayout(Step):
 
 
 def _mint_floor(m: Migrator) -> int:
-    """The smallest seq this store can mint from now on (see `harel_beanie.seqs`)."""
+    """The smallest seq this store can mint from now on (see `harel_beanie.core.seqs`)."""
     return (m.clock_ms() - EPOCH_MS) << (NODE_BITS + SEQ_BITS)
 
 

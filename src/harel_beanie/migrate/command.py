@@ -1,6 +1,6 @@
 """`harel-beanie migrate up|down|status`: the migration engine from the command line.
 
-Why this module exists: `harel_beanie.cli` parses the flags and `harel_beanie.where`
+Why this module exists: `harel_beanie.ops.cli` parses the flags and `harel_beanie.ops.where`
 resolves the server, database and prefix, as for every command; this module turns the
 action into `Migrator` calls, prints what each step did, and turns what can go wrong during
 a migration into one line: a refusal or failure (exit 1: the message says what to do, and
@@ -14,12 +14,12 @@ from typing import Any
 
 from pymongo.errors import PyMongoError
 
-from harel_beanie.cli import CommandFailed
-from harel_beanie.connect import driver_message
-from harel_beanie.documents import SCHEMA_VERSION
+from harel_beanie.core.documents import SCHEMA_VERSION
 from harel_beanie.migrate.engine import BATCH_SIZE, MigrationError, Migrator
-from harel_beanie.stack import open_client
-from harel_beanie.where import ConfigError, Target
+from harel_beanie.ops.cli import CommandFailed
+from harel_beanie.ops.stack import open_client
+from harel_beanie.ops.where import ConfigError, Target
+from harel_beanie.store.connect import driver_message
 
 RESUME = "run the same command again to resume"
 
@@ -42,7 +42,7 @@ async def run(args: Any, target: Target) -> None:
 
 
 def main(args: Any, target: Target) -> int:
-    """Run `args.action` against `target` (see `harel_beanie.cli` for the flags)."""
+    """Run `args.action` against `target` (see `harel_beanie.ops.cli` for the flags)."""
     if args.to is not None and args.action == "status":
         raise ConfigError("--to goes with up or down")
     if args.to is not None and not 0 <= args.to <= SCHEMA_VERSION:

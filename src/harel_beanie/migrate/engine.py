@@ -38,8 +38,8 @@ from harel.engine.schema import DEFAULT_PREFIX, Names
 from pymongo import UpdateOne
 from pymongo.errors import CursorNotFound
 
-from harel_beanie.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
-from harel_beanie.settings import DEFAULT_WRITE_CONCERN
+from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
+from harel_beanie.store.settings import DEFAULT_WRITE_CONCERN
 
 log = logging.getLogger("harel_beanie.migrate")
 
@@ -48,7 +48,7 @@ BATCH_SIZE = 500
 #: The counters-collection document recording a step in progress and its last finished batch.
 PROGRESS_ID = "harel_beanie:migration"
 #: The environment variable the Beanie migration files read the batch size from (the prefix
-#: comes from `HAREL_PREFIX`, as for every command: see `harel_beanie.where`).
+#: comes from `HAREL_PREFIX`, as for every command: see `harel_beanie.ops.where`).
 BATCH_ENV = "HAREL_MIGRATE_BATCH_SIZE"
 #: How many times a batch re-reads documents a concurrent writer moved before giving up.
 GUARD_ATTEMPTS = 5
@@ -372,7 +372,7 @@ async def run_beanie_step(version: int, direction: str) -> StepReport:
     Beanie's CLI has no option for it)."""
     from beanie.migrations.database import DBHandler
 
-    from harel_beanie.where import ConfigError, prefix_from
+    from harel_beanie.ops.where import ConfigError, prefix_from
 
     db = DBHandler.get_db()
     if db is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from harel_beanie.documents import LAYOUT_1_INDEXES, SCHEMA_MARKER_ID, ExecutionDocument, index_models
+from harel_beanie.core.documents import LAYOUT_1_INDEXES, SCHEMA_MARKER_ID, ExecutionDocument, index_models
 from harel_beanie.migrate.engine import Migrator, Step
 
 _INDEXES = index_models(ExecutionDocument)

@@ -7,7 +7,7 @@ version adds its module here, its file in `migrations/`, and raises `SCHEMA_VERS
 
 from __future__ import annotations
 
-from harel_beanie.documents import SCHEMA_VERSION
+from harel_beanie.core.documents import SCHEMA_VERSION
 from harel_beanie.migrate.adopt_harel_mongostore import AdoptHarelLayout
 from harel_beanie.migrate.engine import Step
 from harel_beanie.migrate.pending_flag import PendingFlag

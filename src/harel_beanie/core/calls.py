@@ -1,0 +1,106 @@
+"""The I/O vocabulary: the database calls a store operation asks its store to make.
+
+Each store operation is written once, in `harel_beanie.core.flows`, as a generator that yields
+these calls and receives their results. The sync store makes each call with PyMongo's
+`MongoClient`, the async store awaits it with `AsyncMongoClient` (or Motor), both through
+`harel_beanie.core.dispatch`; neither holds any logic of its own. The result each call sends
+back is given on the class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Generator, Literal, Optional, TypeVar, Union
+
+# "confirm" is the executions collection read at the level writes are acknowledged at (the
+# reads that decide a commit landed or an event was seen); "leases" is the counters
+# collection at majority, whatever the store's concerns (the seq leases, harel_beanie.core.seqs)
+Target = Literal["executions", "confirm", "counters", "leases"]
+
+
+@dataclass(frozen=True)
+class FindOne:
+    """-> the document (a dict) or None."""
+
+    target: Target
+    filter: dict[str, Any]
+    projection: Optional[dict[str, Any]] = None
+
+
+@dataclass(frozen=True)
+class Find:
+    """-> a list of documents."""
+
+    target: Target
+    filter: dict[str, Any]
+    projection: Optional[dict[str, Any]] = None
+    sort: Optional[list[tuple[str, int]]] = None
+    limit: int = 0
+
+
+@dataclass(frozen=True)
+class InsertOne:
+    """-> None; raises DuplicateKeyError when the `_id` is taken."""
+
+    target: Target
+    document: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class UpdateOne:
+    """-> the matched count (0 or 1). `update` may be an aggregation pipeline (a list)."""
+
+    target: Target
+    filter: dict[str, Any]
+    update: Union[dict[str, Any], list[dict[str, Any]]]
+    upsert: bool = False
+
+
+@dataclass(frozen=True)
+class UpdateMany:
+    """-> the matched count."""
+
+    target: Target
+    filter: dict[str, Any]
+    update: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ReplaceOne:
+    """-> the matched count (0 or 1)."""
+
+    target: Target
+    filter: dict[str, Any]
+    replacement: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class DeleteOne:
+    """-> the deleted count (0 or 1)."""
+
+    target: Target
+    filter: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Increment:
+    """`find_one_and_update` with `$inc` and upsert -> the counter document after it, or
+    None (SecantusDB may answer None to a concurrent first upsert)."""
+
+    target: Target
+    id: str
+    field: str
+    by: int = 1
+
+
+@dataclass(frozen=True)
+class CreateIndexes:
+    """-> None; creates the indexes declared on the document classes (idempotent)."""
+
+    target: Target
+    indexes: list[Any] = field(default_factory=list)
+
+
+Call = Union[FindOne, Find, InsertOne, UpdateOne, ReplaceOne, UpdateMany, DeleteOne, Increment, CreateIndexes]
+T = TypeVar("T")
+Flow = Generator[Call, Any, T]

@@ -1,0 +1,92 @@
+"""How a store makes a flow's calls, written once for the sync and the async store.
+
+Running a flow is the same in both stores but for waiting: resume the flow with the last
+reply (or throw the driver's error into it), take its next call, make that call on the
+collection it targets. `FlowRun` is the first half and `start` the second: the collection
+method each call is made with and what its answer becomes. `MongoStore` calls the method
+and has the answer; `AsyncMongoStore` awaits it. A `Find` answers with a cursor, which
+each store drains its own way (`list(cursor)`, `await cursor.to_list(None)`).
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter
+from typing import Any, Callable, Generic, Optional
+
+from pymongo import ReturnDocument
+
+from harel_beanie.core import calls
+from harel_beanie.core.calls import Flow, T
+
+
+class FlowRun(Generic[T]):
+    """One flow being run: `next_call` resumes it with the reply to its last call (or the
+    error that call raised) and returns its next call, or None once it has returned;
+    its return value is then `result`."""
+
+    result: T
+
+    def __init__(self, flow: Flow[T]) -> None:
+        self._flow = flow
+        self._reply: Any = None
+        self._error: Optional[BaseException] = None
+
+    def next_call(self) -> Optional[calls.Call]:
+        reply, error, self._reply, self._error = self._reply, self._error, None, None
+        try:
+            return self._flow.send(reply) if error is None else self._flow.throw(error)
+        except StopIteration as done:
+            self.result = done.value
+            return None
+
+    def reply(self, value: Any) -> None:
+        """What the last call returned."""
+        self._reply = value
+
+    def fail(self, error: BaseException) -> None:
+        """What the last call raised (a driver error), thrown into the flow."""
+        self._error = error
+
+
+def _as_is(answer: Any) -> Any:
+    return answer
+
+
+def _nothing(answer: Any) -> None:
+    return None
+
+
+_matched = attrgetter("matched_count")
+_deleted = attrgetter("deleted_count")
+
+
+def start(coll: Any, c: calls.Call) -> tuple[Any, Callable[[Any], Any]]:
+    """Make call `c` on `coll`, a collection of any client with PyMongo's API (PyMongo's
+    sync or async client, Motor, mongomock): the driver's answer (awaitable on an async
+    client; a cursor for a `Find`), and what turns the settled answer into the reply the
+    flow expects (see `harel_beanie.core.calls`)."""
+    if isinstance(c, calls.FindOne):
+        return coll.find_one(c.filter, c.projection), _as_is
+    if isinstance(c, calls.Find):
+        cursor = coll.find(c.filter, c.projection)
+        if c.sort:
+            cursor = cursor.sort(c.sort)
+        if c.limit:
+            cursor = cursor.limit(c.limit)
+        return cursor, _as_is
+    if isinstance(c, calls.UpdateOne):
+        return coll.update_one(c.filter, c.update, upsert=c.upsert), _matched
+    if isinstance(c, calls.InsertOne):
+        return coll.insert_one(c.document), _nothing
+    if isinstance(c, calls.ReplaceOne):
+        return coll.replace_one(c.filter, c.replacement), _matched
+    if isinstance(c, calls.UpdateMany):
+        return coll.update_many(c.filter, c.update), _matched
+    if isinstance(c, calls.DeleteOne):
+        return coll.delete_one(c.filter), _deleted
+    if isinstance(c, calls.Increment):
+        inc = {"$inc": {c.field: c.by}}
+        return coll.find_one_and_update({"_id": c.id}, inc, upsert=True, return_document=ReturnDocument.AFTER), _as_is
+    if isinstance(c, calls.CreateIndexes):
+        return (coll.create_indexes(c.indexes) if c.indexes else None), _nothing
+    raise TypeError(f"unknown call {c!r}")

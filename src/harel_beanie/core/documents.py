@@ -1,0 +1,289 @@
+"""The schema: the Beanie documents this store keeps, their indexes and the projections it reads.
+
+Everything else in the package (both stores, the migrations, the dashboard queries) takes
+collection names, field names, indexes and projections from here, so the layout is declared
+once. The field names of the executions document are harel's own MongoStore's, so a database
+that store wrote opens as it is; the fields this store adds are all optional, so a document
+that lacks them still loads and advances.
+
+Collections are named by harel's `Names(prefix)`. Beanie binds a document class to one
+collection, so `bind(prefix)` builds (once per prefix) a subclass whose only difference is the
+collection name; the classes exported at module level are those of the default prefix.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import lru_cache
+from typing import Any, ClassVar, Optional, Union
+
+from beanie import Document
+from beanie.odm.utils.projection import get_projection
+from harel.engine.schema import DEFAULT_PREFIX, Names
+from pydantic import BaseModel, ConfigDict, Field
+from pymongo import ASCENDING, IndexModel
+
+from harel_beanie.core.keys import ANY_TIME
+
+#: The layout version this package writes and reads; recorded in the counters collection.
+#: Bump it with every migration in migrations/. Version 2: the `pending` flag and the partial
+#: pending-work indexes (`hb_pending`, `hb_timer_pending`) in place of `LAYOUT_1_INDEXES`.
+SCHEMA_VERSION = 2
+
+#: The filter selecting the documents that hold outbox entries or spawns (see `pending`).
+PENDING: dict[str, Any] = {"pending": True}
+
+#: The `_id` of the counters-collection document holding the recorded layout version.
+SCHEMA_MARKER_ID = "harel_beanie:schema"
+#: The `_id` of the counter that spreads store instances over the seq nodes when they take
+#: a lease (each node's lease has a document of its own: `harel_beanie.core.seqs.lease_id`).
+NODE_COUNTER_ID = "harel_beanie:node"
+
+
+class OutboxItem(BaseModel):
+    """A deferred event awaiting delivery (harel's `OutboxEntry`, `event` as its JSON)."""
+
+    seq: int
+    target_id: Optional[str] = None
+    event: str
+
+
+class SpawnItem(BaseModel):
+    """A pending child creation (harel's `SpawnEntry`). This store writes `context` as JSON
+    text, because a user's keys may hold `.` or start with `$`; harel's store wrote a dict."""
+
+    seq: int
+    parent_id: str
+    child_id: str
+    root_path: str
+    context: Union[str, dict[str, Any]]
+
+
+class SummaryFields(BaseModel):
+    """harel's `ExecutionSummary` but its version, as the executions document holds it: the
+    key, the definition, and the summary fields this store copies out of `data` at each
+    commit (`commit.summary_fields`) so that listings and dashboards never parse `data`.
+    Those copies are optional: a document harel's store wrote has none until it is written
+    again or migrated. The executions document and the listing rows derive from this."""
+
+    id: str = Field(alias="_id")
+    definition_id: str
+    status: Optional[str] = None
+    outcome: Optional[str] = None
+    active_path: Optional[str] = None
+    parent_id: Optional[str] = None
+    finished_at: Optional[float] = None
+
+
+class ExecutionDocument(Document, SummaryFields):
+    """One execution and everything that must commit atomically with it.
+
+    Its `_id`, `definition_id`, `version`, `data`, `outbox`, `spawns`, `processed`, `timers`
+    and `trace` are harel's MongoStore layout. The rest is what this store adds so that
+    listing, sweeps and dashboards are served by indexes instead of parsing `data`: copies
+    of the execution's summary fields (`SummaryFields`, and its creation and update times),
+    a lower bound of its earliest timer, the count of trace steps ever written and the
+    highest seq it has issued."""
+
+    # (mypy sees Beanie's `model_config` as an instance variable, pydantic's as a class one)
+    model_config = ConfigDict(extra="allow")  # type: ignore[misc]
+
+    id: str = Field(alias="_id")  # type: ignore[assignment]  # Beanie's own `id` is an ObjectId
+    version: int
+    data: str  # the Execution as JSON, exactly what harel's `Execution.model_dump_json` gives
+    outbox: list[OutboxItem] = []
+    spawns: list[SpawnItem] = []
+    processed: list[str] = []  # dedupe window: the most recent event ids handled
+    timers: dict[str, float] = {}  # encoded node path -> fire_at (see harel_beanie.paths)
+    trace: list[dict[str, Any]] = []
+
+    created_at: Optional[float] = None
+    updated_at: Optional[float] = None
+    finished_on: Optional[datetime] = None  # `finished_at` as a date: what a TTL index expires
+    next_fire: Optional[float] = None  # <= every armed timer's fire_at; absent (never null) when none
+    trace_n: int = 0  # trace steps ever appended; stamps the 0-based index of a ring entry
+    seq_hi: Optional[int] = None  # the highest outbox/spawn seq this execution has issued
+    commit_tokens: list[str] = []  # random ids of the last commits (see harel_beanie.core.commit)
+    born: Optional[str] = None  # the token of the commit that created this incarnation
+    buried: list[str] = []  # `born` of earlier incarnations of this id, purged (see flows)
+    # true exactly while `outbox` or `spawns` holds an entry, absent otherwise: set by the
+    # commit that adds entries, cleared by the write that removes the last (an update
+    # pipeline recomputes it; see flows.ack_outbox). The one index the relays read.
+    pending: Optional[bool] = None
+
+    class Settings:
+        name = Names(DEFAULT_PREFIX).executions
+        use_state_management = False
+        validate_on_save = False
+        # Each index below names the read it serves; bench/RESULTS.md gives what it costs.
+        indexes: ClassVar[list[IndexModel]] = [
+            # list_executions(definition_id=...) pages by _id; dashboards per model
+            IndexModel([("definition_id", ASCENDING), ("_id", ASCENDING)], name="hb_definition"),
+            # list_executions(status=...) pages by _id
+            IndexModel([("status", ASCENDING), ("_id", ASCENDING)], name="hb_status"),
+            # "failed in the last hour, newest first", "running but silent for too long"
+            IndexModel([("status", ASCENDING), ("updated_at", ASCENDING)], name="hb_status_updated"),
+            # roots_only (parent_id null) and the children of an execution
+            IndexModel([("parent_id", ASCENDING), ("_id", ASCENDING)], name="hb_parent"),
+            # The pending-work indexes are partial: a document has a key in them only while it
+            # holds that work, so the many documents holding none write no key there on any
+            # commit (and, on SecantusDB, skip their upkeep). Every read of pending work names
+            # the filter (`PENDING`, `ANY_TIME`), so the server may use them.
+            # One index for outbox entries and spawns: the relay reads both in one round trip;
+            # ack_outbox / ack_spawn without an owner hint; purge finds the entries addressed
+            # to the purged execution among these documents
+            IndexModel([("pending", ASCENDING)], name="hb_pending", partialFilterExpression=PENDING),
+            # due_timers reads only documents with a timer due by now
+            IndexModel(
+                [("next_fire", ASCENDING)], name="hb_timer_pending", partialFilterExpression={"next_fire": ANY_TIME}
+            ),
+        ]
+
+
+#: The pending-work indexes of layout version 1 (full, not partial: a key for every document,
+#: even one holding no work). Layout version 2 replaced them; its migration drops them on the
+#: way up and creates them again on the way down.
+LAYOUT_1_INDEXES: list[IndexModel] = [
+    IndexModel([("outbox.seq", ASCENDING)], name="hb_outbox_seq"),
+    IndexModel([("spawns.seq", ASCENDING)], name="hb_spawn_seq"),
+    IndexModel([("next_fire", ASCENDING)], name="hb_next_fire", sparse=True),
+]
+
+
+class Tombstone(BaseModel):
+    """What a purged execution leaves under its id (a document with only `_id` and `tomb`):
+    it holds the id, so a late or re-sent creation can't bring the execution back."""
+
+    at: float  # when it was purged (epoch seconds)
+    buried: list[str] = []  # the creation tokens of every incarnation purged under this id
+
+
+class CounterDocument(Document):
+    """harel's counters collection. harel's MongoStore keeps its global outbox/spawn seq
+    counters here; this store keeps its layout version and its seq node counter."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(alias="_id")  # type: ignore[assignment]
+    n: int = 0
+
+    class Settings:
+        name = Names(DEFAULT_PREFIX).counters
+        use_state_management = False
+
+
+# --- projection models: what each read fetches, never more -------------------------------------
+
+
+class LoadView(BaseModel):
+    """`load`: the snapshot only."""
+
+    data: str
+
+
+class VersionView(BaseModel):
+    """The CAS loser's question: where is the stored version now?"""
+
+    id: str = Field(alias="_id")
+    version: Optional[int] = None
+    seq_hi: Optional[int] = None
+    commit_tokens: list[str] = []
+    tomb: Optional[Tombstone] = None
+
+
+class SummaryView(SummaryFields):
+    """A row of `list_executions`: harel's `ExecutionSummary`, read from promoted fields."""
+
+    version: int = 0
+
+
+class LegacySummaryView(SummaryView):
+    """A listing row that may come from a document harel's store wrote (no promoted
+    fields yet), so the summary falls back to `data`."""
+
+    data: Optional[str] = None
+
+
+class OutboxView(BaseModel):
+    """`pending_outbox`: the entries, and the holder's parent, which decides whether the
+    holder is in the tree a scoped relay asked for (`pending_outbox(within=...)`)."""
+
+    id: str = Field(alias="_id")
+    parent_id: Optional[str] = None
+    outbox: list[OutboxItem] = []
+
+
+class PendingView(BaseModel):
+    """A relay pass's one read: both kinds of entry of a document holding any, and the
+    holder's parent (a scoped relay's tree, as for `OutboxView`)."""
+
+    id: str = Field(alias="_id")
+    parent_id: Optional[str] = None
+    outbox: list[OutboxItem] = []
+    spawns: list[SpawnItem] = []
+
+
+class SpawnView(BaseModel):
+    """`pending_spawns`, as `OutboxView`."""
+
+    id: str = Field(alias="_id")
+    parent_id: Optional[str] = None
+    spawns: list[SpawnItem] = []
+
+
+class TimerView(BaseModel):
+    id: str = Field(alias="_id")
+    version: int = 0
+    timers: dict[str, float] = {}
+    next_fire: Optional[float] = None
+
+
+class TraceView(BaseModel):
+    trace: list[dict[str, Any]] = []
+    trace_n: Optional[int] = None
+
+
+def projection(model: type[BaseModel]) -> dict[str, Any]:
+    """The find projection of a projection model, as Beanie's `.project(model)` builds it."""
+    proj = get_projection(model)
+    assert proj is not None, model
+    return dict(proj)
+
+
+@lru_cache(maxsize=None)
+def bind(prefix: str = DEFAULT_PREFIX) -> tuple[type[ExecutionDocument], type[CounterDocument]]:
+    """The document classes for the collections under `prefix` (validated as harel does).
+
+    Pass them to your own `init_beanie(document_models=[...])` to query the store's data
+    with Beanie; the stores use the same classes."""
+    names = Names(prefix)  # raises ValueError on a prefix harel would refuse
+    if prefix == DEFAULT_PREFIX:
+        return ExecutionDocument, CounterDocument
+    stem = "".join(part.capitalize() for part in prefix.split("_")) or "Prefixed"
+
+    def subclass(base: type[Document], collection: str) -> Any:
+        cls_name = f"{stem}{base.__name__}"
+        # pydantic wants nested classes to look as if declared in the class body
+        settings = type(
+            "Settings",
+            (base.Settings,),  # type: ignore[attr-defined]
+            {"name": collection, "__qualname__": f"{cls_name}.Settings", "__module__": __name__},
+        )
+        return type(cls_name, (base,), {"Settings": settings, "__module__": __name__, "__qualname__": cls_name})
+
+    return subclass(ExecutionDocument, names.executions), subclass(CounterDocument, names.counters)
+
+
+def index_models(doc: type[Document]) -> list[IndexModel]:
+    """The indexes declared on a document class (Beanie's `Settings.indexes`)."""
+    return list(getattr(doc.Settings, "indexes", []))  # type: ignore[attr-defined]
+
+
+def document_models(prefix: str = DEFAULT_PREFIX) -> list[type[Document]]:
+    """The store's document classes for `prefix`, to add to the app's own
+    `init_beanie(document_models=[*my_models, *document_models()])`."""
+    return list(bind(prefix))
+
+
+#: The store's document classes for the default prefix (`document_models()`).
+DOCUMENT_MODELS: list[type[Document]] = document_models()

@@ -1,0 +1,207 @@
+"""The commit: one conditional write, and how a lost reply or a refusal is resolved.
+
+What the write holds is planned, with no I/O, by `harel_beanie.core.commit`; this flow mints
+its seqs, sends it, and when it did not land (or its reply was lost) reads back why and
+decides: landed after all, send again, mint above a higher seq floor, replace a tombstone
+(a reused id), or a `StoreConflict`. A refusal for size becomes an `ExecutionTooLarge`
+that names what is large. `append_trace`, the one other write to an execution outside a
+commit, sits here because it shares the commit's trace ring and tombstone guard.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, Optional
+
+import bson
+from harel.engine.execution import Execution
+from harel.engine.store.base import StoreConflict
+from pymongo.errors import (
+    ConnectionFailure,
+    DocumentTooLarge,
+    DuplicateKeyError,
+    ExecutionTimeout,
+    PyMongoError,
+    WriteError,
+)
+
+from harel_beanie.core.calls import FindOne, Flow, InsertOne, ReplaceOne, UpdateOne
+from harel_beanie.core.commit import CommitPlan, CommitRequest, append_trace_update, plan_commit
+from harel_beanie.core.documents import VersionView, projection
+from harel_beanie.core.errors import ExecutionTooLarge
+from harel_beanie.core.flows.leases import mint_seqs
+from harel_beanie.core.flows.state import StoreState
+from harel_beanie.core.keys import require_str
+from harel_beanie.core.sizes import MAX_DOCUMENT_BYTES, data_budget, reserved_bytes
+
+# the server's codes for a document or update over the size limit
+_TOO_LARGE_CODES = {10334, 17419, 17420, 13134}
+UNKNOWN_OUTCOME_RETRIES = 3  # re-sends of a commit whose reply was lost and that did not land
+_TOMB_TRIES = 3  # replacements of a tombstone that keeps changing (purges racing) before a conflict
+NOT_A_TOMBSTONE = {"tomb": {"$exists": False}}
+
+
+def commit(st: StoreState, request: CommitRequest) -> Flow[list[int]]:
+    """One write: the CAS update (or the insert of a new execution). A second round trip
+    happens only when the write did not land, or its reply was lost, to learn why.
+
+    A lost reply (the connection dropped, the server timed the operation out) leaves
+    the outcome unknown: the write may have been applied. The rule: the commit is reported
+    as landed if its token is among the execution's last `COMMIT_TOKENS` commit tokens (or
+    a tombstone's buried creations) when read back, whoever committed after it; if the
+    stored version is still the loaded one it was not applied and is sent again (the CAS
+    admits one application); otherwise it is a `StoreConflict`."""
+    floor = 0
+    retries_left = UNKNOWN_OUTCOME_RETRIES
+    unsure: dict[str, CommitPlan] = {}  # sends whose outcome we never learned, by token
+    plan: Optional[CommitPlan] = None
+    over: Optional[dict[str, Any]] = None  # a purged incarnation's tombstone the creation replaces
+    tomb_tries = _TOMB_TRIES
+    exe = request.exe
+    while True:
+        if plan is None:
+            plan = yield from _plan(st, request, floor)
+        landed, lost = yield from _send(st, exe, plan, over)
+        if lost is not None:
+            unsure[plan.token] = plan
+        if landed:
+            return _landed(st, exe, plan)
+        found = yield from _read_version(exe.id, lost)
+        mine = _token_found(found, unsure)
+        if mine is not None:
+            # an earlier send landed, perhaps after we stopped waiting for it, perhaps
+            # followed by other commits, or by a purge
+            return _landed(st, exe, unsure[mine])
+        tomb = None if found is None else found.get("tomb")
+        if tomb is not None and plan.insert is not None:
+            # a creation meeting a tombstone: ours never landed (its token would be buried
+            # there), so replace that tombstone, sent like any write (lost replies included)
+            if lost is not None:
+                if not retries_left:
+                    raise lost
+                retries_left -= 1
+            elif not tomb_tries:
+                raise StoreConflict(exe.id, expected=plan.old_version, found=None)
+            else:
+                tomb_tries -= 1  # the tombstone changed under us (another purge): look again
+            over = tomb
+            continue
+        stored = None if found is None or tomb is not None else found.get("version")
+        expected = None if plan.insert is not None else plan.old_version
+        if lost is not None and stored == expected:
+            if not retries_left:
+                raise lost
+            retries_left -= 1
+            continue  # not applied (yet): send the same write again; the CAS admits one
+        hi = None if found is None else found.get("seq_hi")
+        if plan.insert is None and stored == plan.old_version and hi is not None and hi > floor:
+            floor = hi  # our clock is behind this execution's last seq: mint above it, retry
+            plan = None
+            continue
+        raise StoreConflict(exe.id, expected=plan.old_version, found=stored)
+
+
+def _plan(st: StoreState, request: CommitRequest, floor: int) -> Flow[CommitPlan]:
+    """Mint the commit's seqs above `floor` and plan its write, refused before it is sent
+    if the execution would not fit once the store's own additions are full."""
+    seqs = yield from mint_seqs(st, len(request.emits) + len(request.spawns), above=floor)
+    plan = plan_commit(
+        request, seqs=seqs, trace_max=st.trace_max, trace_step_bytes=st.trace_step_bytes, dedupe_window=st.dedupe_window
+    )
+    _check_budget(st, request.exe, plan)
+    return plan
+
+
+def _send(
+    st: StoreState, exe: Execution, plan: CommitPlan, over: Optional[dict[str, Any]]
+) -> Flow[tuple[bool, Optional[PyMongoError]]]:
+    """Send the planned write once: whether it landed, and the error that lost its reply
+    if one did (it may have landed then). `over` is the tombstone a creation replaces."""
+    try:
+        if plan.insert is None:
+            return (yield UpdateOne("executions", plan.filter, plan.update)) == 1, None
+        if over is None:
+            yield InsertOne("executions", plan.insert)
+            return True, None
+        # the id was purged before: a creation (harel's create of a reused id)
+        # replaces exactly the tombstone read, carrying its buried creations on
+        replacement = {**plan.insert, "buried": over.get("buried", [])}
+        return (yield ReplaceOne("executions", {"_id": exe.id, "tomb": over}, replacement)) == 1, None
+    except DuplicateKeyError:
+        return False, None  # a concurrent creator won the insert, an earlier send of ours did, or a tombstone
+    except DocumentTooLarge:
+        raise (yield from _too_large(st, exe, plan)) from None
+    except WriteError as err:
+        if err.code in _TOO_LARGE_CODES:
+            raise (yield from _too_large(st, exe, plan)) from None
+        raise
+    except (ConnectionFailure, ExecutionTimeout) as err:
+        return False, err
+
+
+def _token_found(found: Optional[Mapping[str, Any]], unsure: Mapping[str, CommitPlan]) -> Optional[str]:
+    """The token of one of our unsure sends that the stored document shows landed."""
+    if found is None or not unsure:
+        return None
+    seen = list(found.get("commit_tokens") or ()) + list((found.get("tomb") or {}).get("buried") or ())
+    return next((t for t in seen if t in unsure), None)
+
+
+def _landed(st: StoreState, exe: Execution, plan: CommitPlan) -> list[int]:
+    exe.version = plan.old_version + 1
+    st.remember({s: exe.id for s in plan.seqs + plan.spawn_seqs})
+    return plan.seqs
+
+
+def _read_version(execution_id: str, lost: Optional[PyMongoError]) -> Flow[Optional[dict[str, Any]]]:
+    """The stored version, seq floor, recent commit tokens (or the tombstone), read at the
+    `confirm` level: it may decide that a commit landed. After a lost reply the server may
+    still be unreachable for a moment: try a few times before giving up with the original
+    error (the caller then knows nothing was confirmed, and harel redelivers)."""
+    attempts = UNKNOWN_OUTCOME_RETRIES + 1 if lost is not None else 1
+    for attempt in range(attempts):
+        try:
+            return (yield FindOne("confirm", {"_id": execution_id}, projection(VersionView)))
+        except (ConnectionFailure, ExecutionTimeout):
+            if attempt == attempts - 1:
+                if lost is not None:
+                    raise lost from None
+                raise
+    return None
+
+
+def _check_budget(st: StoreState, exe: Execution, plan: CommitPlan) -> None:
+    """Refuse, before sending, an execution whose own JSON takes more than the store leaves
+    it once its trace ring and dedupe window are full, naming what is large."""
+    budget = data_budget(st.trace_max, st.trace_step_bytes, st.dedupe_window)
+    if plan.data_bytes > budget:
+        parts = {"the execution's JSON": plan.data_bytes, "of which its context": _json_bytes(exe.context)}
+        raise ExecutionTooLarge(exe.id, plan.data_bytes, budget, parts=parts, reserved=MAX_DOCUMENT_BYTES - budget)
+
+
+def _too_large(st: StoreState, exe: Execution, plan: CommitPlan) -> Flow[ExecutionTooLarge]:
+    """The server refused the commit for the document's size: read what the document holds
+    now (one more round trip, on this failure only) to say which part is large."""
+    parts = {"the execution's JSON": plan.data_bytes, "this commit's new outbox entries and spawns": plan.new_bytes}
+    held = {
+        "outbox": "pending outbox",
+        "spawns": "pending spawns",
+        "trace": "trace ring",
+        "processed": "dedupe window",
+        "timers": "timers",
+    }
+    doc = yield FindOne("executions", {"_id": exe.id}, {key: 1 for key in held})
+    for key, name in held.items():
+        if doc and doc.get(key):
+            parts[name] = len(bson.encode({"v": doc[key]}))
+    reserved = reserved_bytes(st.trace_max, st.trace_step_bytes, st.dedupe_window)
+    return ExecutionTooLarge(exe.id, sum(parts.values()), MAX_DOCUMENT_BYTES, parts=parts, reserved=reserved)
+
+
+def _json_bytes(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), default=str).encode())
+
+
+def append_trace(st: StoreState, execution_id: str, entry: dict[str, Any]) -> Flow[None]:
+    query = {"_id": require_str("execution id", execution_id), **NOT_A_TOMBSTONE}
+    yield UpdateOne("executions", query, append_trace_update(entry, st.trace_max, st.trace_step_bytes))

@@ -1,0 +1,51 @@
+"""Purge: the execution replaced by its tombstone, and the entries addressed to it pulled.
+
+A purge is final (see `harel_beanie.core.flows`): the tombstone keeps the id, and the creation
+tokens of the incarnations it buried, so a late or re-sent creation can't bring the
+execution back and a writer whose creation reply was lost still learns it landed.
+"""
+
+from __future__ import annotations
+
+from harel_beanie.core.calls import DeleteOne, Find, FindOne, Flow, ReplaceOne
+from harel_beanie.core.documents import PENDING
+from harel_beanie.core.flows.relays import remove_entries
+from harel_beanie.core.flows.state import StoreState
+from harel_beanie.core.keys import ANY_SEQ, require_int, require_str
+
+_BURIED_MAX = 64  # creation tokens a tombstone keeps (incarnations of one reused id)
+
+
+def purge(st: StoreState, execution_id: str, expected_version: int) -> Flow[bool]:
+    """Replace the execution, if still at `expected_version`, by its tombstone (see
+    `harel_beanie.core.flows`), then pull the entries other executions addressed to it. A purge of
+    an execution that moved on touches nothing."""
+    require_str("execution id", execution_id)
+    require_int("expected version", expected_version)
+    doc = yield FindOne("executions", {"_id": execution_id}, {"version": 1, "born": 1, "buried": 1, "tomb": 1})
+    purged = False
+    if doc is not None and "tomb" not in doc:
+        if doc.get("version") != expected_version:
+            return False  # it moved on: touch nothing
+        born = [doc["born"]] if doc.get("born") else []  # harel's documents carry none
+        buried = (list(doc.get("buried") or ()) + born)[-_BURIED_MAX:]
+        tomb = {"_id": execution_id, "tomb": {"at": st.clock(), "buried": buried}}
+        guard = {"_id": execution_id, "version": expected_version, "born": doc.get("born")}
+        purged = bool((yield ReplaceOne("executions", guard, tomb)))
+        if not purged:
+            now = yield FindOne("executions", {"_id": execution_id}, {"tomb": 1})
+            if now is not None and "tomb" not in now:
+                return False  # it moved on between the read and the write
+            # buried meanwhile (an earlier send of this purge, landing late): finish the job
+    # entries other executions addressed to it (the ones it issued went with its document)
+    # only documents holding entries can hold one for it: the seq index finds those, and the
+    # pull is addressed by _id (an index on target_id would cost every commit with an emit,
+    # for the sake of a rare purge)
+    pending = yield Find("executions", {"outbox.seq": ANY_SEQ} if st.compat else PENDING, {"outbox.target_id": 1})
+    holders = [d["_id"] for d in pending if any(e.get("target_id") == execution_id for e in d.get("outbox") or ())]
+    if holders:
+        query = {"_id": {"$in": holders}, "outbox.target_id": execution_id}
+        yield from remove_entries(st, "outbox", query, {"target_id": execution_id}, many=True)
+    if st.compat:
+        yield DeleteOne("counters", {"_id": "trace:" + execution_id})  # harel's trace counter
+    return purged

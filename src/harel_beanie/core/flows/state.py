@@ -1,0 +1,109 @@
+"""What a store instance knows between operations, and its set-up.
+
+`StoreState` is shared by every flow of one store instance: its settings, its seq mint
+and lease (taken on first mint), whether the database is a not-yet-migrated harel layout,
+which document holds each outbox/spawn seq it has seen (so an ack is addressed by `_id`),
+and the count of operations that lets one relay read answer two calls (`flows.relays`).
+It lives apart from the flows so that each of them can import it without importing
+another. `setup` is the first flow a store runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Optional
+
+from harel.engine.store.base import OutboxEntry
+
+from harel_beanie.core.calls import CreateIndexes, FindOne, Flow, UpdateOne
+from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
+from harel_beanie.core.errors import SchemaMismatch
+from harel_beanie.core.seqs import SeqMint
+from harel_beanie.core.sizes import DEFAULT_TRACE_STEP_BYTES
+
+log = logging.getLogger("harel_beanie")
+
+_OWNERS_MAX = 100_000  # seq -> owner hints kept for addressing acks by _id
+
+
+@dataclass
+class StoreState:
+    trace_max: int
+    dedupe_window: int
+    create_schema: bool
+    where: str  # "db <name>, prefix <p>" for messages
+    indexes: list[Any]
+    trace_step_bytes: int = DEFAULT_TRACE_STEP_BYTES
+    clock: Callable[[], float] = time.time  # wall seconds: lease expiry, tombstone time
+    ready: bool = False
+    compat: bool = False  # the database is harel's MongoStore layout, not migrated
+    in_memory: bool = False  # the client is mongomock's: reads and writes it lacks take another form
+    mint: SeqMint = field(default_factory=SeqMint)
+    owners: dict[int, str] = field(default_factory=dict)
+    # operations started or finished on this instance, and the outbox entries the last
+    # `pending_spawns` read with the count they are valid at (see `flows.relays`)
+    ops: int = 0
+    prefetched: Optional[tuple[Optional[str], list[OutboxEntry], int]] = None
+    _ops_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @contextmanager
+    def operation(self) -> Iterator[None]:
+        """One operation of the store (the shells' `_run`): counted as it starts and again as
+        it finishes, however it ends, so a relay read's kept entries are valid only until
+        anything else happens on this instance."""
+        with self._ops_lock:
+            self.ops += 1
+        try:
+            yield
+        finally:
+            with self._ops_lock:
+                self.ops += 1
+                kept = self.prefetched
+                if kept is not None and kept[2] < 0:
+                    # kept by the operation that just finished: valid until anything else happens
+                    self.prefetched = (kept[0], kept[1], self.ops)
+
+    def keep_outbox(self, within: Optional[str], entries: list[OutboxEntry]) -> None:
+        with self._ops_lock:
+            self.prefetched = (within, entries, -1)
+
+    def take_outbox(self, within: Optional[str]) -> Optional[list[OutboxEntry]]:
+        """The kept entries if this is the next operation after the read that kept them
+        (only its own start counted since) for the same `within`; they go either way."""
+        with self._ops_lock:
+            kept, self.prefetched = self.prefetched, None
+            if kept is not None and kept[0] == within and kept[2] == self.ops - 1:
+                return kept[1]
+            return None
+
+    def remember(self, owners: dict[int, str]) -> None:
+        if len(self.owners) + len(owners) > _OWNERS_MAX:
+            self.owners.clear()  # only hints: an ack without one finds its entry by index
+        self.owners.update(owners)
+
+
+def setup(st: StoreState) -> Flow[None]:
+    """Indexes (when create_schema) and the layout check. The seq lease is taken on the
+    first mint, so a store that only reads never holds one."""
+    marker = yield FindOne("counters", {"_id": SCHEMA_MARKER_ID})
+    if marker is not None and marker.get("n") != SCHEMA_VERSION:
+        # before any index is created: another layout's indexes are its migration's business
+        raise SchemaMismatch(int(marker.get("n") or 0), SCHEMA_VERSION, st.where)
+    if st.create_schema:
+        yield CreateIndexes("executions", st.indexes)
+    if marker is None:
+        some = yield FindOne("executions", {}, {"_id": 1})
+        if some is not None:
+            st.compat = True
+            log.warning(
+                "%s holds executions in harel's MongoStore layout; they load and advance, "
+                "but listing, relays and timer sweeps scan them until `harel-beanie migrate up` runs",
+                st.where,
+            )
+        elif st.create_schema:
+            yield UpdateOne("counters", {"_id": SCHEMA_MARKER_ID}, {"$setOnInsert": {"n": SCHEMA_VERSION}}, upsert=True)
+    st.ready = True

@@ -1,0 +1,371 @@
+"""`harel-beanie demo`: the shop workloads in `models/` run on the store as a deployment runs
+them, so a newcomer sees the store do its job within a minute of cloning.
+
+Why this module exists: on a fresh clone, `make demo` sets up, runs a few hundred
+executions through harel's engine on our store, and shows what happened and where it is
+kept. It runs the pure-Mongo stack: our `AsyncMongoStore`, harel's `AsyncMongoTransport` on
+the same server, harel's `AsyncDistributedRunner` queueing the work and real
+`AsyncWorker.run` loops claiming it with `--concurrency` events in flight. What it runs,
+cycled until it has about `--executions` executions, is the shop mix of
+`harel_beanie.ops.demo_mix`; what it prints is `harel_beanie.ops.demo_report`. This module drives
+the run: the phases of the mix's script, the clock, waiting for the work to settle, and
+the tally it hands to the report.
+
+Timers: the run's clock is simulated — a `ManualClock` shared by the runner, the workers
+and the transport, advanced by the demo to each next timer once the work before it is done.
+It replays about eight days of shop time (the mix's windows), ending at the real time now,
+so a 15-minute or a 7-day timer fires at once and the timestamps stored are plausible.
+
+With no URL (`--url`, `HAREL_MONGO_URL`, `MONGODB_URL`) it starts the embedded server on
+`./harel-beanie-data` (see `harel_beanie.ops.where`), so a second run finds the first run's
+executions; every run's ids start with its own run id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from harel.engine.aio.distributed import AsyncDistributedRunner
+from harel.engine.schema import Names
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+from harel_beanie.ops.demo_mix import FULFIL_WINDOW, LOST_WINDOW, PAY_WINDOW, SPAN, Scenario, plan, root_id
+from harel_beanie.ops.demo_report import report
+from harel_beanie.ops.drivers import ManualClock, next_fire
+from harel_beanie.ops.loader import default_models_dir, load_models
+from harel_beanie.ops.relay import sweep
+from harel_beanie.ops.stack import (
+    LABEL,
+    CommandCounter,
+    CountingWorker,
+    open_client,
+    open_transport,
+    transport_collections,
+)
+from harel_beanie.ops.where import ConfigError, Target
+from harel_beanie.store.async_store import AsyncMongoStore
+
+FINISHED = ("DONE", "FAILED", "CANCELLED")
+
+
+class DemoStalled(RuntimeError):
+    pass
+
+
+@dataclass
+class Result:
+    run_id: str
+    elapsed: float
+    earlier: int
+    earlier_runs: list[str]
+    per_model: dict[str, dict[str, Any]]
+    endings: list[tuple[str, str, str, int, bool]]  # scenario, expected, ended in, n, ok
+    events: int
+    store_rt: Counter[Optional[str]] = field(default_factory=Counter)
+    store_rt_events: int = 0
+    transport_rt: int = 0
+    collections: dict[str, int] = field(default_factory=dict)
+
+
+class Demo:
+    """One run: the planned mix, its run id, the shared clock, the round-trip counters."""
+
+    def __init__(self, target: Target, models: Path, executions: int, workers: int, concurrency: int,
+                 console: Console, trace: bool = True) -> None:  # fmt: skip
+        self.target = target
+        self.models = models
+        self.scenarios = plan(executions)
+        self.workers_n = workers
+        self.concurrency = concurrency
+        self.console = console
+        self.trace = trace
+        self.run_id = f"demo-{secrets.token_hex(3)}"
+        self.clock = ManualClock(start=time.time() - SPAN)
+        self.store_counter = CommandCounter()
+        self.transport_counter = CommandCounter()
+        self.roots = [(root_id(self.run_id, i, s), s) for i, s in enumerate(self.scenarios)]
+        self.planned = sum(s.executions for s in self.scenarios)
+
+    async def run(self) -> Result:
+        try:
+            definitions = load_models(self.models)
+        except FileNotFoundError as exc:
+            raise ConfigError(f"{exc} (pass --models DIR)") from None
+        missing = {"Order", "Payment"} - set(definitions)
+        if missing:
+            raise ConfigError(f"the demo needs the machines {sorted(missing)} of models/ in {self.models}")
+        store_client = await open_client(self.target, listeners=[self.store_counter])
+        store = AsyncMongoStore(store_client, self.target.db, prefix=self.target.prefix)
+        self.store_executions = store_client[self.target.db][Names(self.target.prefix).executions]
+        transport = poll = None
+        try:
+            # the demo's own looking (progress, settling) goes through a client of its own, uncounted
+            self.client = await open_client(self.target)
+            poll = AsyncMongoStore(self.client, self.target.db, prefix=self.target.prefix, beanie=False)
+            await store.init()
+            await poll.init()
+            transport = await open_transport(self.target, clock=self.clock, listeners=[self.transport_counter])
+            return await self._run(store, poll, transport, definitions)
+        finally:
+            await store.close()
+            if poll is not None:
+                await poll.close()
+            if transport is not None:
+                await transport.close()
+
+    async def _run(self, store: Any, poll: Any, transport: Any, definitions: dict[str, Any]) -> Result:
+        db = self.client[self.target.db]
+        self.executions = db[Names(self.target.prefix).executions]
+        self.messages = db[transport_collections(self.target.prefix)[0]]
+        self.poll = poll
+        earlier = await self.executions.count_documents({})
+        earlier_runs = await self._earlier_runs() if earlier else []
+
+        sender = AsyncDistributedRunner(store, transport, definitions, clock=self.clock, trace=self.trace)
+        workers = [
+            CountingWorker(
+                store,
+                transport,
+                definitions,
+                worker_id=f"{self.run_id}-w{k + 1}",
+                clock=self.clock,
+                concurrency=self.concurrency,
+                trace=self.trace,
+                executions=self.store_executions,
+            )  # fmt: skip
+            for k in range(self.workers_n)
+        ]
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(w.run(stop)) for w in workers]  # created before LABEL is set
+        started = time.perf_counter()
+        self.workers = workers
+        self.relay = lambda: sweep(
+            store, transport, self.store_executions, workers[0].definitions, self.clock, trace=self.trace
+        )
+        progress = Progress(
+            TextColumn("[bold]{task.description:<26}"),
+            BarColumn(bar_width=18),
+            MofNCompleteColumn(),
+            TextColumn("executions done · {task.fields[events]} events"),
+            console=self.console,
+        )
+        LABEL.set("driver")
+        try:
+            with progress:
+                self.progress = progress
+                self.bar = progress.add_task("creating orders", total=self.planned, events=0)
+                ticker = asyncio.create_task(self._tick())
+                try:
+                    await self._script(sender)
+                finally:
+                    ticker.cancel()
+                    await self._refresh()
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for t in tasks:
+            if t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]
+        elapsed = time.perf_counter() - started
+        return await self._result(elapsed, earlier, earlier_runs)
+
+    async def _script(self, sender: AsyncDistributedRunner) -> None:
+        gate = asyncio.Semaphore(16)
+
+        async def each(items: list[tuple[str, Scenario]], fn: Any) -> None:
+            async def one(eid: str, s: Scenario) -> None:
+                async with gate:
+                    await fn(eid, s)
+
+            await asyncio.gather(*(one(eid, s) for eid, s in items))
+
+        async def create(eid: str, s: Scenario) -> None:
+            await sender.create(s.definition_id, s.context(eid), execution_id=eid)
+
+        async def seal(eid: str, s: Scenario) -> None:
+            await sender.send(eid, s.sealed(eid))
+
+        async def deliver(eid: str, s: Scenario) -> None:
+            for event in s.delivery(eid):
+                await sender.send(eid, event)
+
+        async def cancel(eid: str, s: Scenario) -> None:
+            await sender.cancel(eid)
+
+        self._phase("creating orders")
+        await each(self.roots, create)
+        self._phase("paying (retries on timers)")
+        await self.timers(PAY_WINDOW)
+        self._phase("cancelling some")
+        for eid, s in self.roots:  # one at a time: a cancel relays inline, on this runner
+            if s.cancel:
+                await cancel(eid, s)
+        self._phase("cooling off, picking")
+        await self.timers(FULFIL_WINDOW)
+        self._phase("packing")
+        await each([r for r in self.roots if r[1].seal], seal)
+        await self.settle()
+        self._phase("shipping, delivering")
+        await each([r for r in self.roots if r[1].deliver], deliver)
+        await self.settle()
+        self._phase("a week later: lost parcels")
+        await self.timers(LOST_WINDOW)
+        self._phase("done")
+
+    def _phase(self, text: str) -> None:
+        self.progress.update(self.bar, description=text)
+
+    async def timers(self, within: float) -> None:
+        """Let `within` seconds of shop time pass: settle, jump the clock to the next armed
+        timer in the window (a worker's idle sweep fires it), settle, and so on."""
+        horizon = self.clock() + within
+        while True:
+            await self.settle()
+            ahead = next_fire(await self.poll.due_timers(horizon), self.clock())
+            if ahead is None:
+                self.clock.set(horizon)
+                await self.settle()
+                return
+            self.clock.set(ahead)
+
+    async def _pending(self) -> tuple[int, int, int, int]:
+        return (
+            await self.messages.count_documents({}),
+            len(await self.poll.pending_outbox()),
+            len(await self.poll.pending_spawns()),
+            len(await self.poll.due_timers(self.clock())),
+        )
+
+    async def settle(self, stall: float = 20.0) -> None:
+        """Wait until nothing is queued, pending or due. A message parked for later (the
+        worker's `suspend_recheck`) comes back when the clock moves, so a queue that stops
+        moving gets the clock nudged; one that still does not move is a stall."""
+        last: Any = None
+        since = time.monotonic()
+        nudged = 0
+        while True:
+            now = await self._pending()
+            if now == (0, 0, 0, 0):
+                await asyncio.sleep(0.02)
+                if await self._pending() == (0, 0, 0, 0):
+                    return
+            if now != last:
+                last, since = now, time.monotonic()
+            elif not now[0] and (now[1] or now[2]) and time.monotonic() - since > 0.3:
+                # entries no relay is working on (see harel_beanie.ops.relay): relay them
+                token = LABEL.set("sweep")
+                try:
+                    await self.relay()
+                finally:
+                    LABEL.reset(token)
+                last = None
+            elif time.monotonic() - since > stall / 4 and now[0] and nudged < 4:
+                self.clock.advance(5.0)
+                nudged += 1
+                since = time.monotonic()
+            elif time.monotonic() - since > stall:
+                raise DemoStalled(f"the work stopped moving (queued, outbox, spawns, due timers: {now})")
+            await asyncio.sleep(0.05)
+
+    async def _tick(self) -> None:
+        while True:
+            await self._refresh()
+            await asyncio.sleep(0.25)
+
+    async def _refresh(self) -> None:
+        mine = {"_id": {"$regex": f"^{self.run_id}-"}}
+        seen = await self.executions.count_documents(mine)
+        done = await self.executions.count_documents({**mine, "status": {"$in": list(FINISHED)}})
+        events = sum(w.handled for w in self.workers)
+        self.progress.update(self.bar, total=max(self.planned, seen), completed=done, events=events)
+
+    async def _earlier_runs(self) -> list[str]:
+        rows = await (await self.executions.aggregate([
+            {"$match": {"_id": {"$regex": "^demo-"}, "parent_id": None}},
+            {"$group": {"_id": {"$substrCP": ["$_id", 0, 11]}, "at": {"$min": "$created_at"}}},
+            {"$sort": {"at": 1}},
+        ])).to_list(None)  # fmt: skip
+        return [r["_id"] for r in rows]
+
+    async def _result(self, elapsed: float, earlier: int, earlier_runs: list[str]) -> Result:
+        docs = await self.executions.find(
+            {"_id": {"$regex": f"^{self.run_id}-"}},
+            {"definition_id": 1, "status": 1, "outcome": 1, "active_path": 1, "parent_id": 1},
+        ).to_list(None)
+        model_of = {d["_id"]: d["definition_id"] for d in docs}
+        events: Counter[str] = Counter()
+        for w in self.workers:
+            events.update(w.events)
+        per_model: dict[str, dict[str, Any]] = defaultdict(
+            lambda: {"executions": 0, "statuses": Counter(), "events": 0, "rt": 0}
+        )
+        for d in docs:
+            row = per_model[d["definition_id"]]
+            row["executions"] += 1
+            status = d.get("status") or "?"
+            label = d["outcome"] if status == "DONE" and d.get("outcome") else status.lower()
+            row["statuses"][label] += 1
+        for eid, n in events.items():
+            per_model[model_of.get(eid, "?")]["events"] += n
+        rt_events = 0
+        for label, n in self.store_counter.by_label.items():
+            if label in model_of:
+                per_model[model_of[label]]["rt"] += n
+                rt_events += n
+        by_id = {d["_id"]: d for d in docs}
+        endings: Counter[tuple[str, str, str]] = Counter()
+        for eid, s in self.roots:
+            d = by_id.get(eid, {})
+            ended = (d.get("active_path") or d.get("status") or "missing").rsplit(".", 1)[-1]
+            endings[(s.name, s.expect, ended)] += 1
+        names = await self.executions.database.list_collection_names()
+        collections = {}
+        for name in sorted(names):
+            if name.startswith(self.target.prefix + "_"):
+                collections[name] = await self.executions.database[name].estimated_document_count()
+        return Result(
+            run_id=self.run_id,
+            elapsed=elapsed,
+            earlier=earlier,
+            earlier_runs=earlier_runs,
+            per_model=dict(per_model),
+            endings=[(n, e, got, k, got == e) for (n, e, got), k in sorted(endings.items())],
+            events=sum(events.values()),
+            store_rt=self.store_counter.by_label,
+            store_rt_events=rt_events,
+            transport_rt=self.transport_counter.total,
+            collections=collections,
+        )
+
+
+def main(args: Any, target: Target) -> int:
+    """Run the demo against `target` (see `harel_beanie.ops.cli` for the flags)."""
+    console = Console(highlight=False)
+    if not console.is_terminal:  # piped or captured: room for the tables, unwrapped
+        console.width = max(console.width, 110)
+    models = Path(args.models) if args.models else default_models_dir()
+    if not models.is_dir():
+        raise ConfigError(f"no models directory at {models} (pass --models DIR)")
+    demo = Demo(target, models, args.executions, args.workers, args.concurrency, console, trace=not args.no_trace)
+    console.print(
+        f"[bold]harel-beanie demo[/] {demo.run_id}: about {demo.planned} executions of the shop models in {_short(models)}"
+    )
+    console.print(f"  on {target.masked_url}, database {target.db}; harel's AsyncWorker and Mongo transport")
+    result = asyncio.run(demo.run())
+    report(console, target, result, args.workers, args.concurrency)
+    return 0 if all(ok for *_, ok in result.endings) else 1
+
+
+def _short(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path(os.getcwd()).resolve())) + "/"
+    except ValueError:
+        return str(path)

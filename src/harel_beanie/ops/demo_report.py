@@ -1,0 +1,110 @@
+"""What `harel-beanie demo` prints once a run is over: the executions per model with their
+events and round trips, how each scenario ended against what its model says, the round
+trips by who sent them, where the data lives and the commands to look at it.
+
+Why this module exists: the run (`harel_beanie.ops.demo`) and its presentation change for
+different reasons; the run hands over a `Result` and this module only formats it (rich).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from harel_beanie.ops.where import DEFAULT_DB, Target
+
+if TYPE_CHECKING:
+    from harel_beanie.ops.demo import Result
+
+
+def report(console: Console, target: Target, result: Result, workers: int, concurrency: int) -> None:
+    r = result
+    secs = max(r.elapsed, 1e-9)
+    table = Table(box=box.SIMPLE_HEAD, title=f"Run {r.run_id}: {sum(m['executions'] for m in r.per_model.values())} executions "
+                  f"in {r.elapsed:.1f}s", title_justify="left")  # fmt: skip
+    table.add_column("model")
+    table.add_column("executions", justify="right")
+    table.add_column("ended")
+    table.add_column("events", justify="right")
+    table.add_column("events/s", justify="right")
+    table.add_column("round trips/event", justify="right")
+    for model in sorted(r.per_model, key=lambda m: (-r.per_model[m]["executions"], m)):
+        m = r.per_model[model]
+        statuses = ", ".join(f"{v} {k}" for k, v in sorted(m["statuses"].items(), key=lambda kv: -kv[1]))
+        per_event = f"{m['rt'] / m['events']:.1f}" if m["events"] else "-"
+        rate = f"{m['events'] / secs:.0f}" if m["events"] else "-"
+        table.add_row(model, str(m["executions"]), statuses, str(m["events"]), rate, per_event)
+    rt_per = f"{r.store_rt_events / r.events:.1f}" if r.events else "-"
+    table.add_section()
+    table.add_row("all", str(sum(m["executions"] for m in r.per_model.values())), "", str(r.events),
+                  f"{r.events / secs:.0f}", rt_per, style="bold")  # fmt: skip
+    console.print()
+    console.print(table)
+
+    ends = Table(box=box.SIMPLE_HEAD, title="How the orders and payments ended", title_justify="left")
+    ends.add_column("scenario")
+    ends.add_column("n", justify="right")
+    ends.add_column("ended in")
+    ends.add_column("as the model says?")
+    for name, expect, got, n, ok in r.endings:
+        ends.add_row(name, str(n), got, "[green]yes[/]" if ok else f"[red]no, expected {expect}[/]")
+    console.print(ends)
+
+    per_event = f"{r.transport_rt / r.events:.1f} per event" if r.events else ""
+    console.print("[bold]Round trips[/] (commands sent to the server)")
+    console.print(f"  store, handling events   {r.store_rt_events:>7}   {rt_per} per event: load, commit, relay")
+    console.print(f"  store, the demo's runner {r.store_rt.get('driver', 0):>7}   creates, sends, cancels")
+    console.print(f"  store, idle workers      {r.store_rt.get(None, 0):>7}   due-timer sweeps between events")
+    if r.store_rt.get("sweep"):
+        console.print(f"  store, relay sweeps      {r.store_rt['sweep']:>7}   entries no handler relayed")
+    console.print(f"  harel's transport        {r.transport_rt:>7}   {per_event}: publish, claim, ack")
+    console.print(
+        f"Worked by {workers} harel AsyncWorker loop(s), up to {concurrency} events in flight each; timers fired "
+        "on a simulated clock (8 days of shop time, ending now). Children started inside their parent's "
+        "relay (pickers, most payments) count their round trips under the parent."
+    )
+    console.print()
+    console.print("[bold]Where the data lives[/]")
+    where = f"  server     {target.masked_url}"
+    if target.embedded:
+        where += f"  (embedded SecantusDB, files in {target.data_dir}/db, stopped on exit)"
+    console.print(where)
+    console.print(f"  database   {target.db}")
+    for name, n in r.collections.items():
+        console.print(f"  {name:<32} {n} documents")
+    if r.earlier:
+        runs = ", ".join(r.earlier_runs[-5:]) + (" …" if len(r.earlier_runs) > 5 else "")
+        console.print(
+            f"  found {r.earlier} executions from earlier runs" + (f" ({runs})" if runs else "") + "; still there"
+        )
+    else:
+        console.print("  no executions from earlier runs: this is the first")
+    console.print(f"  this run's ids start with {r.run_id}-")
+    console.print()
+    flags = "" if target.source == "embedded" else f" --url '{target.masked_url}'"
+    flags += "" if target.db == DEFAULT_DB else f" --db {target.db}"
+    command = _command()
+    console.print("Look at them:")
+    console.print(f"  {command} status{flags}")
+    console.print(f"  {command} monitor{flags} --definitions models")
+
+
+def _command() -> str:
+    """How the user can run `harel-beanie` from here: by name if it is on PATH, else by the
+    path of the script beside this interpreter (`.venv/bin/harel-beanie` after `make demo`)."""
+    if shutil.which("harel-beanie"):
+        return "harel-beanie"
+    beside = Path(sys.executable).parent / "harel-beanie"
+    if not beside.exists():
+        return "python -m harel_beanie"
+    try:
+        return str(beside.relative_to(Path(os.getcwd())))
+    except ValueError:
+        return str(beside)

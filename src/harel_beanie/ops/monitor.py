@@ -1,0 +1,69 @@
+"""`harel-beanie monitor`: harel's monitoring TUI (`harel[tui]`) over this store.
+
+Why this module exists: harel's `harel monitor` builds its store from `HAREL_STORE_BACKEND`,
+so it can only show harel's own stores. The TUI itself takes any `ExecutionStore` through
+its read model (`MonitorModel`), so this hands it our sync `MongoStore`: list executions,
+drill into one (statechart, timers, outbox, spawns, trace) and use the control plane, on
+the data a `demo` or a `worker` left. `--definitions` (or `HAREL_DEFINITIONS_DIR`) gives the
+statechart view its machines; without it the monitor shows data only.
+
+`build_app` is separate from `main` so a test can drive the app with Textual's pilot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Optional
+
+from harel.config import Config
+
+from harel_beanie.ops.loader import load_models
+from harel_beanie.ops.stack import open_sync_store
+from harel_beanie.ops.where import ConfigError, Target
+
+
+def definition_source(directory: Optional[str]) -> Any:
+    """harel's `DefinitionSource` for the statechart view: every machine in `directory`
+    (with the directory importable for the models' actions), or none."""
+    from harel.tui.resolve import DefinitionSource
+
+    if not directory:
+        return DefinitionSource.empty()
+    if not Path(directory).is_dir():
+        raise ConfigError(f"no definitions directory at {directory}")
+    try:
+        load_models(directory)  # validates, and puts the directory on sys.path for the actions
+        return DefinitionSource.from_dir(directory)
+    except Exception as exc:
+        raise ConfigError(f"cannot load the definitions in {directory}: {type(exc).__name__}: {exc}") from None
+
+
+def build_app(target: Target, definitions: Optional[str] = None, interval: Optional[float] = None,
+              theme: Optional[str] = None) -> Any:  # fmt: skip
+    """harel's `MonitorApp` over our `MongoStore` for `target`. Close `app.model` after use."""
+    try:
+        from harel.tui.app import MonitorApp
+        from harel.tui.model import MonitorModel
+    except ImportError as exc:
+        raise ConfigError(
+            f"the monitor needs harel's TUI ({exc.name} is missing): pip install 'harel-beanie[tui]'"
+        ) from None
+    cfg = Config.from_env()
+    source = definition_source(definitions or cfg.definitions_dir)
+    store = open_sync_store(target)
+    return MonitorApp(
+        MonitorModel(store, source),
+        interval=interval if interval is not None else cfg.tui_interval_ms / 1000.0,
+        theme=theme or cfg.tui_theme,
+    )
+
+
+def main(args: Any, target: Target) -> int:
+    app = build_app(target, args.definitions, args.interval, args.theme)
+    try:
+        app.run()
+    finally:
+        with contextlib.suppress(Exception):
+            app.model.close()
+    return 0

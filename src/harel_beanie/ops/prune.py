@@ -1,0 +1,96 @@
+"""`harel-beanie prune`: retention from the command line, with a progress bar.
+
+Why this module exists: `harel_beanie.ops.retention` does the work; this module turns the
+command's flags into a cut-off and an archive, shows progress (rich), and prints what was
+removed and what was kept and why. `--ttl` instead sets, changes or drops the TTL index.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Optional
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from harel_beanie.ops import retention
+from harel_beanie.ops.stack import open_client
+from harel_beanie.ops.where import ConfigError, Target
+
+
+async def run(args: Any, target: Target, console: Console) -> retention.PruneReport | str:
+    from harel.engine.schema import Names
+
+    client = await open_client(target)
+    try:
+        executions = client[target.db][Names(target.prefix).executions]
+        if args.ttl is not None:
+            seconds: Optional[float] = None if args.ttl == "off" else retention.parse_age(args.ttl)
+            done = await retention.ensure_ttl(executions, seconds)
+            if seconds is not None:  # say it plainly: see ensure_ttl and the README
+                done += ("\nnote: the server's TTL monitor expires only BSON dates, and finished_at is "
+                         "epoch seconds: this index expires nothing yet; use prune --finished-before")  # fmt: skip
+            return done
+        before = retention.parse_before(args.finished_before)
+        archive: Optional[retention.Archive] = None
+        if args.archive:
+            archive = retention.JsonlArchive(args.archive)
+        elif args.archive_collection:
+            archive = retention.CollectionArchive(client[target.db], args.archive_collection)
+        total = 0
+        for status in retention.FINISHED:
+            total += await executions.count_documents(retention.candidates_filter(status, before, None))
+        verb = "would remove" if args.dry_run else "removing"
+        console.print(f"[bold]harel-beanie prune[/]: {total} execution(s) finished before "
+                      f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(before))} on {target.masked_url}, "
+                      f"database {target.db}, prefix {target.prefix}" + (" (dry run)" if args.dry_run else ""))  # fmt: skip
+        progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(bar_width=30), MofNCompleteColumn(),
+            TextColumn("{task.fields[removed]} " + verb.split()[-1] + "d" if not args.dry_run else "{task.fields[removed]} to remove"),
+            TimeElapsedColumn(), console=console,
+        )  # fmt: skip
+        with progress:
+            bar = progress.add_task("examining", total=max(total, 1), removed=0)
+
+            def step(r: retention.PruneReport) -> None:
+                progress.update(bar, completed=r.examined, removed=r.removed)
+
+            report = await retention.prune(executions, before, archive=archive, dry_run=args.dry_run,
+                                           batch_size=args.batch_size, on_batch=step)  # fmt: skip
+            progress.update(bar, completed=max(report.examined, 1) if not total else report.examined)
+        return report
+    finally:
+        await client.close()
+
+
+def main(args: Any, target: Target) -> int:
+    console = Console(highlight=False, stderr=bool(args.json))  # --json: stdout holds only the report
+    if args.ttl is None and not args.finished_before:
+        raise ConfigError("say what to remove: --finished-before AGE|DATE (or --ttl AGE|off for the TTL index)")
+    if args.archive and args.archive_collection:
+        raise ConfigError("--archive and --archive-collection: choose one")
+    try:
+        out = asyncio.run(run(args, target, console))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if isinstance(out, str):
+        console.print(out)
+        return 0
+    r = out
+    if args.json:
+        print(retention.dumps_report(r))
+        return 0
+    what = "would be removed" if r.dry_run else "removed"
+    console.print(f"{r.removed} {what} of {r.examined} finished before the cut-off, in {r.batches} batch(es)")
+    if r.kept_parent:
+        console.print(f"  kept {r.kept_parent}: the parent is still going (not DONE/CANCELLED)")
+    if r.kept_pending:
+        console.print(f"  kept {r.kept_pending}: outbox entries or spawns still to hand on")
+    if r.moved_on:
+        console.print(f"  left {r.moved_on}: changed while being pruned")
+    if r.recovered:
+        console.print(f"  archived {r.recovered} removed by an interrupted earlier run")
+    if not r.dry_run and (args.archive or args.archive_collection):
+        console.print(f"  archived to {args.archive or args.archive_collection}")
+    return 0

@@ -1,0 +1,144 @@
+"""`harel-beanie status`: backlog and health at a glance, as tables or `--json`.
+
+Why this module exists: an operator asks "is anything stuck, and how much is waiting?"
+This answers from the store's indexed fields (`harel_beanie.queries.backlog`: executions by
+definition and status, the pending outbox and the age of its oldest entry, pending spawns,
+due and next timers, RUNNING executions silent for longer than `--stuck-after`) plus the
+queue of harel's Mongo transport (events queued, executions leased by a worker). `--json`
+prints the same figures for scripts and monitoring; times are epoch seconds, ages seconds.
+
+It reads only: the store is opened without creating indexes or layout markers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from harel.engine.schema import Names
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from harel_beanie import queries
+from harel_beanie.core.documents import bind
+from harel_beanie.ops.stack import open_client
+from harel_beanie.ops.where import Target
+from harel_beanie.store.async_store import AsyncMongoStore
+
+STATUSES = ("PENDING", "RUNNING", "SUSPENDED", "CANCELLING", "DONE", "FAILED", "CANCELLED")
+
+
+async def collect(target: Target, stuck_after: float, show: int) -> dict[str, Any]:
+    """Everything `status` shows, as plain data."""
+    client = await open_client(target)
+    store = AsyncMongoStore(client, target.db, prefix=target.prefix, create_schema=False)
+    try:
+        await store.init()  # binds the Beanie classes; checks the layout version
+        b = await queries.backlog(doc=bind(target.prefix)[0], stuck_after=stuck_after, show=show)
+        names = Names(target.prefix)
+        db = client[target.db]
+        queued = await db[names.messages].count_documents({})
+        leased = await db[names.transport_locks].count_documents({"token": {"$ne": None}})
+    finally:
+        await store.close()
+    out = b.as_dict()
+    totals: dict[str, int] = {}
+    for per in b.counts.values():
+        for status, n in per.items():
+            totals[status] = totals.get(status, 0) + n
+    out["totals"] = totals
+    out["executions"] = sum(totals.values())
+    out["transport"] = {"queued": queued, "leased": leased}
+    out["where"] = {"url": target.masked_url, "db": target.db, "prefix": target.prefix}
+    return out
+
+
+def human_duration(seconds: float) -> str:
+    """A duration for people: 45s, 12m, 3.5h, 2.0d (the sign dropped; the caller says
+    "ago" or "in"). The status command and the dashboard both show durations this way."""
+    s = abs(seconds)
+    text = (
+        f"{s:.0f}s"
+        if s < 120
+        else f"{s / 60:.0f}m"
+        if s < 7200
+        else f"{s / 3600:.1f}h"
+        if s < 172800
+        else f"{s / 86400:.1f}d"
+    )
+    return text
+
+
+def render(console: Console, data: dict[str, Any]) -> None:
+    w = data["where"]
+    now = data["now"]
+    console.print(f"[bold]harel-beanie status[/]: {w['url']} database {w['db']} prefix {w['prefix']}, "
+                  f"at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))}")  # fmt: skip
+    if not data["executions"]:
+        console.print(f"No executions in {w['prefix']}_executions.")
+    else:
+        seen = [s for s in STATUSES if s in data["totals"]] + sorted(set(data["totals"]) - set(STATUSES))
+        t = Table(box=box.SIMPLE_HEAD, title="Executions", title_justify="left")
+        t.add_column("definition")
+        for s in seen:
+            t.add_column(s, justify="right")
+        t.add_column("total", justify="right")
+        for d in sorted(data["counts"]):
+            per = data["counts"][d]
+            t.add_row(d, *[str(per.get(s, "")) for s in seen], str(sum(per.values())))
+        t.add_section()
+        t.add_row("all", *[str(data["totals"].get(s, "")) for s in seen], str(data["executions"]), style="bold")
+        console.print(t)
+
+    p = Table(box=box.SIMPLE_HEAD, title="Pending work", title_justify="left", show_header=False)
+    p.add_column("what")
+    p.add_column("n", justify="right")
+    p.add_column("")
+    age = data["oldest_outbox_age"]
+    p.add_row("outbox entries (events to relay)", str(data["pending_outbox"]),
+              f"oldest {human_duration(age)} old" if age is not None and data["pending_outbox"] else "")  # fmt: skip
+    p.add_row("spawns (children to create)", str(data["pending_spawns"]), "")
+    p.add_row("timers due now", str(data["due_timers"]), "")
+    tr = data["transport"]
+    p.add_row("events queued on the transport", str(tr["queued"]), f"{tr['leased']} execution(s) leased by a worker")
+    console.print(p)
+
+    if data["next_timers"]:
+        t = Table(box=box.SIMPLE_HEAD, title="Next timers", title_justify="left")
+        for col in ("execution", "definition", "timer", "fires"):
+            t.add_column(col)
+        for row in data["next_timers"]:
+            delta = row["fire_at"] - now
+            t.add_row(
+                row["id"],
+                row["definition_id"],
+                row["path"],
+                f"due {human_duration(delta)} ago" if delta <= 0 else f"in {human_duration(delta)}",
+            )
+        console.print(t)
+    stuck_after = data["stuck_after"]
+    if data["stuck"]:
+        t = Table(box=box.SIMPLE_HEAD, title=f"Stuck: RUNNING, not updated for more than {human_duration(stuck_after)}",
+                  title_justify="left", title_style="bold red")  # fmt: skip
+        for col in ("execution", "definition", "active state", "silent for"):
+            t.add_column(col)
+        for row in data["stuck"]:
+            t.add_row(row["id"], row["definition_id"], row["active_path"] or "", human_duration(row["silent_for"]))
+        console.print(t)
+    else:
+        console.print(f"Nothing stuck: no RUNNING execution silent for more than {human_duration(stuck_after)}.")
+
+
+def main(args: Any, target: Target) -> int:
+    data = asyncio.run(collect(target, args.stuck_after, args.show))
+    if args.json:
+        print(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        console = Console(highlight=False)
+        if not console.is_terminal:
+            console.width = max(console.width, 110)
+        render(console, data)
+    return 0

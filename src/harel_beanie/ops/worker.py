@@ -1,0 +1,192 @@
+"""`harel-beanie worker`: a long-running harel `AsyncWorker` on this store, with harel's
+Mongo transport on the same server — what a deployment runs, N replicas of it.
+
+Why this module exists: harel's own worker (`python -m harel.worker`) builds harel's
+`AsyncMongoStore` for `HAREL_STORE_BACKEND=mongo`; it cannot be pointed at another store.
+This is the same loop on ours, configured the same way: the `HAREL_*` variables harel's
+worker reads (`HAREL_DEFINITIONS_DIR`, `HAREL_MONGO_URL`, `HAREL_MONGO_DB`, `HAREL_PREFIX`,
+`HAREL_CONCURRENCY`, `HAREL_WORKER_ID`, `HAREL_VISIBILITY`, `HAREL_TRACE`, `HAREL_TRACE_MAX`,
+`HAREL_CREATE_SCHEMA`), each overridable by a flag.
+
+What it adds to harel's loop:
+
+- It prints one line when it is ready to claim work (`worker <id> ready: ...`), so a
+  supervisor, a test or a human knows when it is up.
+- SIGINT / SIGTERM stop it cleanly: it claims nothing more, lets the events in flight
+  finish and commit, closes the store and the transport and exits 0. A second signal stops
+  it at once; events still in flight then come back to another worker when their lease
+  (`--visibility`) runs out, and the store's dedupe makes the redelivery harmless.
+- Each event's relay is kept to its own execution, and a sweep every `--sweep-every`
+  seconds (and once at start) relays outbox entries and spawns that no handler relayed —
+  a worker that died between commit and relay, a relay that lost a race. See
+  `harel_beanie.ops.relay` for why harel's relay alone leaves work behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+from pathlib import Path
+from typing import Any
+
+from harel.config import Config
+from harel.engine.schema import Names
+from pymongo.errors import ConnectionFailure
+
+from harel_beanie.ops.loader import load_models
+from harel_beanie.ops.relay import sweep
+from harel_beanie.ops.stack import CountingWorker, open_client, open_transport
+from harel_beanie.ops.where import ConfigError, Target
+from harel_beanie.store.async_store import AsyncMongoStore
+
+log = logging.getLogger("harel_beanie.ops.worker")
+
+
+def load_definitions(directory: str) -> dict[str, Any]:
+    """Every machine in `directory`/*.stm, validated, its actions imported; a `ConfigError`
+    naming the problem otherwise."""
+    path = Path(directory)
+    if not path.is_dir():
+        raise ConfigError(f"no definitions directory at {directory}")
+    try:
+        definitions = load_models(path)
+    except Exception as exc:  # a parse, validation or import error in the user's models
+        raise ConfigError(f"cannot load the definitions in {directory}: {type(exc).__name__}: {exc}") from None
+    if not definitions:
+        raise ConfigError(f"no machines in {directory} (expected *.stm files)")
+    return definitions
+
+
+def settings(args: Any) -> dict[str, Any]:
+    """The worker's settings: flags first, then harel's `HAREL_*` variables, then harel's defaults."""
+    try:
+        cfg = Config.from_env()
+    except ValueError as exc:
+        raise ConfigError(f"a HAREL_* variable is not a number: {exc}") from None
+    directory = args.definitions or cfg.definitions_dir
+    if not directory:
+        raise ConfigError("no definitions: pass --definitions DIR or set HAREL_DEFINITIONS_DIR")
+    return {
+        "definitions_dir": directory,
+        "concurrency": args.concurrency or cfg.concurrency,
+        "worker_id": args.worker_id or cfg.worker_id or f"{socket.gethostname()}-{os.getpid()}",
+        "visibility": args.visibility or cfg.visibility,
+        "trace": cfg.trace if args.trace is None else args.trace,
+        "trace_max": cfg.trace_max,
+        "create_schema": cfg.create_schema,
+        "sweep_every": args.sweep_every,
+    }
+
+
+def main(args: Any, target: Target) -> int:
+    opts = settings(args)
+    if opts["concurrency"] < 1:
+        raise ConfigError(f"concurrency must be at least 1, got {opts['concurrency']}")
+    definitions = load_definitions(opts["definitions_dir"])
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return asyncio.run(serve(target, definitions, opts))
+
+
+async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any]) -> int:
+    client = await open_client(target)
+    store = AsyncMongoStore(client, target.db, prefix=target.prefix, create_schema=opts["create_schema"],
+                            trace_max=opts["trace_max"])  # fmt: skip
+    transport = None
+    try:
+        await store.init()
+        transport = await open_transport(target, create_schema=opts["create_schema"])
+        executions = client[target.db][Names(target.prefix).executions]
+        worker = CountingWorker(
+            store, transport, definitions, worker_id=opts["worker_id"], visibility=opts["visibility"],
+            concurrency=opts["concurrency"], trace=opts["trace"], executions=executions,
+        )  # fmt: skip
+        wid = opts["worker_id"]
+        leftover = await sweep(store, transport, executions, worker.definitions, trace=opts["trace"])
+        if leftover:
+            print(
+                f"worker {wid}: relayed the pending work of {leftover} execution(s) left by earlier workers", flush=True
+            )
+
+        stop = asyncio.Event()
+        run = asyncio.create_task(_run_through_outages(worker, stop, wid))
+        signals = 0
+
+        def on_signal(signum: int) -> None:
+            nonlocal signals
+            signals += 1
+            if signals == 1:
+                print(f"worker {wid} stopping ({signal.Signals(signum).name}): finishing "
+                      f"{worker.in_flight} event(s) in flight", flush=True)  # fmt: skip
+                stop.set()
+            else:
+                print(f"worker {wid}: second signal, stopping now; events in flight come back "
+                      f"after their {opts['visibility']:g}s lease", flush=True)  # fmt: skip
+                run.cancel()
+
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal, sig)
+        sweeper = asyncio.create_task(
+            _sweep_forever(store, transport, executions, worker, opts["sweep_every"], stop, opts["trace"])
+        )
+        top = sorted(d for d in definitions if "." not in d)  # the rest are their invoked submachines
+        names = ", ".join(top)
+        print(
+            f"worker {wid} ready: {target.masked_url} database {target.db} prefix {target.prefix}; "
+            f"{len(top)} machines from {opts['definitions_dir']} ({names}); "
+            f"concurrency {opts['concurrency']}, visibility {opts['visibility']:g}s, "
+            f"trace {'on' if opts['trace'] else 'off'}",
+            flush=True,
+        )
+        try:
+            await run
+        except asyncio.CancelledError:
+            if signals < 2:
+                raise
+        finally:
+            sweeper.cancel()
+            await asyncio.gather(sweeper, return_exceptions=True)
+        print(f"worker {wid} stopped: {worker.handled} events handled", flush=True)
+        return 0
+    finally:
+        await store.close()
+        if transport is not None:
+            await transport.close()
+
+
+async def _sweep_forever(
+    store: Any, transport: Any, executions: Any, worker: Any, every: float, stop: asyncio.Event, trace: bool
+) -> None:
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=every)
+            return
+        except asyncio.TimeoutError:
+            pass
+        try:
+            await sweep(store, transport, executions, worker.definitions, trace=trace)
+        except Exception:  # an outage: the run loop will meet it too; keep sweeping after it
+            log.warning("relay sweep failed; retrying in %ss", every, exc_info=True)
+
+
+async def _run_through_outages(worker: Any, stop: asyncio.Event, wid: str, pause: float = 1.0) -> None:
+    """harel's `AsyncWorker.run`, restarted when the server goes away: its claims and timer
+    sweeps are outside its per-event error handling, so an outage ends the loop. Events in
+    flight then come back after their lease, as after any worker crash."""
+    while True:
+        try:
+            await worker.run(stop)
+            return
+        except ConnectionFailure as exc:  # refused, reset, no server selectable: wait it out
+            if stop.is_set():
+                return
+            print(f"worker {wid}: lost the server ({type(exc).__name__}); retrying every {pause:g}s", flush=True)
+            log.warning("worker loop interrupted by %r", exc)
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=pause)
+            return
+        except asyncio.TimeoutError:
+            pass
