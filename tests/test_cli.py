@@ -82,8 +82,8 @@ def test_the_console_script_refuses_in_one_line(tmp_path, mongo_url):
 _REFUSALS = [
     (["frobnicate"], "invalid choice: 'frobnicate'"),
     (["demo", "-n", "lots"], "expected a whole number"),
-    (["demo", "--workers", "0"], "expected at least 1"),
-    (["status", "--stuck-after", "-5"], "expected more than 0"),
+    (["demo", "--workers", "0"], "must be from 1 to"),
+    (["status", "--stuck-after", "-5"], "must be more than 0"),
     (["worker", "--url", "{dead}", "--definitions", "{models}", "--connect-attempts", "1", "--connect-timeout", "0.2"],
      "did not answer a ping after 1 attempts"),
     (["status", "--url", "not-a-url"], "not-a-url (from --url) is not a MongoDB URL"),
@@ -273,7 +273,7 @@ def test_commands_without_a_url_use_the_embedded_data_folder(tmp_path, command):
         assert not (tmp_path / "harel-beanie-data" / "server.json").exists()  # stopped, handed back
     else:
         line = one_line_error(run_cli("monitor", "--interval", "0", cwd=tmp_path))
-        assert "expected more than 0" in line
+        assert "must be more than 0" in line
         assert not (tmp_path / "harel-beanie-data").exists()
 
 

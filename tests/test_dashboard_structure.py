@@ -116,7 +116,8 @@ async def test_the_unfiltered_list_is_a_keyset_on_id(big: Any) -> None:
         assert (await http.get("/?after=idle-000100")).status_code == 200
     finds = [c for n, c in rec.take() if n == "find" and c.get("find") == "harel_executions"]
     (page,) = [c for c in finds if c.get("sort") == {"_id": 1}]
-    assert page["filter"] == {"_id": {"$gt": "idle-000100"}} and page["limit"] == PAGE + 1
+    # (a tombstone holds no field to filter on: the unfiltered page leaves it out by name)
+    assert page["filter"] == {"_id": {"$gt": "idle-000100"}, "tomb": {"$exists": False}} and page["limit"] == PAGE + 1
     if ON_MONGOD:
         _, stages = _plan(db, "find", page)
         assert ("IXSCAN", "_id_") in stages and not any(st == "COLLSCAN" for st, _ in stages), stages

@@ -16,7 +16,8 @@ from bson import json_util
 from harel.engine.execution import Execution, Status
 from harel.spec.states import Event
 
-from harel_beanie.ops import retention
+from harel_beanie import retention
+from harel_beanie.ops import retention as prune_internals
 from tests.test_cli import run_cli
 
 NOW = 1_800_000_000.0
@@ -92,7 +93,7 @@ async def test_a_changed_execution_is_not_removed(astore, client, db_name) -> No
     batch = await coll.find({"_id": "old-x"}).to_list(None)
     await coll.update_one({"_id": "old-x"}, {"$inc": {"version": 1}})  # another writer, after the read
     report = retention.PruneReport(before=CUT, dry_run=False)
-    await retention._prune_batch(coll, batch, report, None, False)
+    await prune_internals._prune_batch(coll, batch, report, None, False)
     assert report.removed == 0 and report.moved_on == 1 and _ids(client, db_name) == {"old-x"}
 
 

@@ -3,12 +3,10 @@ from their own code. It lives in `harel_beanie.ops.retention`; this module is th
 to it.
 """
 
+from harel_beanie.ops.archive import Archive, ArchiveContents, CollectionArchive, CorruptLine, JsonlArchive, read_jsonl
 from harel_beanie.ops.retention import (
     FINISHED,
     TTL_INDEX,
-    Archive,
-    CollectionArchive,
-    JsonlArchive,
     PruneReport,
     candidates_filter,
     dumps_report,
@@ -27,6 +25,9 @@ __all__ = [
     "Archive",
     "JsonlArchive",
     "CollectionArchive",
+    "ArchiveContents",
+    "CorruptLine",
+    "read_jsonl",
     "candidates_filter",
     "prune",
     "ensure_ttl",

@@ -34,7 +34,8 @@ from harel.engine.execution import Execution
 from harel.engine.store.base import Step, TimerOp
 from harel.spec.states import Event
 
-from harel_beanie.core.keys import encode_path, require_str, timer_field
+from harel_beanie.core.arguments import require_str
+from harel_beanie.core.keys import encode_path, timer_field
 from harel_beanie.core.sizes import DEFAULT_TRACE_STEP_BYTES, dedupe_key, ring_length, strict_json, trace_item
 
 DEFAULT_DEDUPE_WINDOW = 1000
@@ -112,7 +113,7 @@ def final_timer_ops(timers: Sequence[TimerOp]) -> dict[str, Optional[float]]:
     `$set` and `$unset` the same field."""
     out: dict[str, Optional[float]] = {}
     for op in timers:
-        require_str("timer path", op.path)
+        require_str("timers[].path", op.path)
         if op.action == "schedule":
             at = float(op.fire_at)
             if not math.isfinite(at):  # a NaN bound would match no sweep and hide every timer
@@ -185,10 +186,10 @@ class _CommitParts:
 def _parts(request: CommitRequest, seqs: Sequence[int], trace_max: int, trace_step_bytes: int) -> _CommitParts:
     """Check every caller string and value a commit stores, and put each in stored form."""
     exe, emits, spawns, processed_event_id = request.exe, request.emits, request.spawns, request.processed_event_id
-    require_str("execution id", exe.id)
-    require_str("definition id", exe.definition_id)
+    require_str("exe.id", exe.id)
+    require_str("exe.definition_id", exe.definition_id)
     if processed_event_id is not None:
-        require_str("processed event id", processed_event_id)
+        require_str("processed_event_id", processed_event_id)
     new = exe.version + 1
 
     n_out = len(emits)
@@ -199,14 +200,14 @@ def _parts(request: CommitRequest, seqs: Sequence[int], trace_max: int, trace_st
     outbox = []
     for s, (t, e) in zip(out_seqs, emits):
         strict_json(f"the data of event {e.kind!r}", e.data)
-        target = None if t is None else require_str("emit target id", t)
+        target = None if t is None else require_str("emits[].target", t)
         outbox.append({"seq": s, "target_id": target, "event": e.model_dump_json()})
     spawn_items = [
         {
             "seq": s,
             "parent_id": exe.id,
-            "child_id": require_str("child id", cid),
-            "root_path": require_str("root path", rp),
+            "child_id": require_str("spawns[].child_id", cid),
+            "root_path": require_str("spawns[].root_path", rp),
             "context": strict_json(f"the context of child {cid!r}", dict(ctx)),
         }
         for s, (cid, rp, ctx) in zip(spawn_seqs, spawns)

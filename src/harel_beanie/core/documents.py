@@ -23,6 +23,7 @@ from harel.engine.schema import DEFAULT_PREFIX, Names
 from pydantic import BaseModel, ConfigDict, Field
 from pymongo import ASCENDING, IndexModel
 
+from harel_beanie.core.arguments import BadArgumentType
 from harel_beanie.core.keys import ANY_TIME
 
 #: The layout version this package writes and reads; recorded in the counters collection.
@@ -272,6 +273,21 @@ def bind(prefix: str = DEFAULT_PREFIX) -> tuple[type[ExecutionDocument], type[Co
         return type(cls_name, (base,), {"Settings": settings, "__module__": __name__, "__qualname__": cls_name})
 
     return subclass(ExecutionDocument, names.executions), subclass(CounterDocument, names.counters)
+
+
+def executions_class(what: str, doc: Any) -> type[ExecutionDocument]:
+    """`doc` if it is the executions class of some prefix: `ExecutionDocument` or
+    `bind(prefix)[0]`. A user's own subclass or another Document class would read another
+    collection (or another shape) under the store's name: refused, naming `what`."""
+    name = getattr(getattr(doc, "Settings", None), "name", None)
+    suffix = "_executions"
+    if isinstance(doc, type) and issubclass(doc, ExecutionDocument) and isinstance(name, str) and name.endswith(suffix):
+        try:
+            if bind(name[: -len(suffix)])[0] is doc:
+                return doc
+        except ValueError:  # not a prefix harel accepts: not one of ours
+            pass
+    raise BadArgumentType(what, "ExecutionDocument or the executions class of bind(prefix)", doc)
 
 
 def index_models(doc: type[Document]) -> list[IndexModel]:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from harel_beanie.core.arguments import INT64_MIN, require_str
+
 _DOT = "\uff0e"  # what harel's MongoStore writes for "."
 _ESC = "\uff05"  # our escape; never produced for an ASCII path
 _EMPTY = _ESC  # a lone escape is the empty path (Mongo refuses an empty path component)
@@ -30,7 +32,7 @@ _UNESCAPED = {code: ch for ch, code in _ESCAPED.items()}
 
 def encode_path(path: str) -> str:
     """The `timers` field name for a node path: no `.`, no leading `$`, no NUL, never empty."""
-    require_str("timer path", path)
+    path = require_str("path", path)
     if path == "":
         return _EMPTY
     out = []
@@ -77,21 +79,6 @@ def timer_field(path: str) -> str:
     return "timers." + encode_path(path)
 
 
-def require_str(what: str, value: Any) -> str:
-    """`value` itself if it is a str that BSON can hold: a dict or list here would become a
-    query operator, and a lone surrogate can't be encoded as UTF-8."""
-    if not isinstance(value, str):
-        raise TypeError(f"{what} must be a str, got {type(value).__name__}: {value!r}")
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError(f"{what} is not valid text (it holds a lone surrogate): {value!r}") from None
-    return value
-
-
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-
 #: Matches every seq: on a `<array>.seq` index it selects exactly the documents holding
 #: entries (an empty array indexes no number), without touching the rest.
 ANY_SEQ = {"$gte": INT64_MIN}
@@ -101,15 +88,6 @@ ANY_SEQ = {"$gte": INT64_MIN}
 ANY_TIME = {"$gte": float("-inf")}
 
 
-def require_int(what: str, value: Any) -> int:
-    """`value` itself if it is an int that BSON can hold (a signed 64-bit integer)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int, got {type(value).__name__}: {value!r}")
-    if not INT64_MIN <= value <= INT64_MAX:
-        raise ValueError(f"{what} is outside the 64-bit range MongoDB stores: {value}")
-    return value
-
-
 def prefix_range(prefix: str) -> dict[str, Any]:
     """A filter on `_id` matching exactly the strings that start with `prefix`.
 
@@ -117,7 +95,7 @@ def prefix_range(prefix: str) -> dict[str, Any]:
     starting with `prefix` are those from `prefix` up to, not including, `prefix` with its
     last code point raised by one. A range uses the `_id` index on every MongoDB; no pattern
     syntax is involved, so every character matches literally."""
-    require_str("id prefix", prefix)
+    prefix = require_str("prefix", prefix)
     if prefix == "":
         return {}
     stem = prefix
@@ -129,13 +107,3 @@ def prefix_range(prefix: str) -> dict[str, Any]:
             return {"_id": {"$gte": prefix, "$lt": stem[:-1] + chr(last)}}
         stem = stem[:-1]  # every code point is the highest: no upper bound from this one
     return {"_id": {"$gte": prefix}}
-
-
-def require_time(what: str, value: Any, *, infinite_ok: bool = False) -> float:
-    """`value` as a float if it is a real number (a fire time, a clock reading): never NaN,
-    which matches nothing; infinite only where asked (harel sweeps "every timer" with inf)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{what} must be a number, got {type(value).__name__}: {value!r}")
-    if value != value or (not infinite_ok and value in (float("inf"), float("-inf"))):
-        raise ValueError(f"{what} must be {'a number' if infinite_ok else 'finite'}, got {value!r}")
-    return float(value)

@@ -23,8 +23,15 @@ from harel.engine.execution import ExecutionPage, ExecutionSummary, Status
 from harel.engine.store.base import matches
 
 from harel_beanie.core import records
+from harel_beanie.core.arguments import (
+    BadArgument,
+    BadArgumentType,
+    require_bool,
+    require_choice,
+    require_int,
+    require_str,
+)
 from harel_beanie.core.documents import LegacySummaryView, SummaryView, projection
-from harel_beanie.core.keys import require_str
 
 
 def encode_cursor(last_id: str) -> str:
@@ -36,14 +43,26 @@ def decode_cursor(cursor: Optional[str]) -> Optional[str]:
     hand out is refused rather than silently restarting the listing."""
     if cursor is None or cursor == "":
         return None
-    require_str("cursor", cursor)
+    cursor = require_str("cursor", cursor)
     try:
         after = json.loads(base64.urlsafe_b64decode(cursor.encode()))["after"]
     except (binascii.Error, ValueError, KeyError, TypeError, UnicodeDecodeError):
-        raise ValueError(f"not a list_executions cursor: {cursor!r}") from None
+        raise BadArgument("cursor", f"is not a list_executions cursor: {cursor[:200]!r}") from None
     if not isinstance(after, str):
-        raise ValueError(f"not a list_executions cursor: {cursor!r}")
-    return after
+        raise BadArgument("cursor", f"is not a list_executions cursor: {cursor[:200]!r}")
+    return require_str("cursor", after)
+
+
+_STATUS_NAMES = tuple(s.value for s in Status)
+
+
+def _statuses(status: Any) -> Iterable[Status]:
+    """harel's statuses from `status`: an iterable of `Status` members or their names (a
+    single name is a str, whose letters are not statuses: refused)."""
+    if isinstance(status, (str, bytes)) or not isinstance(status, Iterable) or isinstance(status, Mapping):
+        raise BadArgumentType("status", "an iterable of harel Status values", status)
+    for s in status:
+        yield s if isinstance(s, Status) else Status(require_choice("status", s, _STATUS_NAMES))
 
 
 @dataclass
@@ -67,12 +86,12 @@ def listing_query(
     *,
     compat: bool,
 ) -> ListingQuery:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit < 2**31:
-        raise ValueError(f"limit must be a positive int below 2**31, got {limit!r}")
-    statuses = None if status is None else {Status(s) for s in status}
+    limit = require_int("limit", limit, low=1, high=2**31 - 1)
+    roots_only = require_bool("roots_only", roots_only)
+    statuses = None if status is None else set(_statuses(status))
     query: dict[str, Any] = {}
     if definition_id is not None:
-        query["definition_id"] = require_str("definition_id", definition_id)
+        definition_id = query["definition_id"] = require_str("definition_id", definition_id)
     if statuses is not None:
         wanted: list[Any] = sorted(s.value for s in statuses)
         if compat:

@@ -38,6 +38,7 @@ from harel.engine.schema import DEFAULT_PREFIX, Names
 from pymongo import UpdateOne
 from pymongo.errors import CursorNotFound
 
+from harel_beanie.core.arguments import require_int
 from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
 from harel_beanie.store.settings import DEFAULT_WRITE_CONCERN
 
@@ -161,8 +162,7 @@ class Migrator:
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
         steps: Optional[Mapping[int, Step]] = None,
     ) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        batch_size = require_int("batch_size", batch_size, low=1, high=2**31 - 1)
         names = Names(prefix)  # refuses a prefix harel would refuse
         self.prefix = prefix
         self.where = f"database {db.name!r}, prefix {prefix!r}"
@@ -359,6 +359,7 @@ class Migrator:
 
 
 def _check_target(to: int) -> None:
+    require_int("to", to)  # a bool, a float or a str is not a version
     if not 0 <= to <= SCHEMA_VERSION:
         raise MigrationError(f"target layout version must be between 0 and {SCHEMA_VERSION}, got {to}")
 

@@ -19,6 +19,8 @@ import signal
 import sys
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
+from harel_beanie.core.arguments import parse_number, require_int, require_seconds
+
 PROG = "harel-beanie"
 
 
@@ -41,24 +43,33 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
 
 
-def _positive_int(text: str) -> int:
+def _flag(check: Callable[[str, str], Any]) -> Callable[[str], Any]:
+    """An argparse `type` from a check of `harel_beanie.core.arguments` (the one rule every
+    door follows): argparse names the flag in its one-line error."""
+
+    def parse(text: str) -> Any:
+        try:
+            return check("value", text)
+        except (TypeError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix("value ")) from None
+
+    return parse
+
+
+def _whole(what: str, text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
-    return value
+        raise ValueError(f"{what} expected a whole number, got {text!r}") from None
+    return require_int(what, value, low=1, high=2**31 - 1)
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected more than 0, got {value}")
-    return value
+def _seconds(what: str, text: str) -> float:
+    return require_seconds(what, parse_number(what, text), positive=True)
+
+
+_positive_int = _flag(_whole)
+_positive_float = _flag(_seconds)
 
 
 def _connection(p: argparse.ArgumentParser, embedded: bool) -> None:
@@ -281,6 +292,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    from harel_beanie.core.arguments import BadArgument, BadArgumentType
     from harel_beanie.core.errors import SchemaMismatch, StoreUnavailable
     from harel_beanie.ops.where import ConfigError
 
@@ -290,7 +302,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         return int(args.handler(args))
-    except (ConfigError, StoreUnavailable, SchemaMismatch) as exc:
+    except (ConfigError, StoreUnavailable, SchemaMismatch, BadArgument, BadArgumentType) as exc:
         _stderr(f"{where}: {_one_line(exc)}")
         return 2
     except CommandFailed as exc:

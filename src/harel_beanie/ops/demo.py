@@ -35,6 +35,7 @@ from typing import Any, Optional
 from harel.engine.aio.distributed import AsyncDistributedRunner
 from harel.engine.schema import Names
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from harel_beanie.ops.demo_mix import FULFIL_WINDOW, LOST_WINDOW, PAY_WINDOW, SPAN, Scenario, plan, root_id
@@ -358,7 +359,7 @@ def main(args: Any, target: Target) -> int:
     console.print(
         f"[bold]harel-beanie demo[/] {demo.run_id}: about {demo.planned} executions of the shop models in {_short(models)}"
     )
-    console.print(f"  on {target.masked_url}, database {target.db}; harel's AsyncWorker and Mongo transport")
+    console.print(f"  on {escape(target.masked_url)}, database {target.db}; harel's AsyncWorker and Mongo transport")
     result = asyncio.run(demo.run())
     report(console, target, result, args.workers, args.concurrency)
     return 0 if all(ok for *_, ok in result.endings) else 1

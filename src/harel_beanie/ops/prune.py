@@ -12,8 +12,10 @@ import time
 from typing import Any, Optional
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from harel_beanie.ops import archive as archives
 from harel_beanie.ops import retention
 from harel_beanie.ops.stack import open_client
 from harel_beanie.ops.where import ConfigError, Target
@@ -33,17 +35,17 @@ async def run(args: Any, target: Target, console: Console) -> retention.PruneRep
                          "epoch seconds: this index expires nothing yet; use prune --finished-before")  # fmt: skip
             return done
         before = retention.parse_before(args.finished_before)
-        archive: Optional[retention.Archive] = None
+        archive: Optional[archives.Archive] = None
         if args.archive:
-            archive = retention.JsonlArchive(args.archive)
+            archive = archives.JsonlArchive(args.archive)
         elif args.archive_collection:
-            archive = retention.CollectionArchive(client[target.db], args.archive_collection)
+            archive = archives.CollectionArchive(client[target.db], args.archive_collection)
         total = 0
         for status in retention.FINISHED:
             total += await executions.count_documents(retention.candidates_filter(status, before, None))
         verb = "would remove" if args.dry_run else "removing"
         console.print(f"[bold]harel-beanie prune[/]: {total} execution(s) finished before "
-                      f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(before))} on {target.masked_url}, "
+                      f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(before))} on {escape(target.masked_url)}, "
                       f"database {target.db}, prefix {target.prefix}" + (" (dry run)" if args.dry_run else ""))  # fmt: skip
         progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(bar_width=30), MofNCompleteColumn(),
@@ -92,5 +94,5 @@ def main(args: Any, target: Target) -> int:
     if r.recovered:
         console.print(f"  archived {r.recovered} removed by an interrupted earlier run")
     if not r.dry_run and (args.archive or args.archive_collection):
-        console.print(f"  archived to {args.archive or args.archive_collection}")
+        console.print(f"  archived to {escape(args.archive or args.archive_collection)}")
     return 0

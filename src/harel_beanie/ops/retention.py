@@ -26,63 +26,69 @@ so an execution that moved on between the read and the delete is not removed. Wh
 went is then read back (`_id $in` the batch).
 
 Archive: each removed document, whole (Extended JSON for a file, as is for a collection),
-to a JSON Lines file or a collection. A batch is first written to a pending journal
-(`FILE.pending` / collection `<NAME>_pending`), then deleted, then the ones really removed
-are moved to the archive and the journal cleared. A run interrupted at any point leaves the
-journal; the next run first settles it (what is gone from the executions goes to the
-archive, once), so the archive holds exactly what was removed. Re-running continues: what
-was removed is gone, and what is left is examined again.
+to a JSON Lines file or a collection, through a journal, so that the archive holds exactly
+what was removed, once, whatever instant a run is killed at (`harel_beanie.ops.archive`
+states the protocol). Re-running continues: what was removed is gone, and what is left is
+examined again.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional
 
-from bson import json_util
-from pymongo import DeleteOne, ReplaceOne
+from pymongo import DeleteOne
+
+from harel_beanie.core.arguments import (
+    BadArgument,
+    parse_number,
+    require_bool,
+    require_int,
+    require_seconds,
+    require_str,
+    require_time,
+)
+from harel_beanie.ops.archive import Archive, gone
 
 #: what harel counts as finished for good (harel.engine.execution stamps finished_at on these)
 FINISHED = ("DONE", "CANCELLED")
 #: name of the optional TTL index on finished_on
 TTL_INDEX = "hb_finished_ttl"
 _NOTHING_PENDING = {"outbox.0": {"$exists": False}, "spawns.0": {"$exists": False}}
+#: the oldest cut-off an age may name: a century (a larger one is a typing slip, not a policy)
+MAX_AGE = 100 * 365.25 * 86400.0
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 
 
 def parse_age(text: str) -> float:
-    """`90s`, `15m`, `12h`, `30d`, `2w` (or a plain number of seconds) as seconds."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
+    """`90s`, `15m`, `12h`, `30d`, `2w` (or a plain number of seconds) as seconds: finite, and
+    at most `MAX_AGE`."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", require_str("age", text))
     if not m:
-        raise ValueError(f"not an age: {text!r} (expected e.g. 30d, 12h, 90m)")
-    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+        raise BadArgument("age", f"is not an age: {text[:100]!r} (expected e.g. 30d, 12h, 90m)")
+    return require_seconds("age", float(m.group(1)) * _UNITS[m.group(2) or "s"], high=MAX_AGE)
 
 
 def parse_before(text: str, now: Optional[float] = None) -> float:
     """The cut-off as epoch seconds: an age (`30d`: finished more than 30 days ago), an ISO
     date or date-time (`2026-01-31`, `2026-01-31T12:00:00+00:00`; UTC unless it says), or
     `@<epoch seconds>`."""
-    now = time.time() if now is None else now
-    text = text.strip()
+    now = time.time() if now is None else require_time("now", now)
+    text = require_str("finished_before", text).strip()
     if text.startswith("@"):
-        try:
-            return float(text[1:])
-        except ValueError:
-            raise ValueError(f"not epoch seconds: {text!r}") from None
-    try:
+        return parse_number("finished_before", text[1:])
+    if re.fullmatch(r"[\d.]+\s*[smhdw]?", text):
         return now - parse_age(text)
-    except ValueError:
-        pass
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(f"--finished-before {text!r}: expected an age (30d, 12h), an ISO date or @epoch") from None
+        raise BadArgument(
+            "finished_before", f"{text[:100]!r}: expected an age (30d, 12h), an ISO date or @epoch"
+        ) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     return when.timestamp()
@@ -105,104 +111,6 @@ class PruneReport:
         out = dict(vars(self))
         out.pop("removed_ids")
         return out
-
-
-class Archive(Protocol):
-    async def recover(self, executions: Any) -> int: ...
-    async def begin(self, docs: list[dict[str, Any]]) -> None: ...
-    async def finish(self, removed: list[dict[str, Any]]) -> None: ...
-
-
-async def _gone(executions: Any, ids: list[str]) -> set[str]:
-    """Which of `ids` no longer exist."""
-    present = await executions.find({"_id": {"$in": ids}}, {"_id": 1}).to_list(None)
-    return set(ids) - {d["_id"] for d in present}
-
-
-class JsonlArchive:
-    """Removed executions appended to a JSON Lines file, one document per line in MongoDB
-    Extended JSON (`mongoimport` reads it back)."""
-
-    def __init__(self, path: os.PathLike[str] | str) -> None:
-        self.path = Path(path)
-        self.pending = self.path.with_name(self.path.name + ".pending")
-
-    @staticmethod
-    def _write(path: Path, docs: list[dict[str, Any]], mode: str) -> None:
-        with open(path, mode, encoding="utf-8") as f:
-            for d in docs:
-                f.write(json_util.dumps(d, json_options=json_util.CANONICAL_JSON_OPTIONS) + "\n")
-            f.flush()
-            os.fsync(f.fileno())  # the journal and the archive must be on disk before the delete
-
-    @staticmethod
-    def _read(path: Path) -> list[dict[str, Any]]:
-        out = []
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    try:
-                        out.append(json_util.loads(line))
-                    except ValueError:  # a line cut short by the interruption: not written, not deleted
-                        break
-        return out
-
-    def ids(self) -> set[str]:
-        if not self.path.exists():
-            return set()
-        return {d["_id"] for d in self._read(self.path)}
-
-    async def recover(self, executions: Any) -> int:
-        if not self.pending.exists():
-            return 0
-        journal = self._read(self.pending)
-        gone = await _gone(executions, [d["_id"] for d in journal]) if journal else set()
-        # the interruption may have come after the archive append and before the journal was
-        # cleared: append only what the archive does not hold yet
-        have = self.ids() if gone else set()
-        late = [d for d in journal if d["_id"] in gone and d["_id"] not in have]
-        if late:
-            self._write(self.path, late, "a")
-        self.pending.unlink()
-        return len(late)
-
-    async def begin(self, docs: list[dict[str, Any]]) -> None:
-        self._write(self.pending, docs, "w")
-
-    async def finish(self, removed: list[dict[str, Any]]) -> None:
-        if removed:
-            self._write(self.path, removed, "a")
-        self.pending.unlink()
-
-
-class CollectionArchive:
-    """Removed executions copied, as they were, into a collection of the same database
-    (`_id` kept, so copying one back restores it)."""
-
-    def __init__(self, db: Any, name: str) -> None:
-        self.coll = db[name]
-        self.journal = db[name + "_pending"]
-
-    async def _copy(self, docs: list[dict[str, Any]]) -> None:
-        if docs:  # replace by _id: copying twice leaves one copy
-            await self.coll.bulk_write([ReplaceOne({"_id": d["_id"]}, d, upsert=True) for d in docs], ordered=False)
-
-    async def recover(self, executions: Any) -> int:
-        journal = await self.journal.find({}).to_list(None)
-        if not journal:
-            return 0
-        gone = await _gone(executions, [d["_id"] for d in journal])
-        late = [d for d in journal if d["_id"] in gone]
-        await self._copy(late)
-        await self.journal.delete_many({"_id": {"$in": [d["_id"] for d in journal]}})
-        return len(late)
-
-    async def begin(self, docs: list[dict[str, Any]]) -> None:
-        await self.journal.bulk_write([ReplaceOne({"_id": d["_id"]}, d, upsert=True) for d in docs], ordered=False)
-
-    async def finish(self, removed: list[dict[str, Any]]) -> None:
-        await self._copy(removed)
-        await self.journal.delete_many({})
 
 
 def candidates_filter(status: str, before: float, after: Optional[str]) -> dict[str, Any]:
@@ -228,8 +136,9 @@ async def prune(
     finished before `before` (epoch seconds); see the module docstring for what is kept.
     `on_batch` is called after each batch (a progress bar). `stop_after_batches` stops early,
     as an interruption would (the tests use it)."""
-    if batch_size < 1:
-        raise ValueError("batch_size must be at least 1")
+    before = require_time("before", before)
+    batch_size = require_int("batch_size", batch_size, low=1, high=2**31 - 1)
+    dry_run = require_bool("dry_run", dry_run)
     report = PruneReport(before=before, dry_run=dry_run)
     if archive is not None and not dry_run:
         report.recovered = await archive.recover(executions)
@@ -291,8 +200,8 @@ async def _prune_batch(
         DeleteOne({"_id": d["_id"], "version": d["version"], "status": d["status"], **_NOTHING_PENDING}) for d in chosen
     ]
     await executions.bulk_write(deletes, ordered=False)
-    gone = await _gone(executions, [d["_id"] for d in chosen])
-    removed = [d for d in chosen if d["_id"] in gone]
+    removed_ids = await gone(executions, [d["_id"] for d in chosen])
+    removed = [d for d in chosen if d["_id"] in removed_ids]
     if archive is not None:
         await archive.finish(removed)
     report.removed += len(removed)
@@ -318,9 +227,7 @@ async def ensure_ttl(executions: Any, seconds: Optional[float]) -> str:
             return "no TTL index: nothing to drop"
         await executions.drop_index(TTL_INDEX)
         return f"dropped the TTL index {TTL_INDEX}"
-    if seconds < 0:
-        raise ValueError("a TTL period cannot be negative")
-    period = int(seconds)
+    period = int(require_seconds("seconds", seconds, high=MAX_AGE))
     if existing is None:
         await executions.create_index(
             [("finished_on", 1)], name=TTL_INDEX, expireAfterSeconds=period,

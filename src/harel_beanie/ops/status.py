@@ -20,7 +20,9 @@ from typing import Any
 from harel.engine.schema import Names
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from harel_beanie import queries
 from harel_beanie.core.documents import bind
@@ -28,7 +30,7 @@ from harel_beanie.ops.stack import open_client
 from harel_beanie.ops.where import Target
 from harel_beanie.store.async_store import AsyncMongoStore
 
-STATUSES = ("PENDING", "RUNNING", "SUSPENDED", "CANCELLING", "DONE", "FAILED", "CANCELLED")
+STATUSES = queries.STATUSES
 
 
 async def collect(target: Target, stuck_after: float, show: int) -> dict[str, Any]:
@@ -75,11 +77,12 @@ def human_duration(seconds: float) -> str:
 def render(console: Console, data: dict[str, Any]) -> None:
     w = data["where"]
     now = data["now"]
-    console.print(f"[bold]harel-beanie status[/]: {w['url']} database {w['db']} prefix {w['prefix']}, "
+    console.print(f"[bold]harel-beanie status[/]: {escape(w['url'])} database {w['db']} prefix {w['prefix']}, "
                   f"at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))}")  # fmt: skip
     if not data["executions"]:
         console.print(f"No executions in {w['prefix']}_executions.")
     else:
+        # ids, definitions and paths below are data: shown as `Text`, never read as rich markup
         seen = [s for s in STATUSES if s in data["totals"]] + sorted(set(data["totals"]) - set(STATUSES))
         t = Table(box=box.SIMPLE_HEAD, title="Executions", title_justify="left")
         t.add_column("definition")
@@ -88,10 +91,12 @@ def render(console: Console, data: dict[str, Any]) -> None:
         t.add_column("total", justify="right")
         for d in sorted(data["counts"]):
             per = data["counts"][d]
-            t.add_row(d, *[str(per.get(s, "")) for s in seen], str(sum(per.values())))
+            t.add_row(Text(d), *[str(per.get(s, "")) for s in seen], str(sum(per.values())))
         t.add_section()
         t.add_row("all", *[str(data["totals"].get(s, "")) for s in seen], str(data["executions"]), style="bold")
         console.print(t)
+    if data["purged"]:
+        console.print(f"{data['purged']} purged execution id(s) hold a tombstone (kept so the id is never reused).")
 
     p = Table(box=box.SIMPLE_HEAD, title="Pending work", title_justify="left", show_header=False)
     p.add_column("what")
@@ -113,9 +118,9 @@ def render(console: Console, data: dict[str, Any]) -> None:
         for row in data["next_timers"]:
             delta = row["fire_at"] - now
             t.add_row(
-                row["id"],
-                row["definition_id"],
-                row["path"],
+                Text(row["id"]),
+                Text(row["definition_id"]),
+                Text(row["path"]),
                 f"due {human_duration(delta)} ago" if delta <= 0 else f"in {human_duration(delta)}",
             )
         console.print(t)
@@ -126,7 +131,9 @@ def render(console: Console, data: dict[str, Any]) -> None:
         for col in ("execution", "definition", "active state", "silent for"):
             t.add_column(col)
         for row in data["stuck"]:
-            t.add_row(row["id"], row["definition_id"], row["active_path"] or "", human_duration(row["silent_for"]))
+            # ids, definitions and paths are data: shown as text, never read as rich markup
+            t.add_row(Text(row["id"]), Text(row["definition_id"]), Text(row["active_path"] or ""),
+                      human_duration(row["silent_for"]))  # fmt: skip
         console.print(t)
     else:
         console.print(f"Nothing stuck: no RUNNING execution silent for more than {human_duration(stuck_after)}.")

@@ -37,6 +37,9 @@ class StoreMetrics:
             ["definition", "status"],
             registry=registry,
         )
+        self.purged = Gauge(
+            "harel_executions_purged", "Tombstones: ids whose execution a purge removed", registry=registry
+        )
         self.pending = Gauge(
             "harel_pending_entries", "Pending work not yet relayed: outbox entries (events) and spawns (children)",
             ["kind"], registry=registry,
@@ -83,6 +86,7 @@ class StoreMetrics:
         for definition, per in b.counts.items():
             for status, n in per.items():
                 self.executions.labels(definition, status).set(n)
+        self.purged.set(b.purged)
         self.pending.labels("outbox").set(b.pending_outbox)
         self.pending.labels("spawn").set(b.pending_spawns)
         self.oldest_pending.labels("outbox").set(b.oldest_outbox_age or 0.0)

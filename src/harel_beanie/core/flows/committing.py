@@ -25,13 +25,13 @@ from pymongo.errors import (
     WriteError,
 )
 
+from harel_beanie.core.arguments import require_str
 from harel_beanie.core.calls import FindOne, Flow, InsertOne, ReplaceOne, UpdateOne
 from harel_beanie.core.commit import CommitPlan, CommitRequest, append_trace_update, plan_commit
 from harel_beanie.core.documents import VersionView, projection
 from harel_beanie.core.errors import ExecutionTooLarge
 from harel_beanie.core.flows.leases import mint_seqs
 from harel_beanie.core.flows.state import StoreState
-from harel_beanie.core.keys import require_str
 from harel_beanie.core.sizes import MAX_DOCUMENT_BYTES, data_budget, reserved_bytes
 
 # the server's codes for a document or update over the size limit
@@ -203,5 +203,5 @@ def _json_bytes(value: Any) -> int:
 
 
 def append_trace(st: StoreState, execution_id: str, entry: dict[str, Any]) -> Flow[None]:
-    query = {"_id": require_str("execution id", execution_id), **NOT_A_TOMBSTONE}
+    query = {"_id": require_str("execution_id", execution_id), **NOT_A_TOMBSTONE}
     yield UpdateOne("executions", query, append_trace_update(entry, st.trace_max, st.trace_step_bytes))

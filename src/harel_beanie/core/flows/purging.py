@@ -7,11 +7,12 @@ execution back and a writer whose creation reply was lost still learns it landed
 
 from __future__ import annotations
 
+from harel_beanie.core.arguments import require_int, require_str
 from harel_beanie.core.calls import DeleteOne, Find, FindOne, Flow, ReplaceOne
 from harel_beanie.core.documents import PENDING
 from harel_beanie.core.flows.relays import remove_entries
 from harel_beanie.core.flows.state import StoreState
-from harel_beanie.core.keys import ANY_SEQ, require_int, require_str
+from harel_beanie.core.keys import ANY_SEQ
 
 _BURIED_MAX = 64  # creation tokens a tombstone keeps (incarnations of one reused id)
 
@@ -20,8 +21,8 @@ def purge(st: StoreState, execution_id: str, expected_version: int) -> Flow[bool
     """Replace the execution, if still at `expected_version`, by its tombstone (see
     `harel_beanie.core.flows`), then pull the entries other executions addressed to it. A purge of
     an execution that moved on touches nothing."""
-    require_str("execution id", execution_id)
-    require_int("expected version", expected_version)
+    execution_id = require_str("execution_id", execution_id)
+    expected_version = require_int("expected_version", expected_version)
     doc = yield FindOne("executions", {"_id": execution_id}, {"version": 1, "born": 1, "buried": 1, "tomb": 1})
     purged = False
     if doc is not None and "tomb" not in doc:

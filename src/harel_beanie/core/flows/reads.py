@@ -12,16 +12,17 @@ from typing import Any, Iterable, Optional
 from harel.engine.execution import Execution, ExecutionPage, Status
 
 from harel_beanie.core import records
+from harel_beanie.core.arguments import require_str
 from harel_beanie.core.calls import Find, FindOne, Flow
 from harel_beanie.core.documents import LoadView, TraceView, projection
 from harel_beanie.core.flows.state import StoreState
-from harel_beanie.core.keys import prefix_range, require_str
+from harel_beanie.core.keys import prefix_range
 from harel_beanie.core.listing import listing_page, listing_query
 from harel_beanie.core.sizes import dedupe_keys
 
 
 def load(st: StoreState, execution_id: str) -> Flow[Optional[Execution]]:
-    doc = yield FindOne("executions", {"_id": require_str("execution id", execution_id)}, projection(LoadView))
+    doc = yield FindOne("executions", {"_id": require_str("execution_id", execution_id)}, projection(LoadView))
     return records.execution(doc)
 
 
@@ -31,16 +32,16 @@ def load_for_event(st: StoreState, execution_id: str, event_id: str) -> Flow[tup
     "Already processed" makes harel drop the event, so it is confirmed by a `confirm` read
     (majority on a replica set) before it is believed: a mark that a failover could still
     roll back must not lose the event. That second read happens only for a duplicate."""
-    keys = dedupe_keys(require_str("event id", event_id))
+    keys = dedupe_keys(require_str("event_id", event_id))
     if st.in_memory:
         # mongomock has no `$elemMatch` projection of a scalar array; in memory, the whole
         # window costs no transfer (and there is no replica set to confirm against)
         proj = {**projection(LoadView), "processed": 1}
-        doc = yield FindOne("executions", {"_id": require_str("execution id", execution_id)}, proj)
+        doc = yield FindOne("executions", {"_id": require_str("execution_id", execution_id)}, proj)
         exe = records.execution(doc)
         return exe, exe is not None and any(k in (doc or {}).get("processed", ()) for k in keys)
     proj = {**projection(LoadView), "processed": {"$elemMatch": {"$in": keys}}}
-    doc = yield FindOne("executions", {"_id": require_str("execution id", execution_id)}, proj)
+    doc = yield FindOne("executions", {"_id": require_str("execution_id", execution_id)}, proj)
     exe = records.execution(doc)
     if exe is None or not (doc or {}).get("processed"):
         return exe, False
@@ -50,12 +51,12 @@ def load_for_event(st: StoreState, execution_id: str, event_id: str) -> Flow[tup
 def is_processed(st: StoreState, execution_id: str, event_id: str) -> Flow[bool]:
     # a point read by _id projecting the one matching id, as load_for_event does: cheaper
     # on some servers than a filter on the array; a `confirm` read, as it decides a drop
-    keys = dedupe_keys(require_str("event id", event_id))
+    keys = dedupe_keys(require_str("event_id", event_id))
     if st.in_memory:  # no `$elemMatch` projection in mongomock: the filter on the array
-        query = {"_id": require_str("execution id", execution_id), "processed": {"$in": keys}}
+        query = {"_id": require_str("execution_id", execution_id), "processed": {"$in": keys}}
         return (yield FindOne("executions", query, {"_id": 1})) is not None
     proj = {"_id": 1, "processed": {"$elemMatch": {"$in": keys}}}
-    doc = yield FindOne("confirm", {"_id": require_str("execution id", execution_id)}, proj)
+    doc = yield FindOne("confirm", {"_id": require_str("execution_id", execution_id)}, proj)
     return bool(doc and doc.get("processed"))
 
 
@@ -73,7 +74,7 @@ def list_executions(
 
 
 def read_trace(st: StoreState, execution_id: str) -> Flow[list[dict[str, Any]]]:
-    doc = yield FindOne("executions", {"_id": require_str("execution id", execution_id)}, projection(TraceView))
+    doc = yield FindOne("executions", {"_id": require_str("execution_id", execution_id)}, projection(TraceView))
     return records.trace_steps(doc)
 
 

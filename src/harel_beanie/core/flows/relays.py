@@ -35,11 +35,12 @@ from typing import Any, Callable, Mapping, Optional
 from harel.engine.store.base import OutboxEntry, SpawnEntry
 
 from harel_beanie.core import records
+from harel_beanie.core.arguments import require_int, require_str, require_time
 from harel_beanie.core.calls import Find, Flow, UpdateMany, UpdateOne
 from harel_beanie.core.commit import point
 from harel_beanie.core.documents import PENDING, OutboxView, PendingView, SpawnView, TimerView, projection
 from harel_beanie.core.flows.state import StoreState
-from harel_beanie.core.keys import ANY_SEQ, ANY_TIME, require_int, require_str, require_time, timer_field
+from harel_beanie.core.keys import ANY_SEQ, ANY_TIME, timer_field
 
 
 class _Unknown:
@@ -109,7 +110,7 @@ def tree_docs(st: StoreState, within: Optional[str], docs: list[dict[str, Any]])
     of the tree, projecting their parent only."""
     if within is None:
         return docs
-    require_str("execution id", within)
+    within = require_str("within", within)
     below = within + ":"
     candidates = [d for d in docs if d["_id"] == within or str(d["_id"]).startswith(below)]
     if not candidates:
@@ -173,7 +174,7 @@ def _ack(st: StoreState, array: str, seq: int) -> Flow[None]:
     Without the owner (another instance read it), one read through the pending index finds
     it first. By `_id` is the cheapest write there is: mongod's `_id` fast path, and on a
     sharded cluster routed to one shard."""
-    require_int("seq", seq)
+    seq = require_int("seq", seq)
     entry = {f"{array}.seq": seq}
     if st.compat or st.in_memory:  # no `pending` flag to go by (compat), or no index (mongomock)
         owner = st.owners.pop(seq, None)
@@ -240,7 +241,7 @@ def delete_timer(st: StoreState, execution_id: str, path: str, fire_at: float) -
     """Remove the timer if it still holds `fire_at`, and reset the execution's `next_fire`
     to its earliest remaining timer in the same write (an update pipeline)."""
     key = timer_field(path)
-    guard = {"_id": require_str("execution id", execution_id), key: require_time("fire_at", fire_at)}
+    guard = {"_id": require_str("execution_id", execution_id), key: require_time("fire_at", fire_at)}
     if st.in_memory:
         # mongomock evaluates this pipeline wrongly: remove the timer alone, and the bound,
         # left too low, is raised by the next sweep (as after a cancel)

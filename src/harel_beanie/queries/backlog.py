@@ -1,0 +1,103 @@
+"""`backlog()`: everything `harel-beanie status`, the dashboard's backlog page and `/metrics`
+show, read at one moment.
+
+Why this module exists: those three views must agree, so the figures are gathered once here:
+executions by definition and status, purged executions' tombstones, the pending outbox and
+its oldest entry, pending spawns, due and next timers, and executions running but silent for
+longer than a threshold.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+from harel_beanie.core.arguments import require_int, require_seconds, require_time
+from harel_beanie.core.documents import PENDING, ExecutionDocument
+from harel_beanie.core.keys import ANY_SEQ, ANY_TIME, decode_path
+from harel_beanie.core.seqs import minted_at
+from harel_beanie.queries.rows import Executions, checked_doc
+from harel_beanie.queries.single import stuck_running, waiting_on_timer
+
+#: the most rows `show` may ask for (the next timers, the silent executions)
+MAX_SHOW = 10_000
+#: what the counts call a document with no status: one harel's own store wrote, not yet
+#: written again or migrated (its status is inside its snapshot)
+UNKNOWN = "UNKNOWN"
+
+
+@dataclass
+class Backlog:
+    """What is pending and what is stuck, at one moment."""
+
+    now: float
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)  # definition -> status -> n
+    purged: int = 0  # tombstones: ids whose execution a purge removed
+    pending_outbox: int = 0
+    oldest_outbox_age: Optional[float] = None  # seconds; None if none pending or unknown
+    pending_spawns: int = 0
+    oldest_spawn_age: Optional[float] = None  # seconds, as for the outbox
+    due_timers: int = 0
+    next_timers: list[dict[str, Any]] = field(default_factory=list)
+    stuck: list[dict[str, Any]] = field(default_factory=list)
+    stuck_after: float = 300.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def backlog(
+    *, doc: Executions = ExecutionDocument, stuck_after: float = 300.0, now: Optional[float] = None, show: int = 10
+) -> Backlog:
+    """Everything `harel-beanie status` reports. The counts group the whole collection
+    (one pass over the (status, _id) index keys on mongod); every other figure reads only the
+    documents that hold pending work, through their indexes."""
+    doc = checked_doc(doc)
+    stuck_after = require_seconds("stuck_after", stuck_after)
+    now = time.time() if now is None else require_time("now", now)
+    show = require_int("show", show, low=0, high=MAX_SHOW)
+    out = Backlog(now=now, stuck_after=stuck_after)
+    coll = doc.get_pymongo_collection()
+    groups = await (await coll.aggregate([
+        {"$group": {"_id": {"d": "$definition_id", "s": {"$ifNull": ["$status", UNKNOWN]}}, "n": {"$sum": 1}}},
+    ])).to_list(None)  # fmt: skip
+    for g in groups:
+        definition = g["_id"].get("d")
+        if definition is None:  # only a tombstone lacks a definition
+            out.purged += g["n"]
+        else:
+            per = out.counts.setdefault(str(definition), {})
+            per[g["_id"]["s"]] = per.get(g["_id"]["s"], 0) + g["n"]
+    for array, attr in (("outbox", "pending_outbox"), ("spawns", "pending_spawns")):
+        rows = await (await coll.aggregate([
+            {"$match": {**PENDING, f"{array}.seq": ANY_SEQ}},  # through hb_pending
+            {"$project": {"n": {"$size": f"${array}"}, "low": {"$min": {"$map": {"input": f"${array}", "in": "$$this.seq"}}}}},
+            {"$group": {"_id": None, "n": {"$sum": "$n"}, "low": {"$min": "$low"}}},
+        ])).to_list(None)  # fmt: skip
+        if rows:
+            setattr(out, attr, rows[0]["n"])
+            if rows[0]["n"]:
+                born = minted_at(rows[0]["low"])
+                age = None if born is None else max(0.0, now - born)
+                setattr(out, "oldest_outbox_age" if array == "outbox" else "oldest_spawn_age", age)
+    out.due_timers = await doc.find({"next_fire": {**ANY_TIME, "$lte": now}}).count()
+    # the bound may be stale (a cancelled timer): report the real timers
+    # show=0 lists none (a limit of 0 would mean no limit at all)
+    for row in await waiting_on_timer(doc=doc).limit(show).to_list() if show else ():
+        for key, at in sorted(row.timers.items(), key=lambda kv: kv[1]):
+            out.next_timers.append(
+                {"id": row.id, "definition_id": row.definition_id, "path": decode_path(key), "fire_at": at}
+            )
+    out.next_timers = sorted(out.next_timers, key=lambda t: t["fire_at"])[:show]
+    stuck = await stuck_running(stuck_after, now=now, doc=doc).limit(show).to_list() if show else []
+    out.stuck = [
+        {
+            "id": r.id,
+            "definition_id": r.definition_id,
+            "active_path": r.active_path,
+            "silent_for": now - (r.updated_at or now),
+        }
+        for r in stuck
+    ]
+    return out

@@ -1,0 +1,187 @@
+"""The filtered, keyset-paged listing of executions (the dashboard's executions page) and
+the counts per status beside it.
+
+Why this module exists: a listing is fed from a request's parameters, so the filter is a
+value object that checks every field when it is built (`ExecutionFilter`: a bad filter
+cannot exist), and a page is a range of one index whatever is filtered, read after the id
+the previous page ended on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from beanie import SortDirection
+from beanie.odm.queries.find import FindMany
+
+from harel_beanie.core.arguments import BadArgumentType, optional_str, require_bool, require_int, require_time
+from harel_beanie.core.documents import ExecutionDocument
+from harel_beanie.queries.rows import (
+    NOT_A_TOMBSTONE,
+    STATUSES,
+    ExecutionRow,
+    Executions,
+    checked_doc,
+    fill_from_data,
+)
+from harel_beanie.queries.single import status_name
+
+#: the largest page `executions_page` reads
+MAX_LIMIT = 10_000
+
+
+@dataclass(frozen=True)
+class ExecutionFilter:
+    """What a listing is narrowed to. Every field is optional; together they are ANDed.
+
+    Every field is checked when the filter is built: the ids and the outcome must be str (a
+    dict would be a query operator), the status one of harel's (a `Status` or its name),
+    `roots_only` a bool, the time bounds finite numbers. A wrong value raises TypeError or
+    ValueError naming the field.
+
+    The equality filters each have an index led by that field and followed by `_id`
+    (hb_parent, hb_status, hb_definition), so a page in `_id` order is a range of one index
+    whatever else is filtered; `outcome` and the time bounds are checked on the documents that
+    range reaches."""
+
+    definition_id: Optional[str] = None
+    status: Optional[str] = None
+    outcome: Optional[str] = None
+    parent_id: Optional[str] = None  # the children of this execution
+    roots_only: bool = False  # executions with no parent
+    updated_after: Optional[float] = None  # epoch seconds, inclusive
+    updated_before: Optional[float] = None  # epoch seconds, exclusive
+
+    def __post_init__(self) -> None:
+        checked: dict[str, Any] = {
+            "definition_id": optional_str("definition_id", self.definition_id),
+            "status": None if self.status is None else status_name("status", self.status),
+            "outcome": optional_str("outcome", self.outcome),
+            "parent_id": optional_str("parent_id", self.parent_id),
+            "roots_only": require_bool("roots_only", self.roots_only),
+            "updated_after": None if self.updated_after is None else require_time("updated_after", self.updated_after),
+            "updated_before": None
+            if self.updated_before is None
+            else require_time("updated_before", self.updated_before),
+        }
+        for name, value in checked.items():  # the checked, plain values replace what was passed
+            object.__setattr__(self, name, value)
+
+    def query(self, *, status: bool = True) -> dict[str, Any]:
+        """The filter document; `status=False` leaves the status out (for counts per status).
+        A filter that a tombstone could match (nothing but roots, or nothing at all) also
+        leaves tombstones out."""
+        q: dict[str, Any] = {}
+        if self.parent_id is not None:
+            q["parent_id"] = self.parent_id
+        elif self.roots_only:
+            q["parent_id"] = None
+        if self.definition_id is not None:
+            q["definition_id"] = self.definition_id
+        if status and self.status is not None:
+            q["status"] = self.status
+        if self.outcome is not None:
+            q["outcome"] = self.outcome
+        span: dict[str, float] = {}
+        if self.updated_after is not None:
+            span["$gte"] = self.updated_after
+        if self.updated_before is not None:
+            span["$lt"] = self.updated_before
+        if span:
+            q["updated_at"] = span
+        # a tombstone holds only `_id` and `tomb`: any equality on a value or a time bound
+        # already leaves it out, and the indexes' plans stay as they are
+        if q.get("parent_id") is None and not q.keys() & {"definition_id", "status", "outcome", "updated_at"}:
+            q.update(NOT_A_TOMBSTONE)
+        return q
+
+
+def _filter(flt: Any) -> ExecutionFilter:
+    if not isinstance(flt, ExecutionFilter):
+        raise BadArgumentType("flt", "an ExecutionFilter", flt)
+    return flt
+
+
+def _index_for(query: dict[str, Any]) -> Optional[str]:
+    """The index whose leading equality serves `query` in `_id` order (parent, then status,
+    then definition: the most selective first, as a rule), or None for the `_id` index."""
+    for key, name in (("parent_id", "hb_parent"), ("status", "hb_status"), ("definition_id", "hb_definition")):
+        if key in query:
+            return name
+    return None
+
+
+def executions(
+    flt: ExecutionFilter = ExecutionFilter(),
+    *,
+    after: Optional[str] = None,
+    doc: Executions = ExecutionDocument,
+    hint: bool = False,
+) -> FindMany[ExecutionRow]:
+    """Executions matching `flt` in `_id` order, starting after the id `after` (the keyset
+    cursor: the last id of the previous page, so page k reads about one page, never k).
+    Index: hb_parent, hb_status or hb_definition by the filter; with none, the `_id` index.
+    `hint` names that index to the server (a planner may otherwise weigh several; only on
+    a database whose indexes exist, i.e. not one awaiting `migrate up`)."""
+    q = _filter(flt).query()
+    doc = checked_doc(doc)
+    cursor = optional_str("after", after)
+    if cursor is not None:
+        q["_id"] = {"$gt": cursor}
+    index = _index_for(q) if require_bool("hint", hint) else None
+    extra: dict[str, Any] = {"hint": index} if index else {}
+    return doc.find(q, projection_model=ExecutionRow, **extra).sort([("_id", SortDirection.ASCENDING)])
+
+
+@dataclass
+class Page:
+    """One page of rows and the cursor of the next (None on the last page)."""
+
+    rows: list[ExecutionRow]
+    next_after: Optional[str]
+
+
+async def executions_page(
+    flt: ExecutionFilter = ExecutionFilter(),
+    *,
+    after: Optional[str] = None,
+    limit: int = 50,
+    doc: Executions = ExecutionDocument,
+    hint: bool = False,
+) -> Page:
+    """A page of `executions(...)`: fetches one row more than `limit` to know if there is a next.
+    Rows of documents harel's own store wrote (no summary fields until migrated) have them
+    read from their snapshots, in one more read of those documents only."""
+    limit = require_int("limit", limit, low=1, high=MAX_LIMIT)
+    query = executions(flt, after=after, doc=doc, hint=hint)
+    rows = await query.limit(limit + 1).to_list()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    legacy = [r.id for r in rows if r.status is None]
+    if legacy:
+        coll = checked_doc(doc).get_pymongo_collection()
+        data = {d["_id"]: d.get("data") async for d in coll.find({"_id": {"$in": legacy}}, {"data": 1})}
+        rows = [fill_from_data(r, data.get(r.id)) for r in rows]
+    return Page(rows, rows[-1].id if more else None)
+
+
+async def status_counts(
+    flt: ExecutionFilter = ExecutionFilter(), *, doc: Executions = ExecutionDocument, hint: bool = False
+) -> dict[str, int]:
+    """How many executions match `flt` in each status (the filter's own status ignored, so a
+    page can show what choosing another status would give). One count per status, each a
+    range of one index (hb_parent with a parent filter, else hb_status; with only a status,
+    mongod counts the index keys without a fetch). `hint` as for `executions`."""
+    base = _filter(flt).query(status=False)
+    base.pop("tomb", None)  # every count below has a status: no tombstone has one
+    doc = checked_doc(doc)
+    named = require_bool("hint", hint)
+    out: dict[str, int] = {}
+    for s in STATUSES:  # sequential: the counts are cheap, and a burst of them helps nobody
+        q = {**base, "status": s}
+        index = _index_for(q) if named else None
+        n = await (doc.find(q, hint=index) if index else doc.find(q)).count()
+        if n:
+            out[s] = n
+    return out
