@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pymongo
 from harel.engine.execution import Execution, Status
@@ -68,7 +69,7 @@ def main() -> None:
             root = run.split(":")[0].rsplit("-", 1)[0] + "-0000"
             shots = {
                 "dashboard-executions.png": f"{base}/?definition=Order&roots=true",
-                "dashboard-execution.png": f"{base}/executions/{root}",
+                "dashboard-execution.png": f"{base}/execution?id={quote(root, safe='')}",
                 "dashboard-failed.png": f"{base}/failed",
                 "dashboard-backlog.png": f"{base}/backlog",
             }

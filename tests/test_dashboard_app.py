@@ -127,7 +127,9 @@ class FakeRunner:
 
 
 def _csrf(page: str, action: str) -> str:
-    m = re.search(rf'action="[^"]*/{action}"[^>]*>\s*<input type="hidden" name="csrf" value="([0-9a-f]+)"', page)
+    m = re.search(
+        rf'action="[^"]*/{action}\?id=[^"]*"[^>]*>\s*<input type="hidden" name="csrf" value="([0-9a-f]+)"', page
+    )
     assert m, page
     return m.group(1)
 
@@ -142,24 +144,24 @@ async def test_actions_are_off_by_default_and_each_needs_a_confirmation(astore) 
         prefix="/on",
     )
     async with client_for(app) as http:
-        page = (await http.get("/off/executions/x-1")).text
-        assert "<form" not in page
-        r = await http.post("/off/executions/x-1/cancel", data={"confirm": "x-1"})
+        page = (await http.get("/off/execution?id=x-1")).text
+        assert "x-1" in page and "<form" not in page
+        r = await http.post("/off/execution/cancel?id=x-1", data={"confirm": "x-1"})
         assert r.status_code == 403
 
-        page = (await http.get("/on/executions/x-1")).text
+        page = (await http.get("/on/execution?id=x-1")).text
         assert "/send" not in page  # not enabled
         token = _csrf(page, "cancel")
-        assert (await http.post("/on/executions/x-1/send", data={"confirm": "x-1", "kind": "Go"})).status_code == 403
+        assert (await http.post("/on/execution/send?id=x-1", data={"confirm": "x-1", "kind": "Go"})).status_code == 403
         assert (
-            await http.post("/on/executions/x-1/cancel", data={"confirm": "x-1", "csrf": "0" * 64})
+            await http.post("/on/execution/cancel?id=x-1", data={"confirm": "x-1", "csrf": "0" * 64})
         ).status_code == 403
-        r = await http.post("/on/executions/x-1/cancel", data={"confirm": "x-2", "csrf": token})
+        r = await http.post("/on/execution/cancel?id=x-1", data={"confirm": "x-2", "csrf": token})
         assert r.status_code == 303 and "error=" in r.headers["location"] and runner.calls == []
-        r = await http.post("/on/executions/x-1/cancel", data={"confirm": "x-1", "csrf": token})
-        assert r.status_code == 303 and r.headers["location"].endswith("/on/executions/x-1?done=cancel")
+        r = await http.post("/on/execution/cancel?id=x-1", data={"confirm": "x-1", "csrf": token})
+        assert r.status_code == 303 and r.headers["location"].endswith("/on/execution?id=x-1&done=cancel")
         r = await http.post(
-            "/on/executions/x-1/redrive",
+            "/on/execution/redrive?id=x-1",
             data={"confirm": "x-1", "csrf": _csrf(page, "redrive"), "target_path": "Paying"},
         )
         assert r.status_code == 303

@@ -141,7 +141,8 @@ def test_without_the_token_every_page_is_refused(shop: dict[str, Any]) -> None:
         "/",
         "/failed",
         "/backlog",
-        "/executions/broken-order-1",
+        "/execution?id=broken-order-1",
+        "/api/execution?id=broken-order-1",
         "/api/executions",
         "/api/backlog",
         "/metrics",
@@ -170,7 +171,7 @@ def test_the_json_views_are_in_the_openapi_schema(shop: dict[str, Any]) -> None:
     status, body = dash.get("/openapi.json", token=TOKEN)
     assert status == 200
     schema = json.loads(body)
-    for path, model in (("/api/executions", "ExecutionsView"), ("/api/executions/{execution_id}", "ExecutionView"),
+    for path, model in (("/api/executions", "ExecutionsView"), ("/api/execution", "ExecutionView"),
                         ("/api/failed", "FailedView"), ("/api/backlog", "BacklogView")):  # fmt: skip
         ok = schema["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
         assert ok == {"$ref": f"#/components/schemas/{model}"}, (path, ok)

@@ -70,7 +70,7 @@ async def test_listing_pages_are_index_backed_at_20k(big: Any) -> None:
         "roots only": "/?roots=true",
         "failed queue, page 2": "/failed?after=f-010",
         "json, by parent": "/api/executions?parent=f-000&limit=25",
-        "one execution": "/executions/f-000",
+        "one execution": "/execution?id=f-000",
     }
     # (one page of each shape, each matching few of the 20,000: SecantusDB reads every match
     # whatever the limit, and counts by reading, so each page here already costs seconds

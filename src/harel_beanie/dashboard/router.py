@@ -1,9 +1,19 @@
-"""The dashboard's routes: HTML pages and their JSON twins, actions, and `/metrics`.
+"""The dashboard's routes: HTML pages and their JSON twins, actions, static files, `/metrics`.
 
 Why this module exists: it turns the views of `harel_beanie.dashboard.views` into an
 `APIRouter` with the app's guard on every route (see the package docstring). Reading and
-rendering live elsewhere; this module parses query parameters, picks the rendering and runs
-the few actions an app turned on, through harel's own runner API.
+rendering live elsewhere; this module parses parameters, picks the rendering and runs the few
+actions an app turned on, through harel's own runner API.
+
+What it promises about what comes in (docs/SECURITY.md has the whole threat model):
+- every parameter passes `harel_beanie.core.arguments` (in the queries and the filter it
+  builds); a refused one is answered 400 with the message naming it, never a 500;
+- an execution id travels in the query string (`/execution?id=...`), percent-encoded, never
+  in the path: any id harel allows (empty, `/`, `?`, `#`, `%`, `..`, any unicode) is opened by
+  exactly the link the pages build (`links.py`);
+- the pages carry no inline script or event handler: behaviour is `static/dashboard.js`,
+  reading `data-` attributes, under a Content-Security-Policy without 'unsafe-inline'
+  (`security.py` sets it, with the other headers, on every response of this router).
 """
 
 from __future__ import annotations
@@ -17,17 +27,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
-from fastapi import APIRouter, Depends, Form, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi import APIRouter, Depends, Form, Query, Request
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from harel_beanie import queries
+from harel_beanie.core.arguments import parse_number, require_seconds
 from harel_beanie.core.documents import bind
 from harel_beanie.dashboard import views
+from harel_beanie.dashboard.links import Links, typed_id
+from harel_beanie.dashboard.security import NOT_FOUND, REFUSED, DashboardRoute, NotFound, static_headers
 from harel_beanie.ops.status import human_duration
 
 TEMPLATES = Path(__file__).parent / "templates"
+STATIC = Path(__file__).parent / "static"
+#: the files under /static, with their media types: nothing else is served from there
+STATIC_FILES = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
 MAX_PAGE = 500
+#: the widest `within` a listing takes: ten years, in seconds
+MAX_WITHIN = 10 * 365.25 * 86400.0
+#: the most a sent event's JSON data may weigh
+MAX_EVENT_BYTES = 64 * 1024
+ACTIONS = ("send", "cancel", "redrive")
 
 
 @dataclass
@@ -43,7 +64,7 @@ class DashboardActions:
     redrive: bool = False  # harel redrives FAILED executions only; offered on those
 
     def enabled(self) -> list[str]:
-        return [name for name in ("send", "cancel", "redrive") if getattr(self, name)]
+        return [name for name in ACTIONS if getattr(self, name)]
 
     def __post_init__(self) -> None:
         if self.enabled() and self.runner is None:
@@ -63,7 +84,34 @@ def _templates() -> Jinja2Templates:
     t.env.filters["when"] = _when
     t.env.filters["ago"] = _ago
     t.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True, default=str)
+    t.env.filters["typed"] = typed_id
     return t
+
+
+def parse_within(text: Optional[str]) -> Optional[float]:
+    """`within` as the list pages take it: empty for no bound (a form's "any time"), else a
+    finite number of seconds above 0 and at most `MAX_WITHIN`."""
+    if text is None or text == "":
+        return None
+    return require_seconds("within", parse_number("within", text), positive=True, high=MAX_WITHIN)
+
+
+def _event_data(text: str) -> dict[str, Any]:
+    """A sent event's data: a JSON object of at most `MAX_EVENT_BYTES`, with no NaN or
+    infinity (harel stores strict JSON)."""
+
+    def no_constant(name: str) -> Any:
+        raise ValueError(f"data: {name} is not JSON")
+
+    if len(text.encode("utf-8", "replace")) > MAX_EVENT_BYTES:
+        raise ValueError(f"data: at most {MAX_EVENT_BYTES} bytes of JSON")
+    try:
+        payload = json.loads(text, parse_constant=no_constant) if text.strip() else {}
+    except RecursionError:
+        raise ValueError("data: nested too deeply") from None
+    if not isinstance(payload, dict):
+        raise ValueError("data: must be a JSON object")
+    return payload
 
 
 StoreArg = Union[Any, Callable[[], Any]]
@@ -86,10 +134,13 @@ def dashboard_router(
     databases, say) in one app."""
     if auth is None:
         raise ValueError("dashboard_router needs auth=: your FastAPI dependency, or no_auth to leave it open")
+    stuck_after = require_seconds("stuck_after", stuck_after)
+    page_size = min(max(int(page_size), 1), MAX_PAGE)
     acts = actions or DashboardActions()
     templates = _templates()
     secret = secrets.token_bytes(32)  # signs the actions' forms (a cross-site form cannot know it)
-    router = APIRouter(dependencies=[Depends(auth)])
+    router = APIRouter(dependencies=[Depends(auth)], route_class=DashboardRoute)
+    errors: dict[int | str, dict[str, Any]] = {400: REFUSED, 404: NOT_FOUND}
 
     async def ready() -> Any:
         s = store() if callable(store) and not hasattr(store, "read_trace") else store
@@ -106,38 +157,37 @@ def dashboard_router(
         return bool(state is not None and state.ready and not state.compat)
 
     def form_token(execution_id: str, action: str) -> str:
-        return hmac.new(secret, f"{execution_id}\0{action}".encode(), hashlib.sha256).hexdigest()
+        return hmac.new(
+            secret, f"{execution_id}\0{action}".encode("utf-8", "surrogatepass"), hashlib.sha256
+        ).hexdigest()
 
     def page(request: Request, template: str, **context: Any) -> HTMLResponse:
-        def u(route: str, **params: Any) -> Any:  # this dashboard's own routes, wherever it is mounted
-            return request.url_for(f"{name}.{route}", **params)
-
-        return templates.TemplateResponse(request, template, {"title": title, "u": u, **context})
+        links = Links(request, name)
+        return templates.TemplateResponse(request, template, {"title": title, "u": links.route, "link": links.to,
+                                                              **context})  # fmt: skip
 
     def parse_filter(definition: Optional[str], status: Optional[str], outcome: Optional[str], parent: Optional[str],
-                     roots: bool, within: Optional[float]) -> queries.ExecutionFilter:  # fmt: skip
-        if status and status not in queries.STATUSES:
-            raise HTTPException(422, f"unknown status {status!r}; one of {', '.join(queries.STATUSES)}")
+                     roots: bool, within: Optional[str]) -> queries.ExecutionFilter:  # fmt: skip
+        seconds = parse_within(within)
+        # a form's empty choice arrives as "": it means no filter on that field
         return queries.ExecutionFilter(
             definition_id=definition or None, status=status or None, outcome=outcome or None, parent_id=parent or None,
-            roots_only=roots, updated_after=(time.time() - within) if within else None,
+            roots_only=roots, updated_after=(time.time() - seconds) if seconds is not None else None,
         )  # fmt: skip
 
     # --- the executions list ------------------------------------------------------------------
 
     async def list_data(definition: Optional[str], status: Optional[str], outcome: Optional[str], parent: Optional[str],
-                        roots: bool, within: Optional[float], after: Optional[str], limit: int) -> views.ExecutionsView:  # fmt: skip
-        s = await ready()
+                        roots: bool, within: Optional[str], after: Optional[str], limit: int) -> views.ExecutionsView:  # fmt: skip
         flt = parse_filter(definition, status, outcome, parent, roots, within)
-        return await views.executions_view(
-            flt, after=after or None, limit=min(limit, MAX_PAGE), doc=doc_of(s), hint=hint(s)
-        )
+        s = await ready()
+        return await views.executions_view(flt, after=after or None, limit=limit, doc=doc_of(s), hint=hint(s))
 
-    @router.get("/api/executions", response_model=views.ExecutionsView, name=f"{name}.api_executions")
+    @router.get("/api/executions", response_model=views.ExecutionsView, name=f"{name}.api_executions", responses=errors)
     async def api_executions(
         definition: Optional[str] = None, status: Optional[str] = None, outcome: Optional[str] = None,
         parent: Optional[str] = None, roots: bool = False,
-        within: Optional[float] = Query(None, gt=0, description="updated within this many seconds"),
+        within: Optional[str] = Query(None, description="updated within this many seconds (a finite number above 0)"),
         after: Optional[str] = Query(None, description="the next_after of the previous page"),
         limit: int = Query(page_size, ge=1, le=MAX_PAGE),
     ) -> views.ExecutionsView:  # fmt: skip
@@ -149,14 +199,8 @@ def dashboard_router(
         parent: Optional[str] = None, roots: bool = False, within: Optional[str] = None,
         after: Optional[str] = None, limit: int = Query(page_size, ge=1, le=MAX_PAGE),
     ) -> HTMLResponse:  # fmt: skip
-        # a form's empty choice arrives as "": it means no bound, not a bad number
-        try:
-            seconds = float(within) if within else None
-        except ValueError:
-            raise HTTPException(422, f"within: expected seconds, got {within!r}") from None
-        if seconds is not None and seconds <= 0:
-            seconds = None
-        data = await list_data(definition, status, outcome, parent, roots, seconds, after, limit)
+        data = await list_data(definition, status, outcome, parent, roots, within, after, limit)
+        seconds = parse_within(within)
         params = {k: v for k, v in {"definition": definition, "status": status, "outcome": outcome, "parent": parent,
                                      "roots": "true" if roots else None, "within": seconds,
                                      "limit": limit if limit != page_size else None}.items() if v}  # fmt: skip
@@ -168,32 +212,51 @@ def dashboard_router(
         s = await ready()
         v = await views.execution_view(s, execution_id, doc=doc_of(s), actions=acts.enabled())
         if v is None:
-            raise HTTPException(404, f"no execution {execution_id!r}")
+            tomb = await queries.purged(execution_id, doc=doc_of(s))
+            gone = f" (purged at {_when(tomb.at)})" if tomb is not None else ""
+            raise NotFound(f"no execution {execution_id!r}{gone}")
         return v
 
-    @router.get("/api/executions/{execution_id}", response_model=views.ExecutionView, name=f"{name}.api_execution")
-    async def api_execution(execution_id: str) -> views.ExecutionView:
+    @router.get("/api/execution", response_model=views.ExecutionView, name=f"{name}.api_execution", responses=errors)
+    async def api_execution(execution_id: str = Query(..., alias="id", description="the execution's id")) -> Any:
         return await detail_data(execution_id)
 
     @router.get(
-        "/executions/{execution_id}", response_class=HTMLResponse, name=f"{name}.execution", include_in_schema=False
+        "/api/executions/{execution_id:path}",
+        response_model=views.ExecutionView,
+        name=f"{name}.api_execution_by_path",
+        responses=errors,
+        deprecated=True,
+        description="The same as /api/execution?id=...; an id holding `/`, `..` or nothing cannot travel in a path.",
     )
+    async def api_execution_by_path(execution_id: str) -> Any:
+        return await detail_data(execution_id)
+
+    @router.get("/execution", response_class=HTMLResponse, name=f"{name}.execution", include_in_schema=False)
     async def execution_page(
-        request: Request, execution_id: str, done: Optional[str] = None, error: Optional[str] = None
-    ) -> HTMLResponse:
+        request: Request, execution_id: str = Query(..., alias="id"), done: Optional[str] = None,
+        error: Optional[str] = None,
+    ) -> HTMLResponse:  # fmt: skip
         v = await detail_data(execution_id)
         tokens = {a: form_token(execution_id, a) for a in acts.enabled()}
+        done = done if done in ACTIONS else None  # only ever one of the action names
+        error = None if error is None else error[:300]
         return page(request, "execution.html", view=v, e=v.execution, done=done, error=error, tokens=tokens)
+
+    @router.get("/executions/{execution_id:path}", name=f"{name}.execution_by_path", include_in_schema=False)
+    async def execution_by_path(request: Request, execution_id: str) -> Response:
+        # the address older pages linked to: the same page, at its address by query
+        return RedirectResponse(Links(request, name).to("execution", id=execution_id), status_code=307)
 
     # --- the failed queue, the silent ones, the backlog ----------------------------------------
 
     async def failed_data(after: Optional[str], limit: int) -> views.FailedView:
         s = await ready()
         return await views.failed_view(
-            after=after or None, limit=min(limit, MAX_PAGE), stuck_after=stuck_after, doc=doc_of(s), hint=hint(s)
+            after=after or None, limit=limit, stuck_after=stuck_after, doc=doc_of(s), hint=hint(s)
         )
 
-    @router.get("/api/failed", response_model=views.FailedView, name=f"{name}.api_failed")
+    @router.get("/api/failed", response_model=views.FailedView, name=f"{name}.api_failed", responses=errors)
     async def api_failed(
         after: Optional[str] = None, limit: int = Query(page_size, ge=1, le=MAX_PAGE)
     ) -> views.FailedView:
@@ -209,7 +272,7 @@ def dashboard_router(
         s = await ready()
         return await views.backlog_view(stuck_after=stuck_after, show=20, doc=doc_of(s))
 
-    @router.get("/api/backlog", response_model=views.BacklogView, name=f"{name}.api_backlog")
+    @router.get("/api/backlog", response_model=views.BacklogView, name=f"{name}.api_backlog", responses=errors)
     async def api_backlog() -> views.BacklogView:
         return await backlog_data()
 
@@ -217,28 +280,38 @@ def dashboard_router(
     async def backlog_page(request: Request) -> HTMLResponse:
         return page(request, "backlog.html", view=await backlog_data(), statuses=queries.STATUSES)
 
+    # --- the script and the styles (files of the package: the CSP allows nothing inline) ----
+
+    @router.get("/static/{filename}", name=f"{name}.static", include_in_schema=False)
+    async def static(filename: str) -> Response:
+        media = STATIC_FILES.get(filename)
+        if media is None:
+            raise NotFound(f"no static file {filename!r}")
+        return FileResponse(STATIC / filename, media_type=media, headers=static_headers())
+
     # --- actions (off unless the app turned them on) -------------------------------------------
 
-    @router.post("/executions/{execution_id}/{action}", name=f"{name}.action", include_in_schema=False)
+    @router.post("/execution/{action}", name=f"{name}.action", include_in_schema=False)
     async def act(
-        request: Request, execution_id: str, action: str, confirm: str = Form(""), csrf: str = Form(""),
-        kind: str = Form(""), data: str = Form(""), target_path: str = Form(""),
+        request: Request, action: str, execution_id: str = Query(..., alias="id"), confirm: str = Form(""),
+        csrf: str = Form(""), kind: str = Form(""), data: str = Form(""), target_path: str = Form(""),
     ) -> Response:  # fmt: skip
+        links = Links(request, name)
         if action not in acts.enabled():
-            raise HTTPException(403, f"the {action!r} action is not enabled on this dashboard")
-        if not hmac.compare_digest(csrf, form_token(execution_id, action)):
-            raise HTTPException(403, "the form is stale or was not served by this dashboard: reload the page")
-        back = request.url_for(f"{name}.execution", execution_id=execution_id)
-        if confirm.strip() != execution_id:
-            return RedirectResponse(f"{back}?error=confirm+by+typing+the+execution+id", status_code=303)
+            return Response(f"the {action[:40]!r} action is not enabled on this dashboard", status_code=403)
+        if not hmac.compare_digest(csrf.encode(), form_token(execution_id, action).encode()):
+            return Response("the form is stale or was not served by this dashboard: reload the page", status_code=403)
+        if confirm.strip() not in (execution_id.strip(), typed_id(execution_id).strip()):
+            return RedirectResponse(links.to("execution", id=execution_id, error="confirm by typing the execution id"),
+                                    status_code=303)  # fmt: skip
         await ready()
         from harel.spec.states import Event
 
         try:
             if action == "send":
-                payload = json.loads(data) if data.strip() else {}
-                if not kind.strip() or not isinstance(payload, dict):
-                    raise ValueError("an event needs a kind, and its data must be a JSON object")
+                payload = _event_data(data)
+                if not kind.strip():
+                    raise ValueError("an event needs a kind")
                 await acts.runner.send(execution_id, Event(kind=kind.strip(), data=payload))
             elif action == "cancel":
                 await acts.runner.cancel(execution_id)
@@ -246,11 +319,9 @@ def dashboard_router(
                 if not target_path.strip():
                     raise ValueError("redrive needs the leaf state to resume in")
                 await acts.runner.redrive(execution_id, target_path.strip())
-        except (ValueError, KeyError) as exc:  # harel's refusals (and bad input) go back to the page
-            from urllib.parse import quote
-
-            return RedirectResponse(f"{back}?error={quote(str(exc)[:300])}", status_code=303)
-        return RedirectResponse(f"{back}?done={action}", status_code=303)
+        except (ValueError, KeyError, TypeError) as exc:  # harel's refusals (and bad input) go back to the page
+            return RedirectResponse(links.to("execution", id=execution_id, error=str(exc)[:300]), status_code=303)
+        return RedirectResponse(links.to("execution", id=execution_id, done=action), status_code=303)
 
     # --- Prometheus --------------------------------------------------------------------------
 

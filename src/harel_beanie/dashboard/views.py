@@ -9,6 +9,7 @@ keyset-paged) and the store's own `read_trace`; the routes only choose a renderi
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any, Optional
 
@@ -159,7 +160,7 @@ async def executions_view(
     page = await queries.executions_page(flt, after=after, limit=limit, doc=doc, hint=hint)
     counts = await queries.status_counts(flt, doc=doc, hint=hint)
     # distinct over the leading field of hb_definition: mongod reads one key per definition
-    definitions = sorted(await doc.get_pymongo_collection().distinct("definition_id"))
+    definitions = sorted(d for d in await doc.get_pymongo_collection().distinct("definition_id") if isinstance(d, str))
     total = counts.get(flt.status, 0) if flt.status else sum(counts.values())
     return ExecutionsView(
         filter=FilterOut(**vars(flt)), counts=counts, total=total, rows=[ExecutionOut.of(r) for r in page.rows],
@@ -167,12 +168,47 @@ async def executions_view(
     )  # fmt: skip
 
 
-def _step(raw: dict[str, Any]) -> StepOut:
+def _text(value: Any) -> Optional[str]:
+    """A stored value shown as text: a str as it is, anything else as its JSON (a trace step or
+    an outbox entry written by another store may hold any shape)."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, default=str, sort_keys=True)
+
+
+def _number(value: Any) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _step(raw: Any) -> StepOut:
+    raw = raw if isinstance(raw, dict) else {"event_data": raw}
+    index = raw.get("index")
     return StepOut(
-        index=int(raw.get("index", 0)), at=raw.get("timestamp"), event_kind=raw.get("event_kind"),
-        event_data=raw.get("event_data"), from_path=raw.get("from_path"), to_path=raw.get("to_path"),
-        actions=[str(a) for a in raw.get("actions") or ()], assigned=raw.get("assigned"),
+        index=index if isinstance(index, int) and not isinstance(index, bool) else 0, at=_number(raw.get("timestamp")),
+        event_kind=_text(raw.get("event_kind")), event_data=raw.get("event_data"),
+        from_path=_text(raw.get("from_path")), to_path=_text(raw.get("to_path")),
+        actions=[_text(a) or "" for a in raw.get("actions") or () if a is not None] if isinstance(raw.get("actions"), list) else [],
+        assigned=raw.get("assigned"),
     )  # fmt: skip
+
+
+def _snapshot(data: str) -> dict[str, Any]:
+    """The stored execution as a dict; an unreadable one shows as such, not as a 500."""
+    try:
+        parsed = json.loads(data)
+    except ValueError:
+        return {"error": "the stored snapshot is not readable JSON"}
+    return parsed if isinstance(parsed, dict) else {"error": "the stored snapshot is not an object"}
+
+
+def _event_kind(raw: Any) -> Optional[str]:
+    try:
+        event = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return None
+    return _text(event.get("kind")) if isinstance(event, dict) else None
 
 
 async def execution_view(
@@ -182,19 +218,18 @@ async def execution_view(
     d = await queries.execution_detail(execution_id, doc=doc)
     if d is None:
         return None
-    data = json.loads(d.data)
+    data = _snapshot(d.data)
     kids = await queries.children_of(execution_id, doc=doc).limit(children + 1).to_list()
-    outbox = []
-    for e in d.outbox:
-        try:
-            kind = json.loads(e.get("event") or "{}").get("kind")
-        except ValueError:
-            kind = None
-        outbox.append(OutboxOut(seq=e["seq"], target_id=e.get("target_id"), event_kind=kind, age=_age(e["seq"], now)))
+    outbox = [
+        OutboxOut(seq=e["seq"], target_id=_text(e.get("target_id")), event_kind=_event_kind(e.get("event")),
+                  age=_age(e["seq"], now))
+        for e in d.outbox
+    ]  # fmt: skip
     spawns = [
-        SpawnOut(seq=s["seq"], child_id=s["child_id"], root_path=s["root_path"], age=_age(s["seq"], now))
+        SpawnOut(seq=s["seq"], child_id=_text(s.get("child_id")) or "", root_path=_text(s.get("root_path")) or "",
+                 age=_age(s["seq"], now))
         for s in d.spawns
-    ]
+    ]  # fmt: skip
     timers = sorted(
         (
             TimerOut(path=decode_path(k), fire_at=at, late_by=(now - at) if at <= now else None)
