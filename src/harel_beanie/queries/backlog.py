@@ -9,12 +9,15 @@ longer than a threshold.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from harel.engine.schema import Names
+
 from harel_beanie.core.arguments import require_int, require_seconds, require_time
-from harel_beanie.core.documents import PENDING, ExecutionDocument
+from harel_beanie.core.documents import PENDING, SCHEMA_MARKER_ID, ExecutionDocument
 from harel_beanie.core.keys import ANY_SEQ, ANY_TIME, decode_path
 from harel_beanie.core.seqs import minted_at
 from harel_beanie.queries.rows import Executions, checked_doc
@@ -52,7 +55,9 @@ async def backlog(
 ) -> Backlog:
     """Everything `harel-beanie status` reports. The counts group the whole collection
     (one pass over the (status, _id) index keys on mongod); every other figure reads only the
-    documents that hold pending work, through their indexes."""
+    documents that hold pending work, through their indexes. On a database still in harel's
+    layout (before `migrate up`) the statuses and the pending work are read from every
+    document instead, as the store itself does there."""
     doc = checked_doc(doc)
     stuck_after = require_seconds("stuck_after", stuck_after)
     now = time.time() if now is None else require_time("now", now)
@@ -69,27 +74,11 @@ async def backlog(
         else:
             per = out.counts.setdefault(str(definition), {})
             per[g["_id"]["s"]] = per.get(g["_id"]["s"], 0) + g["n"]
-    for array, attr in (("outbox", "pending_outbox"), ("spawns", "pending_spawns")):
-        rows = await (await coll.aggregate([
-            {"$match": {**PENDING, f"{array}.seq": ANY_SEQ}},  # through hb_pending
-            {"$project": {"n": {"$size": f"${array}"}, "low": {"$min": {"$map": {"input": f"${array}", "in": "$$this.seq"}}}}},
-            {"$group": {"_id": None, "n": {"$sum": "$n"}, "low": {"$min": "$low"}}},
-        ])).to_list(None)  # fmt: skip
-        if rows:
-            setattr(out, attr, rows[0]["n"])
-            if rows[0]["n"]:
-                born = minted_at(rows[0]["low"])
-                age = None if born is None else max(0.0, now - born)
-                setattr(out, "oldest_outbox_age" if array == "outbox" else "oldest_spawn_age", age)
-    out.due_timers = await doc.find({"next_fire": {**ANY_TIME, "$lte": now}}).count()
-    # the bound may be stale (a cancelled timer): report the real timers
-    # show=0 lists none (a limit of 0 would mean no limit at all)
-    for row in await waiting_on_timer(doc=doc).limit(show).to_list() if show else ():
-        for key, at in sorted(row.timers.items(), key=lambda kv: kv[1]):
-            out.next_timers.append(
-                {"id": row.id, "definition_id": row.definition_id, "path": decode_path(key), "fire_at": at}
-            )
-    out.next_timers = sorted(out.next_timers, key=lambda t: t["fire_at"])[:show]
+    if await _in_harel_layout(coll):
+        await _statuses_from_data(coll, out)
+        await _pending_scanned(coll, out, show)
+    else:
+        await _pending_indexed(doc, out, show)
     stuck = await stuck_running(stuck_after, now=now, doc=doc).limit(show).to_list() if show else []
     out.stuck = [
         {
@@ -101,3 +90,88 @@ async def backlog(
         for r in stuck
     ]
     return out
+
+
+async def _in_harel_layout(coll: Any) -> bool:
+    """Whether the database is still in harel's MongoStore layout (no layout recorded): its
+    documents carry no `pending` flag and no `next_fire` bound until `migrate up`."""
+    prefix = coll.name.removesuffix("_executions")
+    marker = await coll.database[Names(prefix).counters].find_one({"_id": SCHEMA_MARKER_ID}, {"_id": 1})
+    return marker is None
+
+
+def _age(seq: int, now: float) -> Optional[float]:
+    born = minted_at(seq)
+    return None if born is None else max(0.0, now - born)
+
+
+async def _statuses_from_data(coll: Any, out: Backlog) -> None:
+    """The status of each document harel's store wrote (counted as UNKNOWN above: it has no
+    status field), read from its snapshot."""
+    async for d in coll.find(
+        {"status": {"$exists": False}, "data": {"$exists": True}}, {"definition_id": 1, "data": 1}
+    ):
+        per = out.counts.get(str(d.get("definition_id")))
+        if per is None or not per.get(UNKNOWN):
+            continue
+        try:
+            status = json.loads(d["data"]).get("status")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(status, str):
+            per[UNKNOWN] -= 1
+            per[status] = per.get(status, 0) + 1
+            if not per[UNKNOWN]:
+                del per[UNKNOWN]
+
+
+async def _pending_indexed(doc: Executions, out: Backlog, show: int) -> None:
+    """The pending work of a database in this store's layout: only the documents holding
+    some are read, through the partial indexes."""
+    coll, now = doc.get_pymongo_collection(), out.now
+    for array, attr in (("outbox", "pending_outbox"), ("spawns", "pending_spawns")):
+        rows = await (await coll.aggregate([
+            {"$match": {**PENDING, f"{array}.seq": ANY_SEQ}},  # through hb_pending
+            {"$project": {"n": {"$size": f"${array}"}, "low": {"$min": {"$map": {"input": f"${array}", "in": "$$this.seq"}}}}},
+            {"$group": {"_id": None, "n": {"$sum": "$n"}, "low": {"$min": "$low"}}},
+        ])).to_list(None)  # fmt: skip
+        if rows and rows[0]["n"]:
+            setattr(out, attr, rows[0]["n"])
+            setattr(out, "oldest_outbox_age" if array == "outbox" else "oldest_spawn_age", _age(rows[0]["low"], now))
+    out.due_timers = await doc.find({"next_fire": {**ANY_TIME, "$lte": now}}).count()
+    # the bound may be stale (a cancelled timer): report the real timers
+    # show=0 lists none (a limit of 0 would mean no limit at all)
+    for row in await waiting_on_timer(doc=doc).limit(show).to_list() if show else ():
+        for key, at in sorted(row.timers.items(), key=lambda kv: kv[1]):
+            out.next_timers.append(
+                {"id": row.id, "definition_id": row.definition_id, "path": decode_path(key), "fire_at": at}
+            )
+    out.next_timers = sorted(out.next_timers, key=lambda t: t["fire_at"])[:show]
+
+
+async def _pending_scanned(coll: Any, out: Backlog, show: int) -> None:
+    """The same figures for a database in harel's layout, read from every document (what the
+    store itself does there until `migrate up`)."""
+    now, low = out.now, {"outbox": None, "spawns": None}
+    fields = {"definition_id": 1, "outbox.seq": 1, "spawns.seq": 1, "timers": 1}
+    async for d in coll.find({"data": {"$exists": True}}, fields):
+        for array in low:
+            seqs = [e["seq"] for e in d.get(array) or () if isinstance(e, dict) and isinstance(e.get("seq"), int)]
+            if array == "outbox":
+                out.pending_outbox += len(seqs)
+            else:
+                out.pending_spawns += len(seqs)
+            if seqs:
+                low[array] = min(seqs) if low[array] is None else min(low[array], *seqs)
+        timers = {k: v for k, v in (d.get("timers") or {}).items() if isinstance(v, (int, float))}
+        if any(at <= now for at in timers.values()):
+            out.due_timers += 1
+        out.next_timers += [
+            {"id": d["_id"], "definition_id": d.get("definition_id"), "path": decode_path(k), "fire_at": float(at)}
+            for k, at in timers.items()
+        ]
+    out.next_timers = sorted(out.next_timers, key=lambda t: t["fire_at"])[:show]
+    if out.pending_outbox and low["outbox"] is not None:
+        out.oldest_outbox_age = _age(low["outbox"], now)
+    if out.pending_spawns and low["spawns"] is not None:
+        out.oldest_spawn_age = _age(low["spawns"], now)
