@@ -316,6 +316,6 @@ def append_trace_update(entry: dict[str, Any], trace_max: int, trace_step_bytes:
     """`append_trace` outside a commit: the same bounded ring push and step count."""
     ring = ring_length(trace_max, trace_step_bytes)
     return {
-        "$push": {"trace": {"$each": [trace_item(entry, trace_step_bytes)], "$slice": -ring}},
+        "$push": {"trace": {"$each": [trace_item(entry, trace_step_bytes, "entry")], "$slice": -ring}},
         "$inc": {"trace_n": 1},
     }

@@ -15,6 +15,8 @@ import hashlib
 import json
 from typing import Any
 
+from harel_beanie.core.arguments import BadArgument, BadArgumentType
+
 MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 """MongoDB's limit on one document."""
 
@@ -75,25 +77,34 @@ def strict_json(what: str, value: Any) -> str:
     own serialisation would silently store them as null."""
     try:
         return json.dumps(value, separators=(",", ":"), allow_nan=False, default=str)
-    except ValueError:
-        raise ValueError(f"{what} holds a NaN or infinite number, which can't be stored") from None
+    except ValueError as exc:
+        if "Circular" in str(exc):
+            raise BadArgument(what, "refers to itself, which JSON can't hold") from None
+        raise BadArgument(what, "holds a NaN or infinite number, which can't be stored") from None
+    except TypeError as exc:  # a key JSON can't hold (a tuple, say)
+        raise BadArgument(what, f"can't be stored as JSON: {exc}") from None
+    except RecursionError:
+        raise BadArgument(what, "is nested too deeply to store") from None
 
 
-def trace_item(step: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+def trace_item(step: dict[str, Any], max_bytes: int, what: str = "trace") -> dict[str, Any]:
     """A trace step as stored: its JSON text, because a user's context keys may hold `.` or
-    start with `$`, which a BSON field name inside `$push` must not."""
-    return {"t": bounded_step(step, max_bytes)}
+    start with `$`, which a BSON field name inside `$push` must not. `what` names the argument
+    the step came in (a step that is not a dict, or holds a NaN, is refused naming it)."""
+    if not isinstance(step, dict):
+        raise BadArgumentType(what, "a dict (a trace step)", step)
+    return {"t": bounded_step(step, max_bytes, what)}
 
 
-def bounded_step(step: dict[str, Any], max_bytes: int) -> str:
+def bounded_step(step: dict[str, Any], max_bytes: int, what: str = "the trace step") -> str:
     """The step's JSON, at most `max_bytes`. A larger step (harel puts the whole context in
     every step) keeps its small fields (event kind, paths, actions, timestamp) and has its
     largest values replaced, largest first, by `{"omitted_bytes": n}` until it fits; a
     step that still does not fit keeps only that it was omitted."""
-    text = strict_json("the trace step", step)
+    text = strict_json(what, step)
     if len(text.encode()) <= max_bytes:
         return text
-    sizes = {k: len(strict_json("the trace step", v).encode()) for k, v in step.items()}
+    sizes = {k: len(strict_json(what, v).encode()) for k, v in step.items()}
     slim = dict(step)
     for key in sorted(sizes, key=sizes.__getitem__, reverse=True):
         slim[key] = {"omitted_bytes": sizes[key]}
