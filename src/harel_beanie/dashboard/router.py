@@ -25,7 +25,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Literal, Optional, Union, get_args
 
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
@@ -49,6 +49,8 @@ MAX_WITHIN = 10 * 365.25 * 86400.0
 #: the most a sent event's JSON data may weigh
 MAX_EVENT_BYTES = 64 * 1024
 ACTIONS = ("send", "cancel", "redrive")
+#: harel's statuses as the JSON routes declare them (the HTML form also sends "" for any)
+StatusName = Literal["PENDING", "RUNNING", "SUSPENDED", "CANCELLING", "DONE", "FAILED", "CANCELLED"]
 
 
 @dataclass
@@ -139,6 +141,7 @@ def dashboard_router(
     acts = actions or DashboardActions()
     templates = _templates()
     secret = secrets.token_bytes(32)  # signs the actions' forms (a cross-site form cannot know it)
+    assert get_args(StatusName) == queries.STATUSES  # one list of harel's statuses
     router = APIRouter(dependencies=[Depends(auth)], route_class=DashboardRoute)
     errors: dict[int | str, dict[str, Any]] = {400: REFUSED, 404: NOT_FOUND}
 
@@ -185,13 +188,16 @@ def dashboard_router(
 
     @router.get("/api/executions", response_model=views.ExecutionsView, name=f"{name}.api_executions", responses=errors)
     async def api_executions(
-        definition: Optional[str] = None, status: Optional[str] = None, outcome: Optional[str] = None,
+        definition: Optional[str] = None, status: Optional[StatusName] = None, outcome: Optional[str] = None,
         parent: Optional[str] = None, roots: bool = False,
-        within: Optional[str] = Query(None, description="updated within this many seconds (a finite number above 0)"),
+        # declared as the rule has it, so the schema says what is refused (parse_within applies it)
+        within: Optional[float] = Query(None, gt=0, le=MAX_WITHIN, allow_inf_nan=False,
+                                        description="updated within this many seconds"),
         after: Optional[str] = Query(None, description="the next_after of the previous page"),
         limit: int = Query(page_size, ge=1, le=MAX_PAGE),
     ) -> views.ExecutionsView:  # fmt: skip
-        return await list_data(definition, status, outcome, parent, roots, within, after, limit)
+        text = None if within is None else repr(within)
+        return await list_data(definition, status, outcome, parent, roots, text, after, limit)
 
     @router.get("/", response_class=HTMLResponse, name=f"{name}.executions", include_in_schema=False)
     async def executions_page(
