@@ -126,7 +126,7 @@ async def test_every_dashboard_page_reads_every_document(astore: Any, seeded: Se
             as_json = await http.get(link.replace("/ops/execution?", "/ops/api/execution?"))
             assert as_json.status_code == 200
             execution_id = as_json.json()["execution"]["id"]
-            shown = re.search(r'<span class="mono" id="execution-id">(.*?)</span>', r.text, re.S)
+            shown = re.search(r'<span class="mono" id="execution-id"[^>]*>(.*?)</span>', r.text, re.S)
             assert shown and unescape(shown.group(1)) == execution_id, (link, execution_id)
             opened.add(execution_id)
         assert opened == set(seeded.executions)
