@@ -46,6 +46,7 @@ HOSTILE_IDS = [
     "<script>alert(1)</script>",
     "<img src=x onerror=alert(1)>",
     "{{7*7}}",
+    "[red]markup[/red] [/]",
     "$gt",
     "$where",
     "日本語の注文",
