@@ -37,6 +37,7 @@ test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/python -m mypy
 	$(BIN)/python -m mypy bench/run.py
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 # the long soaks (crash loops, large fuzz budgets)

@@ -6,7 +6,7 @@ compared with the same run on harel's own in-memory store (`DictStore` / `AsyncD
 Each scenario is a script (`harel_beanie.ops.drivers`: create, send, let time pass, control
 commands) with expectations along the way (`Expect`) and at the end (`final`: every
 execution the run leaves, status / outcome / state). The differential compares what the two
-stores hold at the end (`drivers.snapshot`): every `Execution.model_dump()`, each trace,
+stores hold at the end (`snapshots.snapshot`): every `Execution.model_dump()`, each trace,
 the armed timers, the pending outbox and spawns. Nothing is excluded from the executions:
 the runs share a `ManualClock`, so even `created_at` / `updated_at` / `finished_at` match.
 One thing is normalised, for the async drivers only: in a trace, a batch of consecutive
@@ -39,12 +39,11 @@ from harel_beanie.ops.drivers import (
     Send,
     SyncDurable,
     Timers,
-    asnapshot,
     open_mongo_transport,
     order_steps,
-    snapshot,
 )
 from harel_beanie.ops.loader import load_models
+from harel_beanie.ops.snapshots import asnapshot, snapshot
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
 

@@ -86,10 +86,10 @@ from harel_beanie.ops.drivers import (
     ManualClock,
     Send,
     Timers,
-    asnapshot,
 )
 from harel_beanie.ops.embedded import EmbeddedServer
 from harel_beanie.ops.loader import load_models
+from harel_beanie.ops.snapshots import asnapshot
 from harel_beanie.ops.stack import open_transport
 from harel_beanie.ops.where import Target
 from harel_beanie.store.connect import RetryPolicy

@@ -27,7 +27,7 @@ from harel_beanie.core.commit import summary_fields
 from harel_beanie.core.documents import LAYOUT_1_INDEXES, SCHEMA_MARKER_ID, ExecutionDocument, index_models
 from harel_beanie.core.keys import harel_timer_key
 from harel_beanie.core.seqs import EPOCH_MS, HAREL_SEQ_COUNTERS, NODE_BITS, SEQ_BITS
-from harel_beanie.migrate.engine import MigrationError, Migrator, Step
+from harel_beanie.migrate.step import Migration, MigrationError, Step
 
 # harel's MongoStore: the seq counter of each pending array, its per-execution trace counter
 _HAREL_SEQ_COUNTERS = dict(zip(("outbox", "spawns"), HAREL_SEQ_COUNTERS))
@@ -86,7 +86,7 @@ class AdoptHarelLayout(Step):
 
     # --- up ---------------------------------------------------------------------------------
 
-    async def before_up(self, m: Migrator) -> None:
+    async def before_up(self, m: Migration) -> None:
         # this store's seqs start above every value harel's counters handed out; check it,
         # rather than trust it (a counter raised by an earlier `down` is near our range)
         floor = _mint_floor(m)
@@ -98,7 +98,7 @@ class AdoptHarelLayout(Step):
                     f"this store mints now ({floor}): a seq could collide; is a server clock behind?"
                 )
 
-    async def up_batch(self, m: Migrator, docs: list[dict[str, Any]]) -> int:
+    async def up_batch(self, m: Migration, docs: list[dict[str, Any]]) -> int:
         ids = [d["_id"] for d in docs]
         trace_counters: dict[str, int] = {}
         if ids:
@@ -114,13 +114,13 @@ class AdoptHarelLayout(Step):
             )
         return updated
 
-    async def after_up(self, m: Migrator) -> None:
+    async def after_up(self, m: Migration) -> None:
         await m.exes.create_indexes(_LAYOUT_1)
         await m.counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": self.version}}, upsert=True)
 
     # --- down -------------------------------------------------------------------------------
 
-    async def before_down(self, m: Migrator) -> None:
+    async def before_down(self, m: Migration) -> None:
         # no record = version 0, which this store serves in compatibility mode: it reads both
         # layouts, so it stays correct on a half-converted database, and needs none of the
         # indexes (dropped first: every rewrite below would otherwise update them)
@@ -131,7 +131,7 @@ class AdoptHarelLayout(Step):
         await m.exes.delete_many({"tomb": {"$exists": True}})
         await m.counters.delete_many({"_id": {"$regex": "^harel_beanie:node:"}})
 
-    async def down_batch(self, m: Migrator, docs: list[dict[str, Any]]) -> int:
+    async def down_batch(self, m: Migration, docs: list[dict[str, Any]]) -> int:
         async def raise_counters(batch: list[dict[str, Any]]) -> None:
             # before the documents: a re-run after an interruption still sees every seq,
             # which stays pending in its document either way
@@ -146,16 +146,16 @@ class AdoptHarelLayout(Step):
 
         return await m.write_guarded(docs, restore_update, self.down_projection, before=raise_counters)
 
-    async def after_down(self, m: Migrator) -> None:
+    async def after_down(self, m: Migration) -> None:
         await _drop_indexes(m)  # a store started meanwhile creates them again
 
 
-def _mint_floor(m: Migrator) -> int:
+def _mint_floor(m: Migration) -> int:
     """The smallest seq this store can mint from now on (see `harel_beanie.core.seqs`)."""
     return (m.clock_ms() - EPOCH_MS) << (NODE_BITS + SEQ_BITS)
 
 
-async def _drop_indexes(m: Migrator) -> None:
+async def _drop_indexes(m: Migration) -> None:
     names = {ix.document["name"] for ix in [*_INDEXES, *LAYOUT_1_INDEXES]}
     for name in [ix["name"] async for ix in await m.exes.list_indexes()]:
         if name in names:

@@ -40,6 +40,7 @@ from pymongo.errors import CursorNotFound
 
 from harel_beanie.core.arguments import require_int
 from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
+from harel_beanie.migrate.step import DOWN, UP, MigrationError, Step
 from harel_beanie.store.settings import DEFAULT_WRITE_CONCERN
 
 log = logging.getLogger("harel_beanie.migrate")
@@ -55,12 +56,6 @@ BATCH_ENV = "HAREL_MIGRATE_BATCH_SIZE"
 GUARD_ATTEMPTS = 5
 #: How many times a step opens a new cursor after the server dropped one.
 CURSOR_REOPENS = 10
-
-UP, DOWN = "up", "down"
-
-
-class MigrationError(RuntimeError):
-    """A migration refused to run, or could not finish; the message says what to do."""
 
 
 @dataclass
@@ -117,28 +112,6 @@ class LayoutStatus:
         else:
             out.append("up to date")
         return out
-
-
-class Step:
-    """One layout change, written as a module of its own (see `harel_beanie.migrate.steps`):
-    what it reads of each execution, how it converts a batch each way, and what it does
-    before and after the whole pass."""
-
-    version: int
-    name: str  # the Beanie migration file in migrations/ that runs it
-    up_projection: dict[str, Any]
-    down_projection: dict[str, Any]
-
-    async def before_up(self, m: Migrator) -> None: ...
-    async def after_up(self, m: Migrator) -> None: ...
-    async def before_down(self, m: Migrator) -> None: ...
-    async def after_down(self, m: Migrator) -> None: ...
-
-    async def up_batch(self, m: Migrator, docs: list[dict[str, Any]]) -> int:
-        raise NotImplementedError
-
-    async def down_batch(self, m: Migrator, docs: list[dict[str, Any]]) -> int:
-        raise NotImplementedError
 
 
 # --- the migrator ---------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from harel_beanie.core.documents import LAYOUT_1_INDEXES, SCHEMA_MARKER_ID, ExecutionDocument, index_models
-from harel_beanie.migrate.engine import Migrator, Step
+from harel_beanie.migrate.step import Migration, Step
 
 _INDEXES = index_models(ExecutionDocument)
 
@@ -23,25 +23,25 @@ class PendingFlag(Step):
     up_projection = {"version": 1, "pending": 1, "outbox.seq": 1, "spawns.seq": 1}
     down_projection = {"version": 1, "pending": 1}
 
-    async def up_batch(self, m: Migrator, docs: list[dict[str, Any]]) -> int:
+    async def up_batch(self, m: Migration, docs: list[dict[str, Any]]) -> int:
         return await m.write_guarded(docs, pending_update, self.up_projection)
 
-    async def after_up(self, m: Migrator) -> None:
+    async def after_up(self, m: Migration) -> None:
         await m.exes.create_indexes(_INDEXES)
         await _drop_named(m, [ix.document["name"] for ix in LAYOUT_1_INDEXES])
         await m.counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": self.version}}, upsert=True)
 
-    async def before_down(self, m: Migrator) -> None:
+    async def before_down(self, m: Migration) -> None:
         # version 1's indexes first: its stores must find their reads index-backed
         await m.exes.create_indexes(LAYOUT_1_INDEXES)
         await _drop_named(m, [ix.document["name"] for ix in _INDEXES if "partialFilterExpression" in ix.document])
 
-    async def down_batch(self, m: Migrator, docs: list[dict[str, Any]]) -> int:
+    async def down_batch(self, m: Migration, docs: list[dict[str, Any]]) -> int:
         return await m.write_guarded(
             docs, lambda d: {"$unset": {"pending": ""}} if "pending" in d else None, self.down_projection
         )
 
-    async def after_down(self, m: Migrator) -> None:
+    async def after_down(self, m: Migration) -> None:
         await m.counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": self.version - 1}}, upsert=True)
 
 
@@ -55,7 +55,7 @@ def pending_update(doc: dict[str, Any]) -> Optional[dict[str, Any]]:
     return None
 
 
-async def _drop_named(m: Migrator, names: list[str]) -> None:
+async def _drop_named(m: Migration, names: list[str]) -> None:
     present = {ix["name"] async for ix in await m.exes.list_indexes()}
     for name in names:
         if name in present:

@@ -28,9 +28,8 @@ import os
 import secrets
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from harel.engine.aio.distributed import AsyncDistributedRunner
 from harel.engine.schema import Names
@@ -39,7 +38,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from harel_beanie.ops.demo_mix import FULFIL_WINDOW, LOST_WINDOW, PAY_WINDOW, SPAN, Scenario, plan, root_id
-from harel_beanie.ops.demo_report import report
+from harel_beanie.ops.demo_report import Result, report
 from harel_beanie.ops.drivers import ManualClock, next_fire
 from harel_beanie.ops.loader import default_models_dir, load_models
 from harel_beanie.ops.relay import sweep
@@ -59,21 +58,6 @@ FINISHED = ("DONE", "FAILED", "CANCELLED")
 
 class DemoStalled(RuntimeError):
     pass
-
-
-@dataclass
-class Result:
-    run_id: str
-    elapsed: float
-    earlier: int
-    earlier_runs: list[str]
-    per_model: dict[str, dict[str, Any]]
-    endings: list[tuple[str, str, str, int, bool]]  # scenario, expected, ended in, n, ok
-    events: int
-    store_rt: Counter[Optional[str]] = field(default_factory=Counter)
-    store_rt_events: int = 0
-    transport_rt: int = 0
-    collections: dict[str, int] = field(default_factory=dict)
 
 
 class Demo:

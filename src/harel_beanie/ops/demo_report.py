@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Optional
 
 from rich import box
 from rich.console import Console
@@ -20,8 +22,22 @@ from rich.table import Table
 
 from harel_beanie.ops.where import DEFAULT_DB, Target
 
-if TYPE_CHECKING:
-    from harel_beanie.ops.demo import Result
+
+@dataclass
+class Result:
+    """What one demo run did: what the report prints."""
+
+    run_id: str
+    elapsed: float
+    earlier: int
+    earlier_runs: list[str]
+    per_model: dict[str, dict[str, Any]]
+    endings: list[tuple[str, str, str, int, bool]]  # scenario, expected, ended in, n, ok
+    events: int
+    store_rt: Counter[Optional[str]] = field(default_factory=Counter)
+    store_rt_events: int = 0
+    transport_rt: int = 0
+    collections: dict[str, int] = field(default_factory=dict)
 
 
 def report(console: Console, target: Target, result: Result, workers: int, concurrency: int) -> None:

@@ -13,19 +13,17 @@ written once here (loading the models they run is `harel_beanie.ops.loader`'s jo
 - A `ManualClock` that every runner, worker and transport of a run shares, so a durable
   timer fires when the script advances the clock (`Timers`), not when the wall clock says —
   runs are deterministic and take no real time. A script (`Create`, `Send`, `Timers`,
-  `Control`) replays the same workload on any driver; `snapshot` / `asnapshot` read back
+  `Control`) replays the same workload on any driver; `harel_beanie.ops.snapshots` reads back
   what a store holds at the end, for comparing runs on different stores.
 
 Nothing here is Mongo-specific except `open_mongo_transport` (harel's `AsyncMongoTransport`,
 the deployment's queue, opened by `harel_beanie.ops.stack`): the drivers take any harel store
-or transport. It stays one module of about 400 lines: a script step means what a driver
-does with it, and a snapshot is how two drivers' runs of one script are compared; the
-engine and crash tests use the three together.
+or transport. Scripts and drivers stay in one module: a script step means what a driver
+does with it.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence, Union
@@ -347,57 +345,3 @@ def next_fire(due: Sequence[tuple[str, str, float]], now: float) -> Optional[flo
     chance: one left armed belongs to a suspended execution and waits for its resume)."""
     ahead = [fire_at for _eid, _path, fire_at in due if fire_at > now]
     return min(ahead) if ahead else None
-
-
-# --- reading a run back ------------------------------------------------------------------
-
-
-def snapshot(store: Any) -> dict[str, Any]:
-    """What a sync store holds: every execution (`model_dump(mode="json")`) and its trace,
-    the armed timers, and what is still pending in the outbox and the spawn queue."""
-    ids: list[str] = []
-    cursor: Optional[str] = None
-    while True:
-        page = store.list_executions(limit=500, cursor=cursor)
-        ids += [item.id for item in page.items]
-        cursor = page.next_cursor
-        if cursor is None:
-            break
-    return _assemble(
-        {i: store.load(i) for i in ids},
-        {i: store.read_trace(i) for i in ids},
-        store.due_timers(math.inf),
-        store.pending_outbox(),
-        store.pending_spawns(),
-    )
-
-
-async def asnapshot(store: Any) -> dict[str, Any]:
-    """`snapshot` for an async store."""
-    ids: list[str] = []
-    cursor: Optional[str] = None
-    while True:
-        page = await store.list_executions(limit=500, cursor=cursor)
-        ids += [item.id for item in page.items]
-        cursor = page.next_cursor
-        if cursor is None:
-            break
-    return _assemble(
-        {i: await store.load(i) for i in ids},
-        {i: await store.read_trace(i) for i in ids},
-        await store.due_timers(math.inf),
-        await store.pending_outbox(),
-        await store.pending_spawns(),
-    )
-
-
-def _assemble(
-    executions: dict[str, Any], traces: dict[str, Any], timers: Any, outbox: Any, spawns: Any
-) -> dict[str, Any]:
-    return {
-        "executions": {i: e.model_dump(mode="json") for i, e in executions.items() if e is not None},
-        "traces": traces,
-        "timers": sorted((eid, path, fire_at) for eid, path, fire_at in timers),
-        "outbox": sorted((e.target_id or "", e.event.kind) for e in outbox),
-        "spawns": sorted((s.parent_id or "", s.child_id) for s in spawns),
-    }
