@@ -36,7 +36,7 @@ test: $(STAMP) browser
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/python -m mypy
-	$(BIN)/python -m mypy bench/run.py
+	$(BIN)/python -m mypy bench/*.py
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 

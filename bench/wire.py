@@ -1,0 +1,103 @@
+"""Round trips and wire time, counted by one PyMongo command listener: every client of the run,
+the stores' and harel's transport's, reports to it, so the two stores are counted alike. It
+registers itself when this module is imported, because a client only reports to the listeners
+registered before it was made."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from typing import Any, Iterator, Optional
+
+from harness import Wire
+from pymongo import monitoring
+
+# --- round trips, counted on the wire ----------------------------------------------------------
+
+
+class Tally(monitoring.CommandListener):
+    """Counts and times the commands sent while a timed section runs, by what they address:
+    the store's collections (`<prefix>_executions`, `<prefix>_counters`) or the transport's.
+    Both stores' clients (PyMongo, PyMongo async, Motor) report here, so the figures compare
+    like for like."""
+
+    def __init__(self) -> None:
+        self.wire: Optional[Wire] = None
+        self.server_pid: Optional[int] = None  # the embedded server's process, to read its CPU time
+        self._open: dict[tuple[Any, int], str] = {}  # (connection, request id) -> "side command"
+        self._lock = threading.Lock()
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        wire = self.wire
+        if wire is None:
+            return
+        target = event.command.get(event.command_name)
+        if not isinstance(target, str):
+            target = event.command.get("collection")  # getMore names its collection here
+        if not isinstance(target, str):
+            return
+        if "_transport_" in target:  # first: the transport's counters end in _counters too
+            side = "transport"
+        elif target.endswith(("_executions", "_counters")):
+            side = "store"
+        else:
+            return
+        with self._lock:
+            setattr(wire, side, getattr(wire, side) + 1)
+            self._open[(event.connection_id, event.request_id)] = f"{side} {event.command_name}"
+
+    def _answered(self, event: Any) -> None:
+        with self._lock:
+            key = self._open.pop((event.connection_id, event.request_id), None)
+            wire = self.wire
+            if key is not None and wire is not None:
+                wire.seconds[key] = wire.seconds.get(key, 0.0) + event.duration_micros / 1e6
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        self._answered(event)
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        self._answered(event)
+
+    @contextlib.contextmanager
+    def timed(self, wire: Wire) -> Iterator[None]:
+        """Count and time into `wire` the commands sent while inside (one section at a time),
+        and add the CPU time this process and the server's spent meanwhile."""
+        client, server = time.process_time(), _cpu_seconds(self.server_pid)
+        self.wire = wire
+        try:
+            yield
+        finally:
+            self.wire = None
+            wire.client_cpu += time.process_time() - client
+            after = _cpu_seconds(self.server_pid)
+            if server is not None and after is not None:
+                wire.server_cpu = (wire.server_cpu or 0.0) + after - server
+            with self._lock:
+                self._open.clear()
+
+
+def _cpu_seconds(pid: Optional[int]) -> Optional[float]:
+    """CPU seconds the live threads of process `pid` have run (Linux, nanosecond counters), or
+    None. A timed section keeps its connections, so the server's threads serving it live
+    through it."""
+    if pid is None:
+        return None
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended meanwhile
+    return total / 1e9
+
+
+TALLY = Tally()
+monitoring.register(TALLY)
