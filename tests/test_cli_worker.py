@@ -1,5 +1,6 @@
-"""`harel-beanie worker` drains the work another process publishes onto harel's Mongo
-transport, and stops on SIGTERM without losing what was in flight."""
+"""`harel-beanie worker` drains the work another process publishes, on this package's
+transport (its default) and on harel's Mongo transport (`--transport harel`), and stops on
+SIGTERM without losing what was in flight."""
 
 from __future__ import annotations
 
@@ -10,13 +11,43 @@ import sys
 import time
 from typing import Any
 
+import pymongo
+import pytest
 from harel.engine.aio.distributed import AsyncDistributedRunner
 from harel.engine.execution import Status
 from harel.engine.schema import Names
 
+from harel_beanie.core.queue_documents import queue_names
 from harel_beanie.ops.drivers import open_mongo_transport
 from harel_beanie.ops.loader import load_models
+from harel_beanie.ops.stack import queued
+from harel_beanie.transport import AsyncMongoTransport
 from tests.test_cli import MODELS, cli_env
+
+
+@pytest.fixture(params=["beanie", "harel"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+async def sender_transport(kind: str, mongo_url: str, db_name: str) -> Any:
+    """The transport the sending process publishes on: the one the worker reads."""
+    if kind == "harel":
+        return await open_mongo_transport(mongo_url, db_name)
+    return AsyncMongoTransport(pymongo.AsyncMongoClient(mongo_url), db_name)
+
+
+async def held(db: Any, kind: str) -> int:
+    """Leases held on transport `kind`: groups whose head a worker holds."""
+    if kind == "harel":
+        return int(await db[Names("harel").transport_locks].count_documents({"token": {"$ne": None}}))
+    return int(await db[queue_names("harel")[0]].count_documents({"token": {"$ne": None}, "pending": {"$gt": 0}}))
+
+
+async def queued_groups(db: Any, kind: str) -> set[str]:
+    if kind == "harel":
+        return {m["group_id"] for m in await db[Names("harel").messages].find({}, {"group_id": 1}).to_list(None)}
+    return {d["_id"] for d in await db[queue_names("harel")[0]].find({"pending": {"$gt": 0}}).to_list(None)}
 
 
 async def start_worker(mongo_url: str, db_name: str, worker_id: str, *extra: str) -> tuple[subprocess.Popen[str], str]:
@@ -52,12 +83,12 @@ async def wait_for(predicate: Any, timeout: float = 60.0) -> None:
         await asyncio.sleep(0.1)
 
 
-async def test_worker_drains_published_work_and_stops_cleanly(mongo_url, db_name, astore):
-    proc, ready = await start_worker(mongo_url, db_name, "w-drain", "--concurrency", "8")
+async def test_worker_drains_published_work_and_stops_cleanly(mongo_url, db_name, astore, kind):
+    proc, ready = await start_worker(mongo_url, db_name, "w-drain", "--concurrency", "8", "--transport", kind)
     try:
         assert ready.startswith(f"worker w-drain ready: {mongo_url} database {db_name} prefix harel")
-        assert "3 machines" in ready and "Order, Payment, PickLine" in ready
-        transport = await open_mongo_transport(mongo_url, db_name)
+        assert "3 machines" in ready and "Order, Payment, PickLine" in ready and f"transport {kind}" in ready
+        transport = await sender_transport(kind, mongo_url, db_name)
         sender = AsyncDistributedRunner(astore, transport, load_models(MODELS))
         expected = {}
         for i in range(4):
@@ -70,7 +101,7 @@ async def test_worker_drains_published_work_and_stops_cleanly(mongo_url, db_name
         # an order pays through its invoked Payment child (an event relayed between two
         # executions), then waits 15 minutes of real time cooling off: RUNNING, timer armed
         await sender.create("Order", {"order_id": "o1", "amount": 9.5, "lines": ["SKU-1"]}, execution_id="order-1")
-        messages = transport._db[Names("harel").messages]
+        db = pymongo.AsyncMongoClient(mongo_url)[db_name]
 
         async def drained() -> bool:
             loaded = {i: await astore.load(i) for i in [*expected, "order-1"]}
@@ -78,7 +109,7 @@ async def test_worker_drains_published_work_and_stops_cleanly(mongo_url, db_name
                 return False
             ended = all(loaded[i].status.value == "DONE" for i in expected)
             cooling = loaded["order-1"].active_path == "CoolingOff"
-            return ended and cooling and await messages.count_documents({}) == 0
+            return ended and cooling and await queued(db, "harel", kind) == 0
 
         await wait_for(drained)
         for i, state in expected.items():
@@ -93,15 +124,15 @@ async def test_worker_drains_published_work_and_stops_cleanly(mongo_url, db_name
     assert handled >= len(expected) + 1  # every Start, plus the order's Returned
 
 
-async def test_sigterm_with_events_in_flight_loses_nothing(mongo_url, db_name, astore):
+async def test_sigterm_with_events_in_flight_loses_nothing(mongo_url, db_name, astore, kind):
     """Stopped mid-stream, the worker finishes what it holds and releases the rest: every
     execution is done or still queued, no lease is left held, and a second worker finishes."""
-    transport = await open_mongo_transport(mongo_url, db_name)
+    transport = await sender_transport(kind, mongo_url, db_name)
     sender = AsyncDistributedRunner(astore, transport, load_models(MODELS))
     ids = [f"pay-{i:02d}" for i in range(60)]
     for i in ids:  # queued before any worker runs
         await sender.create("Payment", {"order_id": i, "amount": 1.0}, execution_id=i)
-    proc, _ = await start_worker(mongo_url, db_name, "w-first", "--concurrency", "2")
+    proc, _ = await start_worker(mongo_url, db_name, "w-first", "--concurrency", "2", "--transport", kind)
     try:
 
         async def some_done() -> bool:
@@ -111,18 +142,17 @@ async def test_sigterm_with_events_in_flight_loses_nothing(mongo_url, db_name, a
     finally:
         out, _ = stop(proc)
     assert "stopped:" in out
-    db = transport._db
-    names = Names("harel")
-    assert await db[names.transport_locks].count_documents({"token": {"$ne": None}}) == 0  # nothing held
-    queued = {m["group_id"] for m in await db[names.messages].find({}, {"group_id": 1}).to_list(None)}
+    db = pymongo.AsyncMongoClient(mongo_url)[db_name]
+    assert await held(db, kind) == 0  # nothing held
+    waiting = await queued_groups(db, kind)
     done = 0
     for i in ids:
         e = await astore.load(i)
-        assert e is not None and (e.status.value == "DONE" or i in queued), (i, e)
+        assert e is not None and (e.status.value == "DONE" or i in waiting), (i, e)
         done += e.status.value == "DONE"
-    assert 0 < done < len(ids) and queued  # it really stopped mid-stream
+    assert 0 < done < len(ids) and waiting  # it really stopped mid-stream
 
-    second, _ = await start_worker(mongo_url, db_name, "w-second")
+    second, _ = await start_worker(mongo_url, db_name, "w-second", "--transport", kind)
     try:
 
         async def all_done() -> bool:
@@ -141,7 +171,7 @@ async def test_worker_relays_what_an_earlier_worker_left_pending(mongo_url, db_n
     from harel.engine.execution import Execution
     from harel.spec.states import Event
 
-    transport = await open_mongo_transport(mongo_url, db_name)
+    transport = await sender_transport("beanie", mongo_url, db_name)
     sender = AsyncDistributedRunner(astore, transport, load_models(MODELS))
     # the target will wait on its gateway's 1-minute retry timer; the orphan cancels it
     await sender.create("Payment", {"order_id": "t", "flaky_attempts": 9}, execution_id="target")
@@ -161,3 +191,20 @@ async def test_worker_relays_what_an_earlier_worker_left_pending(mongo_url, db_n
     finally:
         stop(proc)
     await transport.close()
+
+
+async def test_the_worker_refuses_to_strand_the_other_transports_messages(mongo_url, db_name, astore):
+    """Messages waiting in harel's transport are never read by a worker on this package's:
+    it refuses to start, naming the command that moves them, and starts on harel's."""
+    transport = await open_mongo_transport(mongo_url, db_name)
+    await AsyncDistributedRunner(astore, transport, load_models(MODELS)).create(
+        "Payment", {"order_id": "x", "amount": 1.0}, execution_id="stranded"
+    )
+    await transport.close()
+    proc = subprocess.run(
+        [sys.executable, "-m", "harel_beanie", "worker", "--url", mongo_url, "--db", db_name,
+         "--definitions", str(MODELS)],
+        capture_output=True, text=True, env=cli_env(), timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "1 message(s) wait in the harel transport" in proc.stderr, proc.stderr
+    assert "harel-beanie migrate-transport up" in proc.stderr

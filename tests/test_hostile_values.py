@@ -84,6 +84,7 @@ OVERRIDES: dict[tuple[str, str], tuple[str, Any]] = {
     ("list_executions", "status"): ("statuses", None),
     ("due_timers", "now"): ("time-or-inf", NOW),
     ("list_executions", "limit"): ("count", 100),
+    ("next_timer", "after"): ("time", NOW),
 }
 #: store methods that only open or close it
 LIFECYCLE = {"init", "close"}

@@ -14,8 +14,10 @@ from typing import Any, Generator, Literal, Optional, TypeVar, Union
 
 # "confirm" is the executions collection read at the level writes are acknowledged at (the
 # reads that decide a commit landed or an event was seen); "leases" is the counters
-# collection at majority, whatever the store's concerns (the seq leases, harel_beanie.core.seqs)
-Target = Literal["executions", "confirm", "counters", "leases"]
+# collection at majority, whatever the store's concerns (the seq leases, harel_beanie.core.seqs);
+# "queues" and "overflow" are the transport's (harel_beanie.core.queue_documents), "enqueue"
+# the queues at the concern publishes are written with (a lease's writes need less)
+Target = Literal["executions", "confirm", "counters", "leases", "queues", "enqueue", "overflow"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,20 @@ class Increment:
 
 
 @dataclass(frozen=True)
+class FindOneAndUpdate:
+    """-> the document before the update (or after it, with `after`), projected, or None
+    when nothing matched. The first match in `sort` order is the one updated."""
+
+    target: Target
+    filter: dict[str, Any]
+    update: dict[str, Any]
+    sort: Optional[list[tuple[str, int]]] = None
+    projection: Optional[dict[str, Any]] = None
+    after: bool = False
+    upsert: bool = False
+
+
+@dataclass(frozen=True)
 class CreateIndexes:
     """-> None; creates the indexes declared on the document classes (idempotent)."""
 
@@ -101,6 +117,8 @@ class CreateIndexes:
     indexes: list[Any] = field(default_factory=list)
 
 
-Call = Union[FindOne, Find, InsertOne, UpdateOne, ReplaceOne, UpdateMany, DeleteOne, Increment, CreateIndexes]
+Call = Union[
+    FindOne, Find, InsertOne, UpdateOne, ReplaceOne, UpdateMany, DeleteOne, Increment, FindOneAndUpdate, CreateIndexes
+]
 T = TypeVar("T")
 Flow = Generator[Call, Any, T]

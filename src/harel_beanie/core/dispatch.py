@@ -10,10 +10,12 @@ each store drains its own way (`list(cursor)`, `await cursor.to_list(None)`).
 
 from __future__ import annotations
 
+import inspect
 from operator import attrgetter
-from typing import Any, Callable, Generic, Optional
+from typing import Any, Awaitable, Callable, Generic, Mapping, Optional
 
 from pymongo import ReturnDocument
+from pymongo.errors import PyMongoError
 
 from harel_beanie.core import calls
 from harel_beanie.core.calls import Flow, T
@@ -87,6 +89,53 @@ def start(coll: Any, c: calls.Call) -> tuple[Any, Callable[[Any], Any]]:
     if isinstance(c, calls.Increment):
         inc = {"$inc": {c.field: c.by}}
         return coll.find_one_and_update({"_id": c.id}, inc, upsert=True, return_document=ReturnDocument.AFTER), _as_is
+    if isinstance(c, calls.FindOneAndUpdate):
+        after = ReturnDocument.AFTER if c.after else ReturnDocument.BEFORE
+        answer = coll.find_one_and_update(
+            c.filter, c.update, projection=c.projection, sort=c.sort, upsert=c.upsert, return_document=after
+        )
+        return answer, _as_is
     if isinstance(c, calls.CreateIndexes):
         return (coll.create_indexes(c.indexes) if c.indexes else None), _nothing
     raise TypeError(f"unknown call {c!r}")
+
+
+def call(colls: Mapping[str, Any], c: calls.Call) -> Any:
+    """Make call `c` on the sync collection its target names in `colls`: the flow's reply."""
+    answer, reply = start(colls[c.target], c)
+    return reply(list(answer) if isinstance(c, calls.Find) else answer)
+
+
+async def acall(colls: Mapping[str, Any], c: calls.Call) -> Any:
+    """`call` for an async client (PyMongo's async API, or Motor)."""
+    answer, reply = start(colls[c.target], c)
+    return reply(await answer.to_list(None) if isinstance(c, calls.Find) else await maybe_await(answer))
+
+
+def drive(flow: Flow[T], make: Callable[[calls.Call], Any]) -> T:
+    """Run `flow` to its end, making each of its calls with `make` (a shell's `call` on its
+    collections); a driver error is thrown into the flow, which decides what it means."""
+    run = FlowRun(flow)
+    while (c := run.next_call()) is not None:
+        try:
+            run.reply(make(c))
+        except PyMongoError as exc:
+            run.fail(exc)
+    return run.result
+
+
+async def adrive(flow: Flow[T], make: Callable[[calls.Call], Awaitable[Any]]) -> T:
+    """`drive`, awaiting each call."""
+    run = FlowRun(flow)
+    while (c := run.next_call()) is not None:
+        try:
+            run.reply(await make(c))
+        except PyMongoError as exc:
+            run.fail(exc)
+    return run.result
+
+
+async def maybe_await(value: Any) -> Any:
+    """PyMongo's async API returns coroutines where Motor returns plain values (aggregate,
+    close, a `create_indexes` of nothing): accept both."""
+    return await value if inspect.isawaitable(value) else value

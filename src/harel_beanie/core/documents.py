@@ -260,19 +260,23 @@ def bind(prefix: str = DEFAULT_PREFIX) -> tuple[type[ExecutionDocument], type[Co
     names = Names(prefix)  # raises ValueError on a prefix harel would refuse
     if prefix == DEFAULT_PREFIX:
         return ExecutionDocument, CounterDocument
+    return bound_class(ExecutionDocument, prefix, names.executions), bound_class(
+        CounterDocument, prefix, names.counters
+    )
+
+
+def bound_class(base: type[Document], prefix: str, collection: str) -> Any:
+    """A subclass of the document class `base` whose only difference is its collection: how
+    a class of the default prefix is bound to another prefix (`bind`, `bind_queues`)."""
     stem = "".join(part.capitalize() for part in prefix.split("_")) or "Prefixed"
-
-    def subclass(base: type[Document], collection: str) -> Any:
-        cls_name = f"{stem}{base.__name__}"
-        # pydantic wants nested classes to look as if declared in the class body
-        settings = type(
-            "Settings",
-            (base.Settings,),  # type: ignore[attr-defined]
-            {"name": collection, "__qualname__": f"{cls_name}.Settings", "__module__": __name__},
-        )
-        return type(cls_name, (base,), {"Settings": settings, "__module__": __name__, "__qualname__": cls_name})
-
-    return subclass(ExecutionDocument, names.executions), subclass(CounterDocument, names.counters)
+    cls_name = f"{stem}{base.__name__}"
+    # pydantic wants nested classes to look as if declared in the class body
+    settings = type(
+        "Settings",
+        (base.Settings,),  # type: ignore[attr-defined]
+        {"name": collection, "__qualname__": f"{cls_name}.Settings", "__module__": base.__module__},
+    )
+    return type(cls_name, (base,), {"Settings": settings, "__module__": base.__module__, "__qualname__": cls_name})
 
 
 def executions_class(what: str, doc: Any) -> type[ExecutionDocument]:

@@ -87,6 +87,14 @@ def _connection(p: argparse.ArgumentParser, embedded: bool) -> None:
                    help="how long each ping waits for an answer (default 1)")  # fmt: skip
 
 
+def _transport_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--transport", choices=("beanie", "harel"), default=None,
+                   help="beanie: this package's transport (the default; $HAREL_BEANIE_TRANSPORT); harel: "
+                   "harel's Mongo transport")  # fmt: skip
+    p.add_argument("--idle-wait", type=_positive_float, default=1.0, metavar="SECONDS",
+                   help="the longest an idle claim waits for a wake-up on this package's transport (default 1)")  # fmt: skip
+
+
 def _stuck_after(p: argparse.ArgumentParser, called: str) -> None:
     p.add_argument("--stuck-after", type=_positive_float, default=300.0, metavar="SECONDS",
                    help=f"a RUNNING execution not updated for this long is {called} (default 300)")  # fmt: skip
@@ -129,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="record execution timelines (default: $HAREL_TRACE, else off)")  # fmt: skip
     worker.add_argument("--sweep-every", type=_positive_float, default=5.0, metavar="SECONDS",
                         help="relay outbox entries and spawns no handler relayed, this often (default 5)")  # fmt: skip
+    _transport_flags(worker)
     _command(worker, "harel_beanie.ops.worker", embedded=False)
 
     status = sub.add_parser("status", help="backlog and health: counts, pending work, timers, stuck executions",

@@ -331,13 +331,15 @@ class AsyncWorkerDriver(_AsyncDriver):
         return result
 
 
-async def open_mongo_transport(url: str, db_name: str, *, clock: Any = None, prefix: str = DEFAULT_PREFIX) -> Any:
-    """harel's `AsyncMongoTransport` (what a deployment queues on, `harel[mongo]`) on a new
-    client for `url`, opened the way the commands open it (`harel_beanie.ops.stack.open_transport`).
-    `clock` defaults to the wall clock; pass the run's `ManualClock` to replay a script.
-    Close it with `await t.close()`."""
+async def open_mongo_transport(
+    url: str, db_name: str, *, clock: Any = None, prefix: str = DEFAULT_PREFIX, kind: str = "harel", **options: Any
+) -> Any:
+    """A transport on a new client for `url`, opened the way the commands open it
+    (`harel_beanie.ops.stack.open_transport`): harel's `AsyncMongoTransport` (`harel[mongo]`)
+    unless `kind="beanie"` asks for this package's. `clock` defaults to the wall clock; pass
+    the run's `ManualClock` to replay a script. Close it with `await t.close()`."""
     target = Target(url, db_name, prefix, RetryPolicy(), source="driver")
-    return await open_transport(target, clock=clock or time.time)
+    return await open_transport(target, kind=kind, clock=clock or time.time, **options)
 
 
 def next_fire(due: Sequence[tuple[str, str, float]], now: float) -> Optional[float]:

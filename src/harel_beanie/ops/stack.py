@@ -1,11 +1,14 @@
-"""The pure-Mongo deployment stack the commands run: our `AsyncMongoStore` and harel's
-`AsyncMongoTransport` on one server, with their round trips counted.
+"""The pure-Mongo deployment stack the commands run: our `AsyncMongoStore` and a transport on
+one server (this package's own, `harel_beanie.transport`, or harel's `AsyncMongoTransport`),
+with their round trips counted.
 
-Why this module exists: `demo` and `worker` both open the store and the transport for a
-`Target` (see `harel_beanie.ops.where`), wait for the server with the CLI's short retry policy,
-and want to know what the run cost in round trips. `AsyncMongoStore.from_url` and harel's
-`AsyncMongoTransport.from_url` build their own clients, with no way to attach a PyMongo
-`CommandListener`, so the clients are built here and handed to the store and the transport.
+Why this module exists: `demo`, `worker` and the dashboard's actions all open the store and
+the transport for a `Target` (see `harel_beanie.ops.where`), wait for the server with the
+CLI's short retry policy, and want to know what the run cost in round trips. The `from_url`
+constructors build their own clients, with no way to attach a PyMongo `CommandListener`, so
+the clients are built here and handed to the store and the transport. Which transport is
+`TRANSPORTS[0]` unless a command is told otherwise; `queued` counts what each holds, so a
+command can refuse to start on one while messages wait in the other.
 
 - `CommandCounter`: a PyMongo command listener counting commands by the label in the
   `LABEL` context variable. PyMongo's async client calls it in the task that sent the
@@ -31,10 +34,13 @@ from harel.engine.schema import Names
 from pymongo import monitoring
 from pymongo.errors import ConfigurationError
 
+from harel_beanie.core.queue_documents import WAITING, queue_names
 from harel_beanie.ops.relay import ScopedStore
 from harel_beanie.ops.where import ConfigError, Target
 from harel_beanie.store.async_store import AsyncMongoStore
 from harel_beanie.store.connect import await_server
+from harel_beanie.transport.async_transport import AsyncMongoTransport
+from harel_beanie.transport.settings import DEFAULT_IDLE_WAIT
 
 #: What the commands sent now are for: an execution id while a worker handles its event, a
 #: phase name while a driver sends, None otherwise (claims, timer sweeps, idle polling).
@@ -135,18 +141,43 @@ def open_sync_store(target: Target, **options: Any) -> Any:
         raise _client_error(target, exc) from None
 
 
+#: the transports a command can run on: this package's own (the default), or harel's
+TRANSPORTS = ("beanie", "harel")
+
+
 async def open_transport(
     target: Target,
     *,
+    kind: str = TRANSPORTS[0],
     clock: Callable[[], float] = time.time,
     listeners: Sequence[Any] = (),
     create_schema: bool = True,
+    idle_wait: float = DEFAULT_IDLE_WAIT,
+    timers: Optional[Callable[[float], Any]] = None,
 ) -> Any:
-    """harel's `AsyncMongoTransport` (Motor, as `harel[mongo]` ships it) on the target's
-    database and prefix, its claim index created unless `create_schema` is off. Call after
-    `open_store`, which has already waited for the server."""
+    """The transport `kind` on the target's database and prefix, on a client of its own, its
+    indexes created unless `create_schema` is off. This package's own waits up to `idle_wait`
+    in a claim that finds nothing (woken by a change stream where the server has one, and at
+    `timers`' next timer: pass the store's `next_timer`). Call after `open_store`, which has
+    already waited for the server."""
+    if kind == "harel":
+        return await _open_harel_transport(target, clock, listeners, create_schema)
+    if kind != "beanie":
+        raise ConfigError(f"unknown transport {kind!r}: one of {', '.join(TRANSPORTS)}")
+    client = await open_client(target, listeners=listeners)
+    transport = AsyncMongoTransport(
+        client, target.db, clock, prefix=target.prefix, create_schema=create_schema, idle_wait=idle_wait, timers=timers
+    )
+    await transport.init()
+    return transport
+
+
+async def _open_harel_transport(
+    target: Target, clock: Callable[[], float], listeners: Sequence[Any], create_schema: bool
+) -> Any:
+    """harel's `AsyncMongoTransport` (Motor, as `harel[mongo]` ships it)."""
     import motor.motor_asyncio
-    from harel.engine.aio_transport import AsyncMongoTransport
+    from harel.engine.aio_transport import AsyncMongoTransport as HarelTransport
 
     try:
         client: Any = motor.motor_asyncio.AsyncIOMotorClient(
@@ -154,7 +185,7 @@ async def open_transport(
         )
     except (ConfigurationError, ValueError, TypeError) as exc:
         raise _client_error(target, exc) from None
-    transport = AsyncMongoTransport(client, target.db, clock=clock, prefix=target.prefix)
+    transport = HarelTransport(client, target.db, clock=clock, prefix=target.prefix)
     db = client[target.db]
     if create_schema:
         await db[Names(target.prefix).transport_locks].create_index("available_at")
@@ -163,6 +194,29 @@ async def open_transport(
     # works around the same thing for its node counter); create it before any publish.
     await db[Names(target.prefix).transport_counters].update_one({"_id": "seq"}, {"$inc": {"n": 0}}, upsert=True)
     return transport
+
+
+async def queued(db: Any, prefix: str, kind: str) -> int:
+    """How many messages wait in transport `kind`'s collections of `db` (an async database)."""
+    if kind == "harel":
+        return int(await db[Names(prefix).messages].count_documents({}))
+    rows = await (await db[queue_names(prefix)[0]].aggregate([
+        {"$match": WAITING}, {"$group": {"_id": None, "n": {"$sum": "$pending"}}},
+    ])).to_list(None)  # fmt: skip
+    return int(rows[0]["n"]) if rows else 0
+
+
+async def refuse_if_stranded(db: Any, prefix: str, kind: str) -> None:
+    """Refuse to run on transport `kind` while messages wait in the other one: they would
+    never be delivered. The message names the command that moves them."""
+    other = TRANSPORTS[1] if kind == TRANSPORTS[0] else TRANSPORTS[0]
+    n = await queued(db, prefix, other)
+    if n:
+        raise ConfigError(
+            f"{n} message(s) wait in the {other} transport's collections, which --transport {kind} does not read: "
+            f"move them with `harel-beanie migrate-transport {'up' if kind == 'beanie' else 'down'}` (workers "
+            f"stopped), or run with --transport {other}"
+        )
 
 
 def transport_collections(prefix: str) -> list[str]:

@@ -1,5 +1,6 @@
-"""`harel-beanie worker`: a long-running harel `AsyncWorker` on this store, with harel's
-Mongo transport on the same server — what a deployment runs, N replicas of it.
+"""`harel-beanie worker`: a long-running harel `AsyncWorker` on this store and a transport on
+the same server (this package's own by default, harel's Mongo transport with
+`--transport harel`) — what a deployment runs, N replicas of it.
 
 Why this module exists: harel's own worker (`python -m harel.worker`) builds harel's
 `AsyncMongoStore` for `HAREL_STORE_BACKEND=mongo`; it cannot be pointed at another store.
@@ -16,6 +17,10 @@ What it adds to harel's loop:
   finish and commit, closes the store and the transport and exits 0. A second signal stops
   it at once; events still in flight then come back to another worker when their lease
   (`--visibility`) runs out, and the store's dedupe makes the redelivery harmless.
+- On this package's transport an idle worker does not poll: its claim waits for a change
+  stream's wake-up, the end of a lease or park, or the store's next timer (`--idle-wait`
+  caps the wait; `harel_beanie.transport.wakeups`). It refuses to start while messages wait
+  in the other transport's collections, naming the command that moves them.
 - Each event's relay is kept to its own execution, and a sweep every `--sweep-every`
   seconds (and once at start) relays outbox entries and spawns that no handler relayed —
   a worker that died between commit and relay, a relay that lost a race. See
@@ -38,11 +43,14 @@ from pymongo.errors import ConnectionFailure
 
 from harel_beanie.ops.loader import load_models
 from harel_beanie.ops.relay import sweep
-from harel_beanie.ops.stack import CountingWorker, open_client, open_transport
+from harel_beanie.ops.stack import TRANSPORTS, CountingWorker, open_client, open_transport, refuse_if_stranded
 from harel_beanie.ops.where import ConfigError, Target
 from harel_beanie.store.async_store import AsyncMongoStore
 
 log = logging.getLogger("harel_beanie.ops.worker")
+
+#: which transport a worker runs on when `--transport` is not given (`beanie` or `harel`)
+TRANSPORT_ENV = "HAREL_BEANIE_TRANSPORT"
 
 
 def load_definitions(directory: str) -> dict[str, Any]:
@@ -78,6 +86,8 @@ def settings(args: Any) -> dict[str, Any]:
         "trace_max": cfg.trace_max,
         "create_schema": cfg.create_schema,
         "sweep_every": args.sweep_every,
+        "transport": args.transport or os.environ.get(TRANSPORT_ENV) or TRANSPORTS[0],
+        "idle_wait": args.idle_wait,
     }
 
 
@@ -97,7 +107,9 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
     transport = None
     try:
         await store.init()
-        transport = await open_transport(target, create_schema=opts["create_schema"])
+        await refuse_if_stranded(client[target.db], target.prefix, opts["transport"])
+        transport = await open_transport(target, kind=opts["transport"], create_schema=opts["create_schema"],
+                                         idle_wait=opts["idle_wait"], timers=store.next_timer)  # fmt: skip
         executions = client[target.db][Names(target.prefix).executions]
         worker = CountingWorker(
             store, transport, definitions, worker_id=opts["worker_id"], visibility=opts["visibility"],
@@ -138,6 +150,7 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
             f"worker {wid} ready: {target.masked_url} database {target.db} prefix {target.prefix}; "
             f"{len(top)} machines from {opts['definitions_dir']} ({names}); "
             f"concurrency {opts['concurrency']}, visibility {opts['visibility']:g}s, "
+            f"transport {opts['transport']}{_wake_mode(transport)}, "
             f"trace {'on' if opts['trace'] else 'off'}",
             flush=True,
         )
@@ -190,3 +203,13 @@ async def _run_through_outages(worker: Any, stop: asyncio.Event, wid: str, pause
             return
         except asyncio.TimeoutError:
             pass
+
+
+def _wake_mode(transport: Any) -> str:
+    """How an idle claim of this transport wakes, as the ready line says it."""
+    wakeups = getattr(transport, "wakeups", None)
+    return (
+        ""
+        if wakeups is None
+        else f" (idle claims wait up to {transport.settings.idle_wait:g}s, woken by a change stream where the server has one)"
+    )

@@ -7,7 +7,6 @@ A thin shell: it awaits the calls the flows in `harel_beanie.core.flows` ask for
 from __future__ import annotations
 
 import asyncio
-import inspect
 from typing import Any, Iterable, Optional
 
 from harel.engine.execution import Execution, ExecutionPage, Status
@@ -18,16 +17,10 @@ from pymongo.errors import PyMongoError
 from harel_beanie.core import calls, flows
 from harel_beanie.core.calls import Flow, T
 from harel_beanie.core.commit import CommitRequest
-from harel_beanie.core.dispatch import FlowRun, start
+from harel_beanie.core.dispatch import acall, adrive, maybe_await
 from harel_beanie.core.documents import bind
 from harel_beanie.store.connect import RetryPolicy, await_server
 from harel_beanie.store.settings import StoreShell
-
-
-async def _maybe_await(value: Any) -> Any:
-    # PyMongo's async API returns coroutines where Motor returns plain values (aggregate,
-    # close): accept both
-    return await value if inspect.isawaitable(value) else value
 
 
 class AsyncMongoStore(StoreShell):
@@ -93,17 +86,10 @@ class AsyncMongoStore(StoreShell):
             return await self._drive(flow)
 
     async def _drive(self, flow: Flow[T]) -> T:
-        run = FlowRun(flow)
-        while (call := run.next_call()) is not None:
-            try:
-                run.reply(await self._call(call))
-            except PyMongoError as exc:
-                run.fail(exc)
-        return run.result
+        return await adrive(flow, self._call)
 
     async def _call(self, c: calls.Call) -> Any:
-        answer, reply = start(self._colls[c.target], c)
-        return reply(await (answer.to_list(None) if isinstance(c, calls.Find) else _maybe_await(answer)))
+        return await acall(self._colls, c)
 
     # --- AsyncExecutionStore ----------------------------------------------------------------
 
@@ -169,6 +155,11 @@ class AsyncMongoStore(StoreShell):
     async def due_timers(self, now: float) -> list[tuple[str, str, float]]:
         return await self._run(flows.due_timers(self._state, now))
 
+    async def next_timer(self, after: float) -> Optional[float]:
+        """The earliest timer bound later than `after` (epoch seconds), or None: when an idle
+        worker should next sweep for due timers (this transport's idle claims wait for it)."""
+        return await self._run(flows.next_timer(self._state, after))
+
     async def delete_timer(self, execution_id: str, path: str, fire_at: float) -> None:
         await self._run(flows.delete_timer(self._state, execution_id, path, fire_at))
 
@@ -184,7 +175,7 @@ class AsyncMongoStore(StoreShell):
             await self._drive(flows.release_lease(self._state))
         except PyMongoError:
             pass  # unreachable: the lease simply expires
-        await _maybe_await(self._client.close())
+        await maybe_await(self._client.close())
 
 
 def _is_pymongo_async(client: Any) -> bool:

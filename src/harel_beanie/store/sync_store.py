@@ -16,7 +16,7 @@ from pymongo.errors import PyMongoError
 from harel_beanie.core import calls, flows
 from harel_beanie.core.calls import Flow, T
 from harel_beanie.core.commit import CommitRequest
-from harel_beanie.core.dispatch import FlowRun, start
+from harel_beanie.core.dispatch import call, drive
 from harel_beanie.store.connect import RetryPolicy, wait_for_server
 from harel_beanie.store.settings import StoreShell
 
@@ -68,17 +68,10 @@ class MongoStore(StoreShell):
             return self._drive(flow)
 
     def _drive(self, flow: Flow[T]) -> T:
-        run = FlowRun(flow)
-        while (call := run.next_call()) is not None:
-            try:
-                run.reply(self._call(call))
-            except PyMongoError as exc:
-                run.fail(exc)
-        return run.result
+        return drive(flow, self._call)
 
     def _call(self, c: calls.Call) -> Any:
-        answer, reply = start(self._colls[c.target], c)
-        return reply(list(answer) if isinstance(c, calls.Find) else answer)
+        return call(self._colls, c)
 
     # --- ExecutionStore ---------------------------------------------------------------------
 
@@ -143,6 +136,11 @@ class MongoStore(StoreShell):
 
     def due_timers(self, now: float) -> list[tuple[str, str, float]]:
         return self._run(flows.due_timers(self._state, now))
+
+    def next_timer(self, after: float) -> Optional[float]:
+        """The earliest timer bound later than `after` (epoch seconds), or None: when an idle
+        worker should next sweep for due timers."""
+        return self._run(flows.next_timer(self._state, after))
 
     def delete_timer(self, execution_id: str, path: str, fire_at: float) -> None:
         self._run(flows.delete_timer(self._state, execution_id, path, fire_at))

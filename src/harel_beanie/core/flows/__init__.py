@@ -45,6 +45,7 @@ from harel_beanie.core.flows.relays import (
     ack_spawn,
     delete_timer,
     due_timers,
+    next_timer,
     pending_outbox,
     pending_spawns,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "commit",
     "delete_timer",
     "due_timers",
+    "next_timer",
     "ids_with_prefix",
     "is_processed",
     "list_executions",

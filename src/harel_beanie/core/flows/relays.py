@@ -237,6 +237,15 @@ def due_timers(st: StoreState, now: float) -> Flow[list[tuple[str, str, float]]]
     return due
 
 
+def next_timer(st: StoreState, after: float) -> Flow[Optional[float]]:
+    """The earliest timer bound later than `after`, if any: when an idle worker should next
+    sweep for due timers. One read of one key through the partial timer index (a bound may
+    be stale, after a cancel: the sweep it wakes then finds nothing, and sets it right)."""
+    later = {"next_fire": {**ANY_TIME, "$gt": require_time("after", after)}}
+    docs = yield Find("executions", later, {"_id": 0, "next_fire": 1}, sort=[("next_fire", 1)], limit=1)
+    return float(docs[0]["next_fire"]) if docs else None
+
+
 def delete_timer(st: StoreState, execution_id: str, path: str, fire_at: float) -> Flow[None]:
     """Remove the timer if it still holds `fire_at`, and reset the execution's `next_fire`
     to its earliest remaining timer in the same write (an update pipeline)."""

@@ -1,0 +1,150 @@
+"""`AsyncMongoTransport`: harel's `AsyncTransport` on the store's database, for `AsyncWorker`,
+harel's distributed runtime and `harel-beanie worker`. A thin shell: it awaits the calls the
+operations of `harel_beanie.transport.queues` ask for, and, given `idle_wait`, lets a claim
+that finds nothing wait for a wake-up (`harel_beanie.transport.wakeups`) instead of
+answering at once, so an idle worker neither polls nor answers a publish late.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable, Optional
+
+from harel.engine.transport import Lease
+from harel.spec.states import Event
+
+from harel_beanie.core import calls
+from harel_beanie.core.calls import Flow, T
+from harel_beanie.core.dispatch import acall, adrive, maybe_await
+from harel_beanie.core.documents import bind, index_models
+from harel_beanie.core.queue_documents import bind_queues
+from harel_beanie.store.connect import RetryPolicy, await_server
+from harel_beanie.transport import queues
+from harel_beanie.transport.queues import QueueLease
+from harel_beanie.transport.settings import DEFAULT_CLOCK, Clock, TransportSettings, queue_collections
+from harel_beanie.transport.wakeups import Wakeups
+
+#: the store's next timer after a time (`AsyncMongoStore.next_timer`): an idle claim wakes then
+TimerSource = Callable[[float], Awaitable[Optional[float]]]
+
+
+class AsyncMongoTransport:
+    """harel's `AsyncTransport` on MongoDB: one queue document per group, each operation one
+    round trip (see `harel_beanie.transport.queues`).
+
+    `client` is PyMongo's `AsyncMongoClient` (or a Motor / mongomock-motor client). `idle_wait`
+    (seconds, default 0: answer at once, as harel's transports do) lets a claim that finds
+    nothing wait for a publish, the end of a lease or park, or `timers()`'s next timer; the
+    production stack (`harel_beanie.ops.stack`) sets it. `timers` is the store's
+    `next_timer`."""
+
+    def __init__(
+        self,
+        client: Any,
+        db_name: str = "harel",
+        clock: Clock = DEFAULT_CLOCK,
+        *,
+        prefix: str = "harel",
+        create_schema: bool = True,
+        write_concern: Any = None,
+        idle_wait: float = 0.0,
+        poll_interval: Optional[float] = None,
+        timers: Optional[TimerSource] = None,
+    ) -> None:
+        extra = {} if poll_interval is None else {"poll_interval": poll_interval}
+        self.settings = TransportSettings(db_name, prefix, create_schema, write_concern, idle_wait, **extra)
+        self._client = client
+        self._colls = queue_collections(client, self.settings)
+        self._state = queues.QueueState(clock)
+        self._timers = timers
+        self._ready = False
+        self._setup_lock: Optional[asyncio.Lock] = None
+        self.wakeups: Optional[Wakeups] = None
+        if idle_wait > 0:
+            executions = bind(prefix)[0].Settings.name  # type: ignore[attr-defined]
+            self.wakeups = Wakeups(client[db_name], self._colls["queues"].name, executions, self.settings.poll_interval)
+
+    @classmethod
+    async def from_url(
+        cls,
+        url: str,
+        db_name: str = "harel",
+        *,
+        retry: RetryPolicy = RetryPolicy(),
+        client_options: Optional[dict[str, Any]] = None,
+        **options: Any,
+    ) -> "AsyncMongoTransport":
+        """Build an `AsyncMongoClient` for `url`, wait until the server answers a ping
+        (retrying per `retry`), and return a transport on it; `options` as for the class."""
+        from pymongo import AsyncMongoClient
+
+        settings = retry.client_settings(client_options)
+        return cls(await await_server(lambda: AsyncMongoClient(url, **settings), url, retry), db_name, **options)
+
+    async def init(self) -> None:
+        """Create the indexes (with `create_schema`) and start the wake-ups, now instead of on
+        first use."""
+        if self._setup_lock is None:
+            self._setup_lock = asyncio.Lock()
+        async with self._setup_lock:
+            if self._ready:
+                return
+            if self.settings.create_schema:
+                queue_cls, overflow_cls = bind_queues(self.settings.prefix)
+                await self._drive(queues.setup(self._state, index_models(queue_cls), index_models(overflow_cls)))
+            if self.wakeups is not None:
+                self.wakeups.start()
+            self._ready = True
+
+    async def _run(self, flow: Flow[T]) -> T:
+        if not self._ready:
+            await self.init()
+        return await self._drive(flow)
+
+    async def _drive(self, flow: Flow[T]) -> T:
+        return await adrive(flow, self._call)
+
+    async def _call(self, c: calls.Call) -> Any:
+        return await acall(self._colls, c)
+
+    def wake(self) -> None:
+        """Make every claim waiting in this process look again now (a shutdown, say)."""
+        if self.wakeups is not None:
+            self.wakeups.notify()
+
+    # --- AsyncTransport ------------------------------------------------------------------------
+
+    async def publish(self, group_id: str, event: Event, priority: int = 0) -> None:
+        await self._run(queues.publish(self._state, group_id, event, priority))
+        self.wake()  # a claimer of this process need not wait for the stream
+
+    async def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Optional[QueueLease]:
+        waiting = self.wakeups
+        seen = waiting.generation if waiting is not None else 0
+        lease = await self._run(queues.claim(self._state, worker_id, visibility, min_priority))
+        if lease is not None or waiting is None:
+            return lease
+        now = self._state.clock()
+        deadline = now + self.settings.idle_wait
+        ends = await self._run(queues.next_due(self._state))  # a lease or a park ending
+        timer = await self._timers(now) if self._timers is not None else None
+        for at in (ends, timer):
+            if at is not None:
+                deadline = min(deadline, at)
+        await waiting.wait(seen, deadline - now)
+        return await self._run(queues.claim(self._state, worker_id, visibility, min_priority))
+
+    async def ack(self, lease: Lease) -> None:
+        await self._run(queues.ack(self._state, lease))
+        if isinstance(lease, QueueLease) and lease.more:
+            self.wake()
+
+    async def nack(self, lease: Lease, delay: float = 0.0) -> None:
+        await self._run(queues.nack(self._state, lease, delay))
+        if not delay:
+            self.wake()
+
+    async def close(self) -> None:
+        if self.wakeups is not None:
+            await self.wakeups.close()
+        await maybe_await(self._client.close())

@@ -1,0 +1,102 @@
+"""`MongoTransport`: harel's sync `Transport` on the store's database, for harel's sync
+distributed runtime. A thin shell: it makes the calls the operations of
+`harel_beanie.transport.queues` ask for. A claim answers at once (harel's sync worker loop
+does its own waiting).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Optional
+
+from harel.engine.transport import Lease
+from harel.spec.states import Event
+
+from harel_beanie.core import calls
+from harel_beanie.core.calls import Flow, T
+from harel_beanie.core.dispatch import call, drive
+from harel_beanie.core.documents import index_models
+from harel_beanie.core.queue_documents import bind_queues
+from harel_beanie.store.connect import RetryPolicy, wait_for_server
+from harel_beanie.transport import queues
+from harel_beanie.transport.queues import QueueLease
+from harel_beanie.transport.settings import DEFAULT_CLOCK, Clock, TransportSettings, queue_collections
+
+
+class MongoTransport:
+    """harel's `Transport` on MongoDB: one queue document per group, each operation one round
+    trip (see `harel_beanie.transport.queues`). `client` is a `pymongo.MongoClient` (or a
+    mongomock one)."""
+
+    _setup_lock = threading.Lock()
+
+    def __init__(
+        self,
+        client: Any,
+        db_name: str = "harel",
+        clock: Clock = DEFAULT_CLOCK,
+        *,
+        prefix: str = "harel",
+        create_schema: bool = True,
+        write_concern: Any = None,
+    ) -> None:
+        self.settings = TransportSettings(db_name, prefix, create_schema, write_concern)
+        self._client = client
+        self._colls = queue_collections(client, self.settings)
+        self._state = queues.QueueState(clock)
+        self._ready = False
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        db_name: str = "harel",
+        *,
+        retry: RetryPolicy = RetryPolicy(),
+        client_options: Optional[dict[str, Any]] = None,
+        **options: Any,
+    ) -> "MongoTransport":
+        """Build a `MongoClient` for `url`, wait until the server answers a ping (retrying per
+        `retry`), and return a transport on it; `options` as for the class."""
+        from pymongo import MongoClient
+
+        settings = retry.client_settings(client_options)
+        return cls(wait_for_server(lambda: MongoClient(url, **settings), url, retry), db_name, **options)
+
+    def init(self) -> None:
+        """Create the indexes (with `create_schema`) now instead of on first use."""
+        with self._setup_lock:
+            if self._ready:
+                return
+            if self.settings.create_schema:
+                queue_cls, overflow_cls = bind_queues(self.settings.prefix)
+                self._drive(queues.setup(self._state, index_models(queue_cls), index_models(overflow_cls)))
+            self._ready = True
+
+    def _run(self, flow: Flow[T]) -> T:
+        if not self._ready:
+            self.init()
+        return self._drive(flow)
+
+    def _drive(self, flow: Flow[T]) -> T:
+        return drive(flow, self._call)
+
+    def _call(self, c: calls.Call) -> Any:
+        return call(self._colls, c)
+
+    # --- Transport -----------------------------------------------------------------------------
+
+    def publish(self, group_id: str, event: Event, priority: int = 0) -> None:
+        self._run(queues.publish(self._state, group_id, event, priority))
+
+    def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Optional[QueueLease]:
+        return self._run(queues.claim(self._state, worker_id, visibility, min_priority))
+
+    def ack(self, lease: Lease) -> None:
+        self._run(queues.ack(self._state, lease))
+
+    def nack(self, lease: Lease, delay: float = 0.0) -> None:
+        self._run(queues.nack(self._state, lease, delay))
+
+    def close(self) -> None:
+        self._client.close()

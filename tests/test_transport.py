@@ -1,0 +1,126 @@
+"""The transport (`harel_beanie.transport`) against harel's transport contract, with timing
+and priorities, on the real server and on mongomock / mongomock-motor; its round trips per
+operation counted on the wire; its queue documents bounded whatever a group's backlog."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import mongomock
+import pymongo
+from harel.spec.states import Event
+from harel.testing import assert_async_transport_contract, assert_transport_contract
+from mongomock_motor import AsyncMongoMockClient
+
+from harel_beanie.core.queue_documents import INLINE_MAX
+from harel_beanie.transport import AsyncMongoTransport, MongoTransport
+from tests.wire import Recorder
+
+
+def _fresh() -> str:
+    return "hbt_q_" + uuid.uuid4().hex[:10]
+
+
+def test_the_sync_contract_on_the_server(mongo_url: str, client: Any) -> None:
+    made: list[str] = []
+
+    def make(clock: Any) -> MongoTransport:
+        made.append(_fresh())
+        return MongoTransport(pymongo.MongoClient(mongo_url), made[-1], clock)
+
+    try:
+        assert_transport_contract(make)
+    finally:
+        for name in made:
+            client.drop_database(name)
+
+
+async def test_the_async_contract_on_the_server(mongo_url: str, client: Any) -> None:
+    made: list[str] = []
+
+    def make(clock: Any) -> AsyncMongoTransport:
+        made.append(_fresh())
+        return AsyncMongoTransport(pymongo.AsyncMongoClient(mongo_url), made[-1], clock)
+
+    try:
+        await assert_async_transport_contract(make)
+    finally:
+        for name in made:
+            client.drop_database(name)
+
+
+def test_the_sync_contract_on_mongomock() -> None:
+    assert_transport_contract(lambda clock: MongoTransport(mongomock.MongoClient(), "m", clock))
+
+
+async def test_the_async_contract_on_mongomock_motor() -> None:
+    await assert_async_transport_contract(lambda clock: AsyncMongoTransport(AsyncMongoMockClient(), "m", clock))
+
+
+def _sent(rec: Recorder) -> list[str]:
+    return [f"{name} {cmd.get(name)}" for name, cmd in rec.take()]
+
+
+async def test_one_round_trip_to_publish_one_to_claim_one_to_ack(mongo_url: str, client: Any, db_name: str) -> None:
+    """The counts the design promises, on the wire: publish, claim (head in hand) and ack are
+    one command each, on the group's queue document; nack too."""
+    rec = Recorder()
+    t = AsyncMongoTransport(pymongo.AsyncMongoClient(mongo_url, event_listeners=[rec]), db_name)
+    await t.init()
+    rec.clear()
+    await t.publish("g1", Event(kind="A"))
+    assert _sent(rec) == ["update harel_hb_queues"]
+    lease = await t.claim("w", 30)
+    assert lease is not None and lease.event.kind == "A"
+    assert _sent(rec) == ["findAndModify harel_hb_queues"]
+    await t.ack(lease)
+    assert _sent(rec) == ["update harel_hb_queues"]
+    await t.publish("g1", Event(kind="B"))
+    rec.clear()
+    lease = await t.claim("w", 30)
+    await t.nack(lease)
+    assert _sent(rec) == ["findAndModify harel_hb_queues", "update harel_hb_queues"]
+    assert await t.claim("w", 30) is not None
+    await t.close()
+
+
+async def test_a_deep_backlog_spills_and_keeps_its_order(mongo_url: str, client: Any, db_name: str) -> None:
+    """A group holding more than the inline bound keeps the rest as overflow documents, in
+    publish order; the queue document stays bounded; once drained, messages go inline again."""
+    t = AsyncMongoTransport(pymongo.AsyncMongoClient(mongo_url), db_name)
+    n = INLINE_MAX + 20
+    for i in range(n):
+        await t.publish("deep", Event(kind=f"m{i}"))
+    doc = client[db_name].harel_hb_queues.find_one({"_id": "deep"})
+    assert doc["qn"] == INLINE_MAX and doc["pending"] == n and doc["spill"] is True
+    assert client[db_name].harel_hb_overflow.count_documents({"g": "deep"}) == 20
+    got = []
+    for _ in range(n):
+        lease = await t.claim("w", 30)
+        assert lease is not None
+        got.append(lease.event.kind)
+        assert await t.claim("other", 30) is None  # one in flight per group, spilling or not
+        await t.ack(lease)
+    assert got == [f"m{i}" for i in range(n)]
+    assert await t.claim("w", 30) is None
+    doc = client[db_name].harel_hb_queues.find_one({"_id": "deep"})
+    assert (doc["pending"], doc["qn"], doc["spill"]) == (0, 0, False)
+    await t.publish("deep", Event(kind="again"))
+    assert client[db_name].harel_hb_queues.find_one({"_id": "deep"})["qn"] == 1  # inline again
+    await t.close()
+
+
+def test_a_message_larger_than_the_inline_bound_travels_alone(mongo_url: str, db_name: str) -> None:
+    """A message over the inline byte bound goes to overflow at once; order is kept."""
+    big = Event(kind="Big", data={"blob": "x" * (300 * 1024)})
+    t = MongoTransport(pymongo.MongoClient(mongo_url), db_name)
+    t.publish("g", Event(kind="small"))
+    t.publish("g", big)
+    t.publish("g", Event(kind="after"))
+    kinds = []
+    while (lease := t.claim("w", 30)) is not None:
+        kinds.append(lease.event.kind)
+        t.ack(lease)
+    assert kinds == ["small", "Big", "after"]
+    t.close()
