@@ -19,7 +19,7 @@ def test_demo_runs_the_models_on_a_given_server_and_summarises(tmp_path, mongo_u
     assert run_id, out
     # the per-model table, the endings each as the model says, the round trips, the data
     for text in ("Order", "pay.Payment", "pick.PickLine", "events/s", "round trips/event",
-                 "How the orders and payments ended", "Round trips", "harel's transport",
+                 "How the orders and payments ended", "Round trips", "the transport",
                  "Where the data lives", f"database   {db_name}", "harel_executions"):  # fmt: skip
         assert text in out, (text, out)
     assert "no, expected" not in out

@@ -29,7 +29,7 @@ from harel.engine.aio_store import AsyncDictStore
 from harel.engine.aio_transport import AsyncInMemoryTransport
 from harel.spec.states import Event
 
-from harel_beanie import AsyncMongoStore
+from harel_beanie import AsyncMongoStore, MongoStore
 from harel_beanie.ops.drivers import (
     AsyncDurable,
     AsyncWorkerDriver,
@@ -526,12 +526,17 @@ async def test_worker_parks_events_for_a_suspended_execution(astore: Any, defini
 # --- harel's Mongo transport: the deployment's queue ---------------------------------------
 
 
+@pytest.mark.parametrize("kind", ["beanie", "harel"])
 async def test_worker_on_mongo_transport_matches_in_memory(
-    astore: Any, mongo_url: str, db_name: str, definitions: dict
+    astore: Any, mongo_url: str, db_name: str, definitions: dict, kind: str
 ) -> None:
+    """Each transport (this package's, harel's) under harel's `AsyncWorker`: the same run as
+    harel's in-memory store and transport."""
     steps = [s for sc in SCENARIOS if sc.name in ("order-fork-join-delivered", "suspend-resume") for s in sc.steps]
     clock = ManualClock()
-    transport = await open_mongo_transport(mongo_url, db_name, clock=clock)
+    # the driver steps the worker until a claim finds nothing: a claim that answers at once
+    extra = {"idle_wait": 0.0} if kind == "beanie" else {}
+    transport = await open_mongo_transport(mongo_url, db_name, clock=clock, kind=kind, **extra)
     try:
         got = await run_async(_worker(astore, definitions, transport, clock), steps)
     finally:
@@ -543,13 +548,15 @@ async def test_worker_on_mongo_transport_matches_in_memory(
     assert_same_run(got, want, concurrent=True)
 
 
-async def test_worker_run_loop_on_mongo_transport(mongo_url: str, db_name: str, definitions: dict) -> None:
-    """`AsyncWorker.run(stop)` as a deployment runs it: a task over the Mongo transport,
-    stopped by setting the event. Time is the manual clock, moved by the test; the waits
-    are for the worker task to get to the work (bounded, not measured)."""
+@pytest.mark.parametrize("kind", ["beanie", "harel"])
+async def test_worker_run_loop_on_mongo_transport(mongo_url: str, db_name: str, definitions: dict, kind: str) -> None:
+    """`AsyncWorker.run(stop)` as a deployment runs it: a task over the transport, stopped by
+    setting the event. Time is the manual clock, moved by the test (and this package's idle
+    claims are woken when it moves); the waits are for the worker task to get to the work
+    (bounded, not measured)."""
     store = AsyncMongoStore(pymongo.AsyncMongoClient(mongo_url), db_name)
     clock = ManualClock()
-    transport = await open_mongo_transport(mongo_url, db_name, clock=clock)
+    transport = await open_mongo_transport(mongo_url, db_name, clock=clock, kind=kind, timers=store.next_timer)
     driver = _worker(store, definitions, transport, clock)
     stop = asyncio.Event()
     task = asyncio.create_task(driver.worker.run(stop, idle_sleep=0.01))
@@ -568,6 +575,7 @@ async def test_worker_run_loop_on_mongo_transport(mongo_url: str, db_name: str, 
         )
         await reaches("ord-run", "CoolingOff")
         clock.advance(900)  # the worker's idle sweep fires the cooling-off timer
+        getattr(transport, "wake", lambda: None)()
         await reaches("ord-run:Fulfilment.Warehouse:0", "Fulfilment.Warehouse.Packing")
         await driver.sender.send("ord-run", Event(id="ord-run:sealed", kind="ParcelSealed", data={"weight_g": 500}))
         await reaches("ord-run", "InTransit")
@@ -575,6 +583,7 @@ async def test_worker_run_loop_on_mongo_transport(mongo_url: str, db_name: str, 
         await reaches("ord-run", "Completed")
     finally:
         stop.set()
+        getattr(transport, "wake", lambda: None)()
         await asyncio.wait_for(task, timeout=30)
         await transport.close()
     try:
@@ -584,6 +593,29 @@ async def test_worker_run_loop_on_mongo_transport(mongo_url: str, db_name: str, 
         await store.close()
     assert {i: e["status"] for i, e in snap["executions"].items()} == dict.fromkeys(order_tree("ord-run", 2), "DONE")
     nothing_pending(snap)
+
+
+def test_the_sync_distributed_runtime_on_the_sync_transport(mongo_url: str, db_name: str, definitions: dict) -> None:
+    """harel's sync `DistributedRunner` and `Worker` on the sync store and this package's
+    sync transport: a payment through to its end, and an order up to its cooling-off timer."""
+    from harel.engine.distributed import DistributedRunner
+
+    from harel_beanie.transport import MongoTransport
+
+    store = MongoStore(pymongo.MongoClient(mongo_url), db_name)
+    transport = MongoTransport(pymongo.MongoClient(mongo_url), db_name)
+    runner = DistributedRunner(store, transport, definitions)
+    worker = runner.worker(worker_id="sync-1")
+    runner.create("Payment", {"order_id": "p", "amount": 5.0}, execution_id="pay-sync")
+    runner.create("Order", {"order_id": "o", "amount": 9.5, "lines": ["SKU-1"]}, execution_id="ord-sync")
+    for _ in range(200):
+        if not worker.step():
+            break
+    assert store.load("pay-sync").active_path == "Captured"
+    assert store.load("ord-sync").active_path == "CoolingOff"
+    assert transport.claim("w", 30) is None
+    transport.close()
+    store.close()
 
 
 # --- loading -------------------------------------------------------------------------------

@@ -478,13 +478,19 @@ def test_a_lone_surrogate_is_refused_before_anything_is_written(world, kind, cal
     assert world.raw() == before
 
 
-@pytest.mark.parametrize("what", ["execution id", "timer path", "processed event id", "emit target", "id prefix"])
+#: the argument each case's message names (the parameter, and the part of it that held the value)
+NAMED = {"execution id": "exe.id", "timer path": "timers[].path", "processed event id": "processed_event_id",
+         "emit target": "emits[].target", "id prefix": "prefix"}  # fmt: skip
+
+
+@pytest.mark.parametrize("what", list(NAMED))
 def test_a_lone_surrogate_is_refused_naming_the_argument(world, what):
     """The ValueError for a lone surrogate names the argument that held it."""
     store = world.fresh("sync", "surrogates")
     store.commit(Execution(id="x", definition_id="d"), [])
-    with pytest.raises(ValueError, match=what):
+    with pytest.raises(ValueError) as err:
         SURROGATE_CALLS[what](store)
+    assert NAMED[what] in str(err.value)
 
 
 # --- 7. numbers the store cannot keep -----------------------------------------------------

@@ -118,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="events in flight per worker (default 16)")  # fmt: skip
     demo.add_argument("--models", metavar="DIR", help="the models directory (default: models/ of this checkout)")
     demo.add_argument("--no-trace", action="store_true", help="do not record the execution timelines")
+    demo.add_argument("--transport", choices=("beanie", "harel"), default=None,
+                      help="beanie: this package's transport (the default; $HAREL_BEANIE_TRANSPORT); harel: harel's")  # fmt: skip
     _command(demo, "harel_beanie.ops.demo", embedded=True, notes=_stdout)  # its notes belong to its report
 
     worker = sub.add_parser("worker", help="a long-running harel AsyncWorker on the store",
@@ -210,6 +212,13 @@ def build_parser() -> argparse.ArgumentParser:
     _command(migrate, "harel_beanie.migrate.command", embedded=False)
     # the flag's name before migrate shared the other commands' connection flags
     migrate.add_argument("--timeout", dest="connect_timeout", type=_positive_float, help=argparse.SUPPRESS)
+    moving = sub.add_parser("migrate-transport", help="move undelivered messages between harel's Mongo transport "
+                            "and this package's", description="With the workers and the publishers stopped, move "
+                            "the messages waiting in harel's Mongo transport into this package's queues (up), or "
+                            "back (down); status counts both. Running it again finishes a run cut short.")  # fmt: skip
+    moving.add_argument("action", choices=("up", "down", "status"), help="up: into this package's transport; "
+                        "down: back into harel's; status: what waits in each")  # fmt: skip
+    _command(moving, "harel_beanie.ops.transport_move", embedded=False)
     return parser
 
 

@@ -44,11 +44,13 @@ from harel_beanie.ops.loader import default_models_dir, load_models
 from harel_beanie.ops.relay import sweep
 from harel_beanie.ops.stack import (
     LABEL,
+    TRANSPORTS,
     CommandCounter,
     CountingWorker,
     open_client,
     open_transport,
-    transport_collections,
+    queued,
+    refuse_if_stranded,
 )
 from harel_beanie.ops.where import ConfigError, Target
 from harel_beanie.store.async_store import AsyncMongoStore
@@ -64,8 +66,9 @@ class Demo:
     """One run: the planned mix, its run id, the shared clock, the round-trip counters."""
 
     def __init__(self, target: Target, models: Path, executions: int, workers: int, concurrency: int,
-                 console: Console, trace: bool = True) -> None:  # fmt: skip
+                 console: Console, trace: bool = True, transport: str = TRANSPORTS[0]) -> None:  # fmt: skip
         self.target = target
+        self.transport_kind = transport
         self.models = models
         self.scenarios = plan(executions)
         self.workers_n = workers
@@ -97,7 +100,9 @@ class Demo:
             poll = AsyncMongoStore(self.client, self.target.db, prefix=self.target.prefix, beanie=False)
             await store.init()
             await poll.init()
-            transport = await open_transport(self.target, clock=self.clock, listeners=[self.transport_counter])
+            await refuse_if_stranded(self.client[self.target.db], self.target.prefix, self.transport_kind)
+            transport = await open_transport(self.target, kind=self.transport_kind, clock=self.clock,
+                                             listeners=[self.transport_counter], timers=store.next_timer)  # fmt: skip
             return await self._run(store, poll, transport, definitions)
         finally:
             await store.close()
@@ -109,7 +114,7 @@ class Demo:
     async def _run(self, store: Any, poll: Any, transport: Any, definitions: dict[str, Any]) -> Result:
         db = self.client[self.target.db]
         self.executions = db[Names(self.target.prefix).executions]
-        self.messages = db[transport_collections(self.target.prefix)[0]]
+        self.transport = transport
         self.poll = poll
         earlier = await self.executions.count_documents({})
         earlier_runs = await self._earlier_runs() if earlier else []
@@ -216,14 +221,21 @@ class Demo:
             await self.settle()
             ahead = next_fire(await self.poll.due_timers(horizon), self.clock())
             if ahead is None:
-                self.clock.set(horizon)
+                self._move_clock(horizon)
                 await self.settle()
                 return
-            self.clock.set(ahead)
+            self._move_clock(ahead)
+
+    def _move_clock(self, to: float) -> None:
+        """Jump the shared clock; idle claims waiting on the old time look again at once."""
+        self.clock.set(to)
+        wake = getattr(self.transport, "wake", None)
+        if wake is not None:
+            wake()
 
     async def _pending(self) -> tuple[int, int, int, int]:
         return (
-            await self.messages.count_documents({}),
+            await queued(self.client[self.target.db], self.target.prefix, self.transport_kind),
             len(await self.poll.pending_outbox()),
             len(await self.poll.pending_spawns()),
             len(await self.poll.due_timers(self.clock())),
@@ -339,11 +351,14 @@ def main(args: Any, target: Target) -> int:
     models = Path(args.models) if args.models else default_models_dir()
     if not models.is_dir():
         raise ConfigError(f"no models directory at {models} (pass --models DIR)")
-    demo = Demo(target, models, args.executions, args.workers, args.concurrency, console, trace=not args.no_trace)
+    kind = args.transport or os.environ.get("HAREL_BEANIE_TRANSPORT") or TRANSPORTS[0]
+    demo = Demo(target, models, args.executions, args.workers, args.concurrency, console, trace=not args.no_trace,
+                transport=kind)  # fmt: skip
     console.print(
         f"[bold]harel-beanie demo[/] {demo.run_id}: about {demo.planned} executions of the shop models in {_short(models)}"
     )
-    console.print(f"  on {escape(target.masked_url)}, database {target.db}; harel's AsyncWorker and Mongo transport")
+    on = "this package's transport" if kind == "beanie" else "harel's Mongo transport"
+    console.print(f"  on {escape(target.masked_url)}, database {target.db}; harel's AsyncWorker and {on}")
     result = asyncio.run(demo.run())
     report(console, target, result, args.workers, args.concurrency)
     return 0 if all(ok for *_, ok in result.endings) else 1

@@ -80,7 +80,7 @@ def report(console: Console, target: Target, result: Result, workers: int, concu
     console.print(f"  store, idle workers      {r.store_rt.get(None, 0):>7}   due-timer sweeps between events")
     if r.store_rt.get("sweep"):
         console.print(f"  store, relay sweeps      {r.store_rt['sweep']:>7}   entries no handler relayed")
-    console.print(f"  harel's transport        {r.transport_rt:>7}   {per_event}: publish, claim, ack")
+    console.print(f"  the transport            {r.transport_rt:>7}   {per_event}: publish, claim, ack")
     console.print(
         f"Worked by {workers} harel AsyncWorker loop(s), up to {concurrency} events in flight each; timers fired "
         "on a simulated clock (8 days of shop time, ending now). Children started inside their parent's "
