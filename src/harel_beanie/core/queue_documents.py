@@ -62,8 +62,9 @@ class QueueDocument(Document):
     q: list[QueuedMessage] = []  # the head of the group's FIFO, in order
     qn: int = 0  # messages in `q`
     qb: int = 0  # bytes of their JSON
-    pending: int = 0  # messages waiting: `q` and the counted overflow documents
-    spill: bool = False  # true from the first message sent to overflow until it drains
+    pending: int = 0  # the inline messages, plus one while the group spills (it stays claimable)
+    spill: bool = False  # true from the first message sent to overflow until a claim finds it drained
+    spilled: int = 0  # overflow documents the group has been told of (a claim's reset waits for none new)
     available_at: float = 0.0  # claimable from then on (epoch seconds): a lease or a park ends
     token: Optional[str] = None  # the lease: who holds the head
     priority: int = 0  # fixed by the group's first publish, as harel's transports do

@@ -200,10 +200,11 @@ async def queued(db: Any, prefix: str, kind: str) -> int:
     """How many messages wait in transport `kind`'s collections of `db` (an async database)."""
     if kind == "harel":
         return int(await db[Names(prefix).messages].count_documents({}))
-    rows = await (await db[queue_names(prefix)[0]].aggregate([
-        {"$match": WAITING}, {"$group": {"_id": None, "n": {"$sum": "$pending"}}},
+    queues, overflow = queue_names(prefix)
+    rows = await (await db[queues].aggregate([
+        {"$match": WAITING}, {"$group": {"_id": None, "n": {"$sum": "$qn"}}},
     ])).to_list(None)  # fmt: skip
-    return int(rows[0]["n"]) if rows else 0
+    return (int(rows[0]["n"]) if rows else 0) + int(await db[overflow].count_documents({}))
 
 
 async def refuse_if_stranded(db: Any, prefix: str, kind: str) -> None:

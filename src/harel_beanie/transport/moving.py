@@ -82,12 +82,13 @@ async def up(db: Any, prefix: str, *, say: Callable[[str], None] = print) -> Mov
         lock = await locks.find_one({"_id": group}) or {}
         texts = [r["event"] for r in rows]
         inline, spilled = _layout(texts)
-        if spilled:  # step 1: the overflow, then the queue that counts it
+        if spilled:  # step 1: the overflow, then the queue that tells of it
             docs = [{"_id": _overflow_id(r["_id"]), "g": group, "e": r["event"]} for r in rows[len(inline) :]]
             await overflow.bulk_write([ReplaceOne({"_id": d["_id"]}, d, upsert=True) for d in docs], ordered=False)
         queue = {
             "q": [{"e": t} for t in inline], "qn": len(inline), "qb": sum(len(t.encode()) for t in inline),
-            "pending": len(texts), "spill": bool(spilled), "available_at": 0.0, "token": None,
+            "pending": len(inline) + bool(spilled), "spill": bool(spilled), "spilled": len(spilled),
+            "available_at": 0.0, "token": None,
             "priority": int(lock.get("priority") or 0), "acked": 0, "published": len(texts), "wake": 1,
             "hb_moved": rows[-1]["_id"],  # what a repeated run recognises as its own
         }  # fmt: skip

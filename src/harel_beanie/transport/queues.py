@@ -8,24 +8,31 @@ fewest round trips a message can take, one per operation, on the queue documents
 
 Rule 1. A publish is one conditional upsert of the group's queue document that appends the
         message, when the group keeps its messages inline and has room. There is no global
-        counter: a group's order is its array's order.
-Rule 2. A group with no room, or already spilling, gets the message as an overflow document,
-        inserted BEFORE the queue document counts it and is marked as spilling. So a counted
-        message always exists; a publish cut short between the two leaves an uncounted
-        document that nothing claims (the publish failed, and harel's relay publishes the
-        outbox entry again). While a group spills, every later message spills too, so a
-        publisher's messages keep their order; the group returns to inline once the overflow
-        has drained (the reset is conditional on the counts it read, so a publish that came
-        in between is never stranded behind newer inline messages).
+        counter: a group's order is its array's order, and `pending` counts the inline
+        messages in the same write.
+Rule 2. A group with no room, or a message too large, spills: the message becomes an
+        overflow document, and the queue document is marked `spill` with one extra count
+        (`pending` = inline messages + 1 while spilling), so the group stays claimable for as
+        long as its overflow may hold anything. While a group spills, every later message
+        spills too, so a publisher's messages keep their order. The overflow document is
+        inserted BEFORE the queue document is told (`spilled` is bumped, and `spill` set with
+        its extra count if it was not): a publish cut short between the two leaves a document
+        a claim still finds while the group spills (delivered, perhaps besides the copy
+        harel's relay publishes again: harel's dedupe takes one of them).
 Rule 3. A claim is one `find_one_and_update` over the `hb_claim` index: the due group served
         longest ago (new groups first), leased by a fresh token until `now + visibility`,
-        its head returned with it (`$slice`). A head in overflow costs one more round trip,
-        which also marks that document with the token.
+        its head returned with it (`$slice`). With its inline messages done, a spilling
+        group's head is its oldest overflow document (one more round trip, which also marks
+        that document with the token). Overflow documents are never counted one by one: the
+        overflow is what the documents say, so one cut short never strands another.
 Rule 4. An ack, a nack and the overflow head's removal are each conditional on the lease's
         token: a lease that expired and was taken by another worker changes nothing. An ack
-        pops the head, frees the group and puts it at the back of the round-robin.
-Rule 5. A count found wrong (a publish or an ack cut short) is set right by the claim that
-        finds the group empty, conditional on no publish having come in since it read.
+        pops the head (or deletes the overflow document), frees the group and puts it at the
+        back of the round-robin.
+Rule 5. A claim that finds a group with nothing to deliver (its inline messages and its
+        overflow gone) ends the spill and sets the counts to zero, conditional on no publish
+        having come in or spilled since the claim read the group (`published`, `spilled`):
+        a publish that did then makes the reset miss, and the group is looked at again.
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ PRIORITY_RANGE = (-(2**31), 2**31 - 1)
 #: claims of groups found empty (counts set right) before a claim gives up for this call
 _CLAIM_TRIES = 8
 
-_HEAD = {"q": {"$slice": 1}, "qn": 1, "pending": 1, "spill": 1, "acked": 1, "published": 1}
+_HEAD = {"q": {"$slice": 1}, "qn": 1, "pending": 1, "spill": 1, "acked": 1, "published": 1, "spilled": 1}
 
 
 @dataclass
@@ -93,8 +100,18 @@ def publish(st: QueueState, group_id: str, event: Event, priority: int = 0) -> F
         except DuplicateKeyError:
             pass  # the group exists and has no room (or spills): Rule 2
     yield InsertOne("overflow", {"_id": ObjectId(), "g": group_id, "e": text})
-    counted = {"$inc": {"pending": 1, "published": 1, "wake": 1}, "$set": {"spill": True}, "$setOnInsert": new_group}
-    yield UpdateOne("enqueue", {"_id": group_id}, counted, upsert=True)
+    told = {"$inc": {"spilled": 1, "published": 1, "wake": 1}}
+    for _ in range(3):  # a racing publish may start the spill between the two forms
+        if (yield UpdateOne("enqueue", {"_id": group_id, "spill": True}, told)):
+            return
+        start = {**told, "$set": {"spill": True}}
+        start["$inc"] = {**told["$inc"], "pending": 1}  # the extra count the spill holds
+        try:
+            yield UpdateOne("enqueue", {"_id": group_id, "spill": {"$ne": True}}, {**start, "$setOnInsert": new_group},
+                            upsert=True)  # fmt: skip
+            return
+        except DuplicateKeyError:
+            continue  # another publish set `spill` first: tell it as a spilling group
 
 
 def claim(st: QueueState, worker_id: str, visibility: float, min_priority: int = 0) -> Flow[Optional[QueueLease]]:
@@ -118,9 +135,10 @@ def claim(st: QueueState, worker_id: str, visibility: float, min_priority: int =
         if head is not None:
             event = Event.model_validate_json(head["e"])
             return QueueLease(seq, group_id, event, token=token, overflow_id=head["_id"], more=more)
-        # nothing to deliver: the count is off (Rule 5); no publish came in since the read
+        # nothing to deliver: the spill is over, or a count is off (Rule 5)
+        same = {"_id": group_id, "token": token, "published": doc.get("published"), "spilled": doc.get("spilled")}
         fixed = {"pending": 0, "qn": 0, "qb": 0, "spill": False, "token": None, "available_at": now}
-        yield UpdateOne("queues", {"_id": group_id, "token": token, "published": doc.get("published")}, {"$set": fixed})
+        yield UpdateOne("queues", same, {"$set": fixed})
     return None
 
 
@@ -143,15 +161,11 @@ def ack(st: QueueState, lease: Lease) -> Flow[None]:
         pop = {"$pop": {"q": -1}, "$inc": {"qn": -1, "qb": -size, "pending": -1, "acked": 1, "wake": int(more)}}
         yield UpdateOne("queues", held, {**pop, **freed})  # Rule 4
         return
-    if not (yield DeleteOne("overflow", {"_id": overflow_id, "tok": lease.token})):
-        return  # the lease was lost: another worker holds this head now
-    counts = {"pending": 1, "qn": 1, "spill": 1}
-    done = {"$inc": {"pending": -1, "acked": 1, "wake": int(more)}, **freed}
-    after = yield FindOneAndUpdate("queues", held, done, projection=counts, after=True)
-    if after is not None and after.get("spill") and after.get("pending") == after.get("qn", 0):
-        # the overflow has drained: later messages go inline again, unless one came in (Rule 2)
-        same = {"_id": lease.group_id, "spill": True, "pending": after.get("pending"), "qn": after.get("qn", 0)}
-        yield UpdateOne("queues", same, {"$set": {"spill": False}})
+    # the head goes, then the lease (overflow documents are not counted: Rule 3). Each is
+    # conditional on the token, so either is done once: an ack sent again after a lost reply
+    # finds the document gone and still releases a lease it holds
+    yield DeleteOne("overflow", {"_id": overflow_id, "tok": lease.token})
+    yield UpdateOne("queues", held, {"$inc": {"acked": 1, "wake": int(more)}, **freed})
 
 
 def nack(st: QueueState, lease: Lease, delay: float = 0.0) -> Flow[None]:
