@@ -1,7 +1,7 @@
 """Crash soak: the worker process SIGKILLed at random points, the server stopped under it.
 
 What runs. A worker process, the `harel-beanie worker` command (harel's `AsyncWorker` on our
-`AsyncMongoStore` and harel's `AsyncMongoTransport`, with its relay sweeps) run by
+`AsyncMongoStore` and this package's transport, its default, with its relay sweeps) run by
 `tests/crash_worker.py` on a shared scaled clock, processes the shop models in `models/`.
 This test is the publisher: harel's `AsyncDistributedRunner` on the same store and transport
 creates orders (payments retried on durable timers, a payment budget, the fork with its
@@ -78,6 +78,7 @@ from harel.spec.states import Event
 from pymongo.errors import ConnectionFailure
 
 from harel_beanie import AsyncMongoStore
+from harel_beanie.core.queue_documents import queue_names
 from harel_beanie.ops.drivers import (
     EPOCH,
     AsyncWorkerDriver,
@@ -90,7 +91,7 @@ from harel_beanie.ops.drivers import (
 from harel_beanie.ops.embedded import EmbeddedServer
 from harel_beanie.ops.loader import load_models
 from harel_beanie.ops.snapshots import asnapshot
-from harel_beanie.ops.stack import open_transport
+from harel_beanie.ops.stack import open_transport, queued
 from harel_beanie.ops.where import Target
 from harel_beanie.store.connect import RetryPolicy
 from tests.crash_clock import ClockControl
@@ -99,6 +100,16 @@ ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "models"
 PREFIX = "harel"
 NAMES = Names(PREFIX)
+#: the transport the workers (`harel-beanie worker`, its default) and the publisher run on
+TRANSPORT = "beanie"
+QUEUES = queue_names("harel")[0]
+
+
+async def published(db: Any) -> int:
+    """Messages published on the transport over the run (each queue counts its own)."""
+    rows = await (await db[QUEUES].aggregate([{"$group": {"_id": None, "n": {"$sum": "$published"}}}])).to_list(None)
+    return int(rows[0]["n"]) if rows else 0
+
 
 SPEED = 10.0  # business seconds per real second (the soak's heavier load runs at half that)
 COOLING_OFF = 900.0  # order.stm: CoolingOff { timeout 900 }
@@ -574,7 +585,7 @@ class Publisher:
     async def quiet(self, live: dict) -> bool:
         if live:
             return False
-        pending = await self.op(lambda: self.db[NAMES.messages].count_documents({}))
+        pending = await self.op(lambda: queued(self.db, "harel", TRANSPORT))
         if pending:
             return False
         return not await self.op(self.store.pending_outbox) and not await self.op(self.store.pending_spawns)
@@ -776,8 +787,7 @@ async def crash_run(
         got = await asnapshot(store)
         raw = await client[db_name][NAMES.executions].find({}, {"processed": 1}).to_list(None)
         got_processed = {d["_id"]: list(d.get("processed") or []) for d in raw}
-        counter = await client[db_name][NAMES.transport_counters].find_one({"_id": "seq"})
-        figures.published = int((counter or {}).get("n", 0))
+        figures.published = await published(client[db_name])
         figures.executions = len(got["executions"])
         figures.processed = sum(len(v) for v in got_processed.values())
         figures.timer_lateness = max(
@@ -790,8 +800,8 @@ async def crash_run(
             ),
             default=0.0,
         )
-        leftovers = await client[db_name][NAMES.messages].count_documents({})
-        locks = await client[db_name][NAMES.transport_locks].count_documents({})
+        leftovers = await queued(client[db_name], "harel", TRANSPORT)
+        locks = await client[db_name][QUEUES].count_documents({"token": {"$ne": None}, "pending": {"$gt": 0}})
 
         want, ref_store = await reference_run(plans, definitions)
         want_processed: Counter[str] = Counter(eid for eid, _ in ref_store._processed)
@@ -953,7 +963,7 @@ async def _cli_server_restart(tmp: Path, *, kill: bool, figures: Any) -> None:
                 await worker.wait_ready()
             try:
                 docs = await client[db_name][NAMES.executions].find({}, {"status": 1, "active_path": 1}).to_list(None)
-                pending = await client[db_name][NAMES.messages].count_documents({})
+                pending = await queued(client[db_name], "harel", TRANSPORT)
             except ConnectionFailure:
                 docs, pending = [], 1
             got = {d["_id"]: (d["status"], d.get("active_path")) for d in docs if d["_id"] in want}

@@ -34,7 +34,7 @@ from harel_beanie.core import calls
 from harel_beanie.core.queue_documents import INLINE_BYTES, queue_names
 from harel_beanie.transport import AsyncMongoTransport, MongoTransport
 from tests.both import BlockingAsyncStore
-from tests.test_reliability_faults import FAULTS, VICTIM, admin, arm, fault_url  # noqa: F401 (fixtures)
+from tests.test_reliability_faults import FAULTS, VICTIM, admin, arm, fault_url  # noqa: F401 (fixtures used by name)
 from tests.wire import Recorder
 
 VISIBILITY = 30.0
@@ -125,8 +125,8 @@ def check(consumer: Consumer, db: Any) -> None:
 
 
 class Run:
-    def __init__(self, url: str, admin: pymongo.MongoClient[Any]) -> None:
-        self.url, self.admin = url, admin
+    def __init__(self, url: str, client: pymongo.MongoClient[Any]) -> None:
+        self.url, self.admin = url, client
         self.db = "hbtq_" + uuid.uuid4().hex[:10]
         self.log = Recorder()
         self.clock = Clock()
