@@ -70,16 +70,22 @@ def _kind(config: pytest.Config) -> str:
     return str(kind)
 
 
+#: set to 1 to start the embedded server as a one-member replica set (change streams on)
+#: rather than as a standalone server (the design's case, and faster)
+REPLICA_SET_ENV = "HAREL_BEANIE_TEST_REPLICA_SET"
+
+
 @pytest.fixture(scope="session")
 def harel_mongo_url() -> Iterator[str]:
-    """A real server's URL: `MONGODB_URL`, else the embedded server, started for the session."""
+    """A real server's URL: `MONGODB_URL`, else the embedded server, started for the session
+    (standalone, or a one-member replica set with `HAREL_BEANIE_TEST_REPLICA_SET=1`)."""
     url = os.environ.get("MONGODB_URL")
     if url:
         yield url
         return
     from harel_beanie.ops.embedded import EmbeddedServer
 
-    with EmbeddedServer() as server:
+    with EmbeddedServer(standalone=os.environ.get(REPLICA_SET_ENV) != "1") as server:
         yield server.url
 
 

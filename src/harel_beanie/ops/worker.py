@@ -133,6 +133,7 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
                 print(f"worker {wid} stopping ({signal.Signals(signum).name}): finishing "
                       f"{worker.in_flight} event(s) in flight", flush=True)  # fmt: skip
                 stop.set()
+                getattr(transport, "wake", lambda: None)()  # a claim waiting for work returns now
             else:
                 print(f"worker {wid}: second signal, stopping now; events in flight come back "
                       f"after their {opts['visibility']:g}s lease", flush=True)  # fmt: skip

@@ -8,6 +8,7 @@ answering at once, so an idle worker neither polls nor answers a publish late.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Awaitable, Callable, Optional
 
 from harel.engine.transport import Lease
@@ -59,6 +60,7 @@ class AsyncMongoTransport:
         self._timers = timers
         self._ready = False
         self._setup_lock: Optional[asyncio.Lock] = None
+        self._woken = 0  # calls of `wake()`: a waiting claim that sees it change returns
         self.wakeups: Optional[Wakeups] = None
         if idle_wait > 0:
             executions = bind(prefix)[0].Settings.name  # type: ignore[attr-defined]
@@ -108,7 +110,14 @@ class AsyncMongoTransport:
         return await acall(self._colls, c)
 
     def wake(self) -> None:
-        """Make every claim waiting in this process look again now (a shutdown, say)."""
+        """Make every claim waiting in this process look once more and return (a shutdown, or
+        a test's clock that moved: the worker then sweeps its timers)."""
+        if self.wakeups is not None:
+            self._woken += 1
+            self.wakeups.notify()
+
+    def _notify(self) -> None:
+        """Something this process did may have made work: its waiting claims look again."""
         if self.wakeups is not None:
             self.wakeups.notify()
 
@@ -116,33 +125,42 @@ class AsyncMongoTransport:
 
     async def publish(self, group_id: str, event: Event, priority: int = 0) -> None:
         await self._run(queues.publish(self._state, group_id, event, priority))
-        self.wake()  # a claimer of this process need not wait for the stream
+        self._notify()  # a claimer of this process need not wait for the stream
 
     async def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Optional[QueueLease]:
         waiting = self.wakeups
         seen = waiting.generation if waiting is not None else 0
+        woken = self._woken
         lease = await self._run(queues.claim(self._state, worker_id, visibility, min_priority))
         if lease is not None or waiting is None:
             return lease
+        # wait, at most until the next lease or park ends, the store's next timer is due, or
+        # `idle_wait` passes (measured on the monotonic clock: the transport's own clock may be
+        # a test's, which only moves when told)
         now = self._state.clock()
-        deadline = now + self.settings.idle_wait
-        ends = await self._run(queues.next_due(self._state))  # a lease or a park ending
+        budget = self.settings.idle_wait
+        ends = await self._run(queues.next_due(self._state))
         timer = await self._timers(now) if self._timers is not None else None
         for at in (ends, timer):
             if at is not None:
-                deadline = min(deadline, at)
-        await waiting.wait(seen, deadline - now)
-        return await self._run(queues.claim(self._state, worker_id, visibility, min_priority))
+                budget = min(budget, at - now)
+        until = time.monotonic() + budget
+        while (left := until - time.monotonic()) > 0:
+            await waiting.wait(seen, left)  # a notification, or the poll interval without a stream
+            seen = waiting.generation
+            lease = await self._run(queues.claim(self._state, worker_id, visibility, min_priority))
+            if lease is not None or self._woken != woken:  # `wake()`: back to the caller now
+                return lease
+        return None
 
     async def ack(self, lease: Lease) -> None:
         await self._run(queues.ack(self._state, lease))
-        if isinstance(lease, QueueLease) and lease.more:
-            self.wake()
+        self._notify()  # the group may hold a message published while its head was in flight
 
     async def nack(self, lease: Lease, delay: float = 0.0) -> None:
         await self._run(queues.nack(self._state, lease, delay))
         if not delay:
-            self.wake()
+            self._notify()
 
     async def close(self) -> None:
         if self.wakeups is not None:

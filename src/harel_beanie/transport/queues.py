@@ -28,7 +28,8 @@ Rule 3. A claim is one `find_one_and_update` over the `hb_claim` index: the due 
 Rule 4. An ack, a nack and the overflow head's removal are each conditional on the lease's
         token: a lease that expired and was taken by another worker changes nothing. An ack
         pops the head (or deletes the overflow document), frees the group and puts it at the
-        back of the round-robin.
+        back of the round-robin; it bumps `wake`, since a message published while the head
+        was in flight is claimable only now.
 Rule 5. A claim that finds a group with nothing to deliver (its inline messages and its
         overflow gone) ends the spill and sets the counts to zero, conditional on no publish
         having come in or spilled since the claim read the group (`published`, `spilled`):
@@ -61,11 +62,10 @@ _HEAD = {"q": {"$slice": 1}, "qn": 1, "pending": 1, "spill": 1, "acked": 1, "pub
 @dataclass
 class QueueLease(Lease):
     """harel's `Lease`, with what this transport needs back at ack: the head's size in
-    bytes (inline), or the overflow document holding it, and whether the group held more."""
+    bytes (inline), or the overflow document holding it."""
 
     size: int = 0
     overflow_id: Optional[ObjectId] = None
-    more: bool = False
 
 
 @dataclass
@@ -126,15 +126,15 @@ def claim(st: QueueState, worker_id: str, visibility: float, min_priority: int =
         doc = yield FindOneAndUpdate("queues", due, lease, sort=[("available_at", 1), ("_id", 1)], projection=_HEAD)
         if doc is None:
             return None
-        group_id, seq, more = doc["_id"], int(doc.get("acked") or 0) + 1, int(doc.get("pending") or 0) > 1
+        group_id, seq = doc["_id"], int(doc.get("acked") or 0) + 1
         if doc.get("q"):
             text = doc["q"][0]["e"]
             event = Event.model_validate_json(text)
-            return QueueLease(seq, group_id, event, token=token, size=len(text.encode()), more=more)
+            return QueueLease(seq, group_id, event, token=token, size=len(text.encode()))
         head = yield FindOneAndUpdate("overflow", {"g": group_id}, {"$set": {"tok": token}}, sort=[("_id", 1)])
         if head is not None:
             event = Event.model_validate_json(head["e"])
-            return QueueLease(seq, group_id, event, token=token, overflow_id=head["_id"], more=more)
+            return QueueLease(seq, group_id, event, token=token, overflow_id=head["_id"])
         # nothing to deliver: the spill is over, or a count is off (Rule 5)
         same = {"_id": group_id, "token": token, "published": doc.get("published"), "spilled": doc.get("spilled")}
         fixed = {"pending": 0, "qn": 0, "qb": 0, "spill": False, "token": None, "available_at": now}
@@ -152,20 +152,19 @@ def _lease(value: Any) -> Lease:
 
 def ack(st: QueueState, lease: Lease) -> Flow[None]:
     lease = _lease(lease)
-    more = isinstance(lease, QueueLease) and lease.more
     freed = {"$set": {"token": None, "available_at": st.clock()}, "$currentDate": {"touched": True}}
     held = {"_id": lease.group_id, "token": lease.token}
     overflow_id = lease.overflow_id if isinstance(lease, QueueLease) else None
     if overflow_id is None:
         size = lease.size if isinstance(lease, QueueLease) else len(lease.event.model_dump_json().encode())
-        pop = {"$pop": {"q": -1}, "$inc": {"qn": -1, "qb": -size, "pending": -1, "acked": 1, "wake": int(more)}}
+        pop = {"$pop": {"q": -1}, "$inc": {"qn": -1, "qb": -size, "pending": -1, "acked": 1, "wake": 1}}
         yield UpdateOne("queues", held, {**pop, **freed})  # Rule 4
         return
     # the head goes, then the lease (overflow documents are not counted: Rule 3). Each is
     # conditional on the token, so either is done once: an ack sent again after a lost reply
     # finds the document gone and still releases a lease it holds
     yield DeleteOne("overflow", {"_id": overflow_id, "tok": lease.token})
-    yield UpdateOne("queues", held, {"$inc": {"acked": 1, "wake": int(more)}, **freed})
+    yield UpdateOne("queues", held, {"$inc": {"acked": 1, "wake": 1}, **freed})
 
 
 def nack(st: QueueState, lease: Lease, delay: float = 0.0) -> Flow[None]:

@@ -6,9 +6,10 @@ few milliseconds when there is none, so an idle worker polls the database hundre
 a second and still answers a publish only at its next poll. Here a claim that finds nothing
 waits instead (`AsyncMongoTransport(idle_wait=...)`) until one of these comes first:
 
-- a change on the database that may make work: a publish, a nack, an ack that leaves a group
-  more to do (the queues' `wake` counter), or a commit that arms a timer (the executions'
-  `next_fire`), seen on one change stream of the database, filtered on the server to those;
+- a change on the database that may make work: a publish, a nack, an ack (the group may hold
+  a message published while its head was in flight: the queues' `wake` counter), or a commit
+  that arms a timer (the executions' `next_fire`), seen on one change stream of the database,
+  filtered on the server to those;
 - the moment the next waiting group's lease or park ends, or the store's next timer is due
   (the caller passes the earliest of these);
 - `idle_wait` seconds, the safety net: the worker's loop gets control back at least that often.
