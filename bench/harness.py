@@ -64,6 +64,21 @@ def split_runner(runner: str) -> tuple[str, bool]:
     return runner.removesuffix(TRACED), runner.endswith(TRACED)
 
 
+# the production stacks side by side: each store on its own transport, harel's AsyncMongoStore
+# on harel's AsyncMongoTransport against harel-beanie's store on harel-beanie's transport, under
+# harel's AsyncWorker; what a MongoDB team picks between
+STACK_PREFIX = "stack-"
+STACKS = (STACK_PREFIX + "harel", STACK_PREFIX + "beanie")
+LABEL[STACKS[0]] = "harel's store + harel's transport"
+LABEL[STACKS[1]] = "harel-beanie's store + transport"
+STACK_BASE_RUNNERS = ("worker-1", "worker-16", "worker-64")
+STACK_RUNNERS = STACK_BASE_RUNNERS + tuple(r + TRACED for r in STACK_BASE_RUNNERS)
+RUNNER_LABEL.update(
+    {"worker-64": "AsyncWorker, concurrency 64", "worker-64" + TRACED: "AsyncWorker, concurrency 64, traced"}
+)
+#: what the stack aims for, in every row: its events/s as a ratio to harel's stack's
+STACK_TARGET = 1.5
+
 STATES = ("empty", "stored")
 EXECUTIONS = Names("harel").executions
 
@@ -185,6 +200,9 @@ class ServerRun:
     keys: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)  # kind -> index -> keys written
     stored: int = 0
     load: list[tuple[float, float, float]] = field(default_factory=list)  # os.getloadavg() at start, end
+    trips: dict[str, dict[str, float]] = field(default_factory=dict)  # transport -> operation -> commands per message
+    latencies: list[Any] = field(default_factory=list)  # latency.Latency, per setup
+    profile: dict[str, list[tuple[str, float]]] = field(default_factory=dict)  # store -> (function, ms per event)
 
     def rates(self, runner: str, state: str, store: str) -> list[float]:
         return [c.rate for c in self.cells if (c.runner, c.state, c.store) == (runner, state, store)]
@@ -193,19 +211,19 @@ class ServerRun:
         r = self.rates(runner, state, store)
         return statistics.median(r) if r else None
 
-    def paired(self, runner: str, state: str, store: str = "beanie") -> list[float]:
-        """harel-beanie's rate over harel's, round by round: the two cells of a round ran back
-        to back, so the machine's drift over the run cancels out of each ratio."""
+    def paired(self, runner: str, state: str, store: str = "beanie", base: str = "harel") -> list[float]:
+        """harel-beanie's rate over harel's (`store` over `base`), round by round: the two cells
+        of a round ran back to back, so the machine's drift over the run cancels out of each ratio."""
         out = []
         for r in sorted({c.round for c in self.cells}):
-            h = [c.rate for c in self.cells if (c.runner, c.state, c.store, c.round) == (runner, state, "harel", r)]
+            h = [c.rate for c in self.cells if (c.runner, c.state, c.store, c.round) == (runner, state, base, r)]
             b = [c.rate for c in self.cells if (c.runner, c.state, c.store, c.round) == (runner, state, store, r)]
             if h and b and h[0] > 0:
                 out.append(b[0] / h[0])
         return out
 
-    def ratio(self, runner: str, state: str, store: str = "beanie") -> Optional[float]:
-        r = self.paired(runner, state, store)
+    def ratio(self, runner: str, state: str, store: str = "beanie", base: str = "harel") -> Optional[float]:
+        r = self.paired(runner, state, store, base)
         return statistics.median(r) if r else None
 
     def calls(self, runner: str, state: str, store: str) -> Optional[tuple[float, float]]:
@@ -303,3 +321,7 @@ class Options:
     index_commits: int
     index_blocks: int
     quick: bool
+    stack_rounds: int = 3
+    latency_events: int = 60
+    timers: int = 20
+    profile_events: int = 300

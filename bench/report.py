@@ -30,6 +30,7 @@ from harness import (
     split_runner,
 )
 from indexes import COMMIT_KINDS
+from stack_report import stack_section
 
 from harel_beanie.core.documents import ExecutionDocument, index_models
 
@@ -307,6 +308,7 @@ def report_server(run: ServerRun) -> str:
                     for k in ("wall", "store", "store update", "transport", "client", "client cpu", "server cpu")
                 ]
                 lines.append(f"| {RUNNER_LABEL[runner]} | {label} | " + " | ".join(cells) + " |")
+    lines += stack_section(run)
     lines += ["", "### Reading these figures", ""]
     lines += reading(run)
     if run.index_costs:

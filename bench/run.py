@@ -52,6 +52,9 @@ from harness import (
     HERE,
     OWN,
     RUNNERS,
+    STACK_PREFIX,
+    STACK_RUNNERS,
+    STACKS,
     STATES,
     STORES,
     Options,
@@ -60,6 +63,7 @@ from harness import (
     server_info,
 )
 from indexes import index_costs, keys_written
+from latency import latencies, profile, round_trips
 from report import report
 from throughput import ceiling, measure
 from wire import TALLY
@@ -67,6 +71,28 @@ from wire import TALLY
 from harel_beanie.ops.embedded import EmbeddedServer
 
 # --- the run ----------------------------------------------------------------------------------
+
+
+def run_stacks(run: ServerRun, url: str, opts: Options, defs: dict[str, Definition], stored_db: dict[str, str],
+               tag: str, say: Any) -> None:  # fmt: skip
+    """The production stacks side by side, in rounds of their own (each store on its own
+    transport), and the transports' round trips per message."""
+    client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
+    for r in range(opts.stack_rounds):
+        for state in STATES:
+            for runner in STACK_RUNNERS:
+                for kind in STACKS if r % 2 == 0 else tuple(reversed(STACKS)):
+                    store = kind.removeprefix(STACK_PREFIX)
+                    db = stored_db[store] if state == "stored" else f"hbbench_{tag}_{kind}_{uuid.uuid4().hex[:4]}"
+                    cell = measure(kind, runner, url, db, defs, opts.events, opts.seconds)
+                    cell.state, cell.round = state, r
+                    run.cells.append(cell)
+                    if state == "empty":
+                        client.drop_database(db)
+                    say(f"stack round {r + 1} {runner:9s} {state:6s} {kind:12s} {cell.rate:8.1f} events/s")
+    client.close()
+    run.trips = round_trips(url)
+    say(f"round trips per message: {run.trips}")
 
 
 def run_server(name: str, url: str, opts: Options, defs: dict[str, Definition]) -> ServerRun:
@@ -107,6 +133,9 @@ def run_server(name: str, url: str, opts: Options, defs: dict[str, Definition]) 
                         say(
                             f"round {r + 1} {runner:9s} {state:6s} {kind:6s} {cell.rate:8.1f} events/s ({cell.events} in {cell.seconds:.1f}s)"
                         )
+        run_stacks(run, url, opts, defs, stored_db, tag, say)
+        say("profiles of the client per event ...")
+        run.profile = profile(url, defs, opts.profile_events)
         run.ceiling.append(ceiling(url, opts.ceiling_updates))
         run.load.append(os.getloadavg())
         say(f"ceiling again {run.ceiling[-1][0]:.0f} / {run.ceiling[-1][1]:.0f}")
@@ -137,6 +166,7 @@ def parse_args(argv: Optional[list[str]] = None) -> tuple[Options, argparse.Name
         "--url", default=os.environ.get("MONGODB_URL"), help="also run on this server (default $MONGODB_URL)"
     )
     p.add_argument("--no-embedded", action="store_true", help="skip the embedded server (needs --url)")
+    p.add_argument("--stack-rounds", type=int, help="rounds of the stacks side by side (default 3; quick 1)")
     p.add_argument("--out", help="write the markdown here (default bench/RESULTS.md; quick: nowhere)")
     a = p.parse_args(argv)
     q = a.quick
@@ -149,6 +179,10 @@ def parse_args(argv: Optional[list[str]] = None) -> tuple[Options, argparse.Name
         index_commits=a.index_commits if a.index_commits is not None else (4 if q else 40),
         index_blocks=2 if q else 12,
         quick=q,
+        stack_rounds=a.stack_rounds or (1 if q else 3),
+        latency_events=6 if q else 60,
+        timers=3 if q else 20,
+        profile_events=20 if q else 300,
     )
     return opts, a
 
@@ -170,6 +204,11 @@ def main(argv: Optional[list[str]] = None) -> int:
                 runs.append(run_server("embedded", server.url, opts, defs))
             finally:
                 TALLY.server_pid = None
+            # latency: idle workers woken by polling (this standalone server) or by change
+            # streams (the same server as a one-member replica set)
+            with EmbeddedServer(standalone=False) as replica:
+                print("[embedded] latency and timer lateness ...", file=sys.stderr, flush=True)
+                runs[-1].latencies = latencies(server.url, replica.url, defs, opts.latency_events, opts.timers)
     if a.url:
         runs.append(run_server("url", a.url, opts, defs))
     text = report(runs, opts, started.replace(tzinfo=None), time.perf_counter() - t)

@@ -18,10 +18,24 @@ from harel.engine.durable import DurableRunner
 from harel.engine.execution import Status
 from harel.engine.schema import Names
 from harel.spec.states import Event
-from harness import EVENTS_PER_EXECUTION, EXECUTIONS, STEPS, TRACED, Cell, Wire, async_store, split_runner, sync_store
+from harness import (
+    EVENTS_PER_EXECUTION,
+    EXECUTIONS,
+    STACK_PREFIX,
+    STEPS,
+    TRACED,
+    Cell,
+    Wire,
+    async_store,
+    split_runner,
+    sync_store,
+)
 from wire import TALLY
 
 from harel_beanie.core.documents import ExecutionDocument, index_models
+from harel_beanie.core.queue_documents import queue_names
+from harel_beanie.transport import AsyncMongoTransport as BeanieTransport
+from harel_beanie.transport.settings import DEFAULT_IDLE_WAIT
 
 # --- the server's ceiling ---------------------------------------------------------------------
 
@@ -144,6 +158,7 @@ class CountingTransport:
         ):
             self.done_at = time.perf_counter()
             self._done.set()
+            getattr(self._inner, "wake", lambda: None)()  # a claim waiting for work returns now
 
     async def nack(self, lease: Any, delay: float = 0.0) -> None:
         await self._inner.nack(lease, delay)
@@ -180,12 +195,39 @@ async def _drain(
     return transport.acks - base, end - t
 
 
+async def open_transport(kind: str, url: str, db: str, prefix: str, store: Any) -> Any:
+    """The transport a measurement runs on: harel's `AsyncMongoTransport` as harel.worker builds
+    it, or this package's as the production stack builds it (idle claims wait for a wake-up,
+    and for the store's next timer)."""
+    if kind == "harel":
+        return await AsyncMongoTransport.from_url(url, db, prefix=prefix)
+    transport = BeanieTransport(
+        pymongo.AsyncMongoClient(url), db, prefix=prefix, idle_wait=DEFAULT_IDLE_WAIT, timers=store.next_timer
+    )
+    await transport.init()
+    return transport
+
+
+def drop_transport(url: str, db: str, kind: str, prefix: str) -> None:
+    client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
+    names = Names(prefix)
+    collections = (
+        [names.messages, names.transport_locks, names.transport_counters]
+        if kind == "harel"
+        else list(queue_names(prefix))
+    )
+    for coll in collections:
+        client[db].drop_collection(coll)
+    client.close()
+
+
 async def _measure_worker(
-    kind: str, url: str, db: str, defs: dict[str, Definition], concurrency: int, cap: int, budget: float, trace: bool
-) -> tuple[Cell, list[str]]:
+    kind: str, url: str, db: str, defs: dict[str, Definition], concurrency: int, cap: int, budget: float, trace: bool,
+    transport_kind: str = "harel",
+) -> tuple[Cell, list[str]]:  # fmt: skip
     store = await async_store(kind, url, db)
     prefix = "hbq" + uuid.uuid4().hex[:8]  # a queue of its own: nothing left over from another cell
-    inner = await AsyncMongoTransport.from_url(url, db, prefix=prefix)
+    inner = await open_transport(transport_kind, url, db, prefix, store)
     transport = CountingTransport(inner)
     runner = AsyncDistributedRunner(store, transport, defs, trace=trace)
     ids: list[str] = []
@@ -227,11 +269,7 @@ async def _measure_worker(
         assert last is not None and last.status is Status.DONE, last
     await store.close()
     await transport.close()
-    client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
-    names = Names(prefix)
-    for coll in (names.messages, names.transport_locks, names.transport_counters):
-        client[db].drop_collection(coll)
-    client.close()
+    drop_transport(url, db, transport_kind, prefix)
     runner_name = f"worker-{concurrency}" + (TRACED if trace else "")
     cell = Cell(runner_name, "", kind, handled, drain_seconds, submit_events=submitted, submit_seconds=submit_seconds,
                 wire=wire)  # fmt: skip
@@ -239,12 +277,21 @@ async def _measure_worker(
 
 
 def measure(kind: str, runner: str, url: str, db: str, defs: dict[str, Definition], cap: int, budget: float) -> Cell:
+    """One cell. `kind` is a store (harel's transport under it) or a stack (`STACK_PREFIX` +
+    "harel" or "beanie": that store on that transport)."""
     base, trace = split_runner(runner)
+    store_kind, transport_kind = (
+        (kind.removeprefix(STACK_PREFIX),) * 2 if kind.startswith(STACK_PREFIX) else (kind, "harel")
+    )
     if base == "durable":
         cell, ids = measure_durable(kind, url, db, defs, cap, budget, trace)
         cell.runner = runner
     else:
-        cell, ids = asyncio.run(_measure_worker(kind, url, db, defs, int(base.split("-")[1]), cap, budget, trace))
+        concurrency = int(base.split("-")[1])
+        cell, ids = asyncio.run(
+            _measure_worker(store_kind, url, db, defs, concurrency, cap, budget, trace, transport_kind)
+        )
+        cell.store = kind
     # leave the database as it was: drop the executions this cell created
     client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
     client[db][EXECUTIONS].delete_many({"_id": {"$in": ids}})

@@ -38,7 +38,7 @@ class Tally(monitoring.CommandListener):
             target = event.command.get("collection")  # getMore names its collection here
         if not isinstance(target, str):
             return
-        if "_transport_" in target:  # first: the transport's counters end in _counters too
+        if "_transport_" in target or "_hb_" in target:  # first: harel's transport's counters end in _counters too
             side = "transport"
         elif target.endswith(("_executions", "_counters")):
             side = "store"
