@@ -56,7 +56,7 @@ def test_bench_quick_run_writes_a_report(tmp_path: Path) -> None:
         line = next(ln for ln in fewer.splitlines() if ln.startswith(f"| {row} |"))
         assert all(c.strip() not in ("", "-") for c in line.strip("|").split("|")), line
     # where an event's time goes: the commands' wire time by side, and the server's CPU
-    split = text[text.index("### Where an event's time goes") : text.index("### Reading these figures")]
+    split = text[text.index("### Where an event's time goes") : text.index("### The stacks side by side")]
     parts = {}
     for ln in split.splitlines():
         if ln.startswith(("| DurableRunner", "| AsyncWorker")):
@@ -67,3 +67,20 @@ def test_bench_quick_run_writes_a_report(tmp_path: Path) -> None:
         assert event > 0 and ours >= updates > 0 and transport > 0 and client_cpu > 0, store
         assert server_cpu > 0  # read from the embedded server's process (the first section)
         assert parts[("DurableRunner (sync)", store)][3] == 0.0  # no transport in a DurableRunner
+    # the stacks side by side: both measured in every row, with the ratio; the transports' round
+    # trips per message on the wire (this package's: one command per operation)
+    stacks = text[text.index("### The stacks side by side") : text.index("### Round trips per message")]
+    rows = [ln for ln in stacks.splitlines() if ln.startswith("| AsyncWorker") and ln.count("|") == 7]
+    assert len(rows) == 12, rows  # concurrency 1, 16, 64; traced or not; empty and stored
+    assert all(c.strip() not in ("", "-", "-x") for r in rows for c in r.strip("|").split("|")[2:5]), rows
+    trips = text[text.index("### Round trips per message") : text.index("### Event-to-handler latency")]
+    per_op = {
+        ln.split("|")[1].strip(): ln.split("|")[2:4]
+        for ln in trips.splitlines()
+        if ln.startswith("| p") or ln.startswith("| c") or ln.startswith("| a")
+    }
+    assert {op: float(ours) for op, (_, ours) in per_op.items()} == {"publish": 1.0, "claim": 1.0, "ack": 1.0}
+    assert all(float(harel) > 1.0 for harel, _ in per_op.values())
+    latency = text[text.index("### Event-to-handler latency") : text.index("### Where the client's time goes")]
+    assert sum(1 for ln in latency.splitlines() if ln.startswith("| harel")) == 3  # the three setups
+    assert "### Where the client's time goes per event" in text

@@ -604,7 +604,7 @@ def test_the_sync_distributed_runtime_on_the_sync_transport(mongo_url: str, db_n
 
     store = MongoStore(pymongo.MongoClient(mongo_url), db_name)
     transport = MongoTransport(pymongo.MongoClient(mongo_url), db_name)
-    runner = DistributedRunner(store, transport, definitions)
+    runner = DistributedRunner(store, transport, dict(definitions))
     worker = runner.worker(worker_id="sync-1")
     runner.create("Payment", {"order_id": "p", "amount": 5.0}, execution_id="pay-sync")
     runner.create("Order", {"order_id": "o", "amount": 9.5, "lines": ["SKU-1"]}, execution_id="ord-sync")

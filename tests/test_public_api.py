@@ -1,6 +1,6 @@
 """The public API does not move: every path a user imports (the package, `queries`,
 `documents`, `testing`, `dashboard`, `migrate`, `retention`, `metrics`, `instrument`, `loader`,
-`relay`) still holds every name it held, whatever folder the code behind it lives in. Removing
+`relay`, `transport`) still holds every name it held, whatever folder the code behind it lives in. Removing
 or renaming one of these is a change users feel; this test makes it a deliberate one."""
 
 from __future__ import annotations
@@ -13,7 +13,10 @@ PUBLIC: dict[str, set[str]] = {
     "harel_beanie": {
         "AsyncMongoStore", "CounterDocument", "DEFAULT_DEDUPE_WINDOW", "DOCUMENT_MODELS", "DEFAULT_WRITE_CONCERN",
         "ExecutionDocument", "ExecutionTooLarge", "MongoStore", "RetryPolicy", "SCHEMA_VERSION", "SchemaMismatch",
-        "StoreUnavailable", "bind", "document_models", "mask_url",
+        "StoreUnavailable", "bind", "document_models", "mask_url", "AsyncMongoTransport", "MongoTransport",
+    },
+    "harel_beanie.transport": {
+        "AsyncMongoTransport", "MongoTransport", "QueueDocument", "OverflowDocument", "QueueLease", "bind_queues",
     },
     "harel_beanie.queries": {
         "STATUSES", "Backlog", "ExecutionDetail", "ExecutionFilter", "ExecutionRow", "Page", "TimerRow", "backlog",

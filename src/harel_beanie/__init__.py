@@ -5,7 +5,9 @@ implement harel's `ExecutionStore` / `AsyncExecutionStore` on one document per e
 committed with one conditional update. The Beanie documents (`ExecutionDocument`,
 `CounterDocument`, `bind(prefix)`) are the schema; pass `DOCUMENT_MODELS` (or
 `document_models(prefix)`) to your own `init_beanie` to query the store's data.
-`harel_beanie.testing` is a pytest plugin giving apps' tests a ready store.
+`AsyncMongoTransport` / `MongoTransport` are harel's transport on the same database, one round
+trip per operation (`harel_beanie.transport`). `harel_beanie.testing` is a pytest plugin
+giving apps' tests a ready store.
 """
 
 from harel_beanie.core.commit import DEFAULT_DEDUPE_WINDOW
@@ -22,9 +24,11 @@ from harel_beanie.store.async_store import AsyncMongoStore
 from harel_beanie.store.connect import RetryPolicy, mask_url
 from harel_beanie.store.settings import DEFAULT_WRITE_CONCERN
 from harel_beanie.store.sync_store import MongoStore
+from harel_beanie.transport import AsyncMongoTransport, MongoTransport
 
 __all__ = [
     "AsyncMongoStore",
+    "AsyncMongoTransport",
     "CounterDocument",
     "DEFAULT_DEDUPE_WINDOW",
     "DOCUMENT_MODELS",
@@ -32,6 +36,7 @@ __all__ = [
     "ExecutionDocument",
     "ExecutionTooLarge",
     "MongoStore",
+    "MongoTransport",
     "RetryPolicy",
     "SCHEMA_VERSION",
     "SchemaMismatch",
