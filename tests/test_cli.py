@@ -22,9 +22,10 @@ from harel.spec.states import Event
 
 from harel_beanie.ops import cli
 from harel_beanie.ops.embedded import free_port
+from harel_beanie.ops.loader import default_models_dir
 from harel_beanie.ops.where import CLI_RETRY, Target
 
-MODELS = Path(__file__).resolve().parents[1] / "models"
+MODELS = default_models_dir()  # the shop models, shipped in the package
 
 # what a command could otherwise pick up from the developer's environment
 _SCRUB = ("MONGODB_URL", "HAREL_MONGO_URL", "HAREL_MONGO_DB", "HAREL_PREFIX", "HAREL_DEFINITIONS_DIR",

@@ -40,7 +40,7 @@ def shop(mongo_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
     store.close()
     dash = Dashboard(mongo_url, db, TOKEN).wait()
     try:
-        yield {"dash": dash, "run_id": run_id, "db": db}
+        yield {"dash": dash, "run_id": run_id, "db": db, "mongo_url": mongo_url}
     finally:
         dash.stop()
         pymongo.MongoClient(mongo_url).drop_database(db)

@@ -14,20 +14,20 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from pathlib import Path
 from typing import Any, Iterator
 
 import pymongo
 import pytest
 
 from harel_beanie import AsyncMongoStore
+from harel_beanie.ops.loader import default_models_dir
 from tests.browser import Dashboard, browser_missing, chrome, profile_dir
 from tests.seeds import HOSTILE_IDS, seed_everything
 
 pytestmark = pytest.mark.skipif(browser_missing() is not None, reason=str(browser_missing()))
 
 TOKEN = "hostile-" + "y" * 20
-MODELS = Path(__file__).resolve().parents[1] / "models"
+MODELS = default_models_dir()  # the shop models, shipped in the package
 CANARIES = [
     "x');window.__pwned=1;('",
     '<img src=x onerror="window.__pwned=1">',

@@ -42,10 +42,10 @@ from harel_beanie.ops.drivers import (
     open_mongo_transport,
     order_steps,
 )
-from harel_beanie.ops.loader import load_models
+from harel_beanie.ops.loader import default_models_dir, load_models
 from harel_beanie.ops.snapshots import asnapshot, snapshot
 
-MODELS = Path(__file__).resolve().parents[1] / "models"
+MODELS = default_models_dir()  # the shop models, shipped in the package
 
 
 @pytest.fixture(scope="session")

@@ -50,6 +50,7 @@ KINDS: dict[str, tuple[str, Any]] = {
     "processed_event_id": ("str", None),
     "within": ("str", "order-1"),
     "prefix": ("str", "order"),
+    "id_prefix": ("str", None),
     "path": ("str", "T"),
     "cursor": ("str", None),
     "since": ("time", NOW - 10**6),
@@ -196,6 +197,8 @@ def literal(call: str, param: str, v: Any, docs: list[dict[str, Any]]) -> Option
         return lambda got: sorted(r.id for r in got) == _ids(docs, status="FAILED", definition_id=text)
     if call == "by_status":
         return lambda got: sorted(r.id for r in got) == _ids(docs, status=text)
+    if call == "ExecutionFilter" and param == "id_prefix":
+        return lambda got: sorted(r.id for r in got.rows) == sorted(d["_id"] for d in docs if d["_id"].startswith(text))
     if call == "ExecutionFilter" and param in ("definition_id", "outcome", "parent_id", "status"):
         return lambda got: sorted(r.id for r in got.rows) == _ids(docs, **{param: text})
     if call in ("executions", "executions_page") and param == "after":

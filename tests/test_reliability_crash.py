@@ -89,7 +89,7 @@ from harel_beanie.ops.drivers import (
     Timers,
 )
 from harel_beanie.ops.embedded import EmbeddedServer
-from harel_beanie.ops.loader import load_models
+from harel_beanie.ops.loader import default_models_dir, load_models
 from harel_beanie.ops.snapshots import asnapshot
 from harel_beanie.ops.stack import open_transport, queued
 from harel_beanie.ops.where import Target
@@ -97,7 +97,7 @@ from harel_beanie.store.connect import RetryPolicy
 from tests.crash_clock import ClockControl
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = ROOT / "models"
+MODELS = default_models_dir()
 PREFIX = "harel"
 NAMES = Names(PREFIX)
 #: the transport the workers (`harel-beanie worker`, its default) and the publisher run on

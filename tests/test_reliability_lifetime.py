@@ -186,7 +186,7 @@ def definitions() -> dict:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    return {**load_models(root / "models"), **load_models(root / "bench")}
+    return {**load_models(), **load_models(root / "bench")}
 
 
 class PurgeDuringRelay(MongoStore):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from pathlib import Path
 from typing import Any, Iterator
 
 import pymongo
@@ -29,10 +28,10 @@ from harel.testing import assert_async_transport_contract
 
 from harel_beanie import AsyncMongoStore
 from harel_beanie.ops.embedded import EmbeddedServer
-from harel_beanie.ops.loader import load_models
+from harel_beanie.ops.loader import default_models_dir, load_models
 from harel_beanie.transport import AsyncMongoTransport
 
-MODELS = Path(__file__).resolve().parents[1] / "models"
+MODELS = default_models_dir()  # the shop models, shipped in the package
 LONG = 60.0  # idle_wait: far above any wake-up these tests wait for
 BOUND = 30.0  # how long a test waits for a claim to come back
 

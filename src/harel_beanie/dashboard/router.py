@@ -25,27 +25,34 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional, Union, get_args
+from typing import Any, Callable, Literal, Mapping, Optional, Union, get_args
 
 from fastapi import APIRouter, Depends, Form, Query, Request
-from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.templating import Jinja2Templates
 
 from harel_beanie import queries
-from harel_beanie.core.arguments import parse_number, require_seconds
+from harel_beanie.core.arguments import require_seconds
 from harel_beanie.core.documents import bind
 from harel_beanie.dashboard import views
+from harel_beanie.dashboard.charts import ChartsOut, Sampler, charts, samples_name, sparkline
 from harel_beanie.dashboard.links import Links, typed_id
+from harel_beanie.dashboard.live import LiveFeed
+from harel_beanie.dashboard.search import MAX_WITHIN, Search, parse_within
 from harel_beanie.dashboard.security import NOT_FOUND, REFUSED, DashboardRoute, NotFound, static_headers
 from harel_beanie.ops.status import human_duration
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
 #: the files under /static, with their media types: nothing else is served from there
-STATIC_FILES = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+STATIC_FILES = {
+    "dashboard.js": "text/javascript",
+    "dashboard.css": "text/css",
+    # Mermaid, vendored (see static/VENDORED.md): the statechart is drawn with no CDN
+    "mermaid.min.js": "text/javascript",
+    "mermaid.LICENSE": "text/plain",
+}
 MAX_PAGE = 500
-#: the widest `within` a listing takes: ten years, in seconds
-MAX_WITHIN = 10 * 365.25 * 86400.0
 #: the most a sent event's JSON data may weigh
 MAX_EVENT_BYTES = 64 * 1024
 ACTIONS = ("send", "cancel", "redrive")
@@ -90,14 +97,6 @@ def _templates() -> Jinja2Templates:
     return t
 
 
-def parse_within(text: Optional[str]) -> Optional[float]:
-    """`within` as the list pages take it: empty for no bound (a form's "any time"), else a
-    finite number of seconds above 0 and at most `MAX_WITHIN`."""
-    if text is None or text == "":
-        return None
-    return require_seconds("within", parse_number("within", text), positive=True, high=MAX_WITHIN)
-
-
 def _event_data(text: str) -> dict[str, Any]:
     """A sent event's data: a JSON object of at most `MAX_EVENT_BYTES`, with no NaN or
     infinity (harel stores strict JSON)."""
@@ -129,11 +128,14 @@ def dashboard_router(
     page_size: int = 50,
     title: str = "harel",
     name: str = "harel_dashboard",
+    definitions: Optional[Mapping[str, Any]] = None,
 ) -> APIRouter:
     """The dashboard as a router (see the package docstring). `metrics`: a
     `harel_beanie.telemetry.metrics.StoreMetrics` to serve at `/metrics`, refreshed on each scrape.
     `name` prefixes the route names; give each a different one to mount two dashboards (two
-    databases, say) in one app."""
+    databases, say) in one app. `definitions` (harel `Definition`s by id, as
+    `harel_beanie.loader.load_models` returns them) lets the execution page draw each execution
+    on its statechart; an execution of a definition not among them shows its states as text."""
     if auth is None:
         raise ValueError("dashboard_router needs auth=: your FastAPI dependency, or no_auth to leave it open")
     stuck_after = require_seconds("stuck_after", stuck_after)
@@ -145,10 +147,17 @@ def dashboard_router(
     router = APIRouter(dependencies=[Depends(auth)], route_class=DashboardRoute)
     errors: dict[int | str, dict[str, Any]] = {400: REFUSED, 404: NOT_FOUND}
 
+    sampler = Sampler()
+
     async def ready() -> Any:
         s = store() if callable(store) and not hasattr(store, "read_trace") else store
         await s.init()  # idempotent: Beanie classes bound, layout checked
+        sampler.start(doc_of(s), samples_of(s))  # once: a sample a minute for the charts
         return s
+
+    def samples_of(s: Any) -> Any:
+        executions = doc_of(s).get_pymongo_collection()
+        return executions.database[samples_name(s.settings.prefix)]
 
     def doc_of(s: Any) -> Any:
         return bind(s.settings.prefix)[0]
@@ -167,22 +176,12 @@ def dashboard_router(
     def page(request: Request, template: str, **context: Any) -> HTMLResponse:
         links = Links(request, name)
         return templates.TemplateResponse(request, template, {"title": title, "u": links.route, "link": links.to,
-                                                              **context})  # fmt: skip
-
-    def parse_filter(definition: Optional[str], status: Optional[str], outcome: Optional[str], parent: Optional[str],
-                     roots: bool, within: Optional[str]) -> queries.ExecutionFilter:  # fmt: skip
-        seconds = parse_within(within)
-        # a form's empty choice arrives as "": it means no filter on that field
-        return queries.ExecutionFilter(
-            definition_id=definition or None, status=status or None, outcome=outcome or None, parent_id=parent or None,
-            roots_only=roots, updated_after=(time.time() - seconds) if seconds is not None else None,
-        )  # fmt: skip
+                                                              "read_at": time.time(), **context})  # fmt: skip
 
     # --- the executions list ------------------------------------------------------------------
 
-    async def list_data(definition: Optional[str], status: Optional[str], outcome: Optional[str], parent: Optional[str],
-                        roots: bool, within: Optional[str], after: Optional[str], limit: int) -> views.ExecutionsView:  # fmt: skip
-        flt = parse_filter(definition, status, outcome, parent, roots, within)
+    async def list_data(search: Search, after: Optional[str], limit: int) -> views.ExecutionsView:
+        flt = search.to_filter()
         s = await ready()
         return await views.executions_view(flt, after=after or None, limit=limit, doc=doc_of(s), hint=hint(s))
 
@@ -190,33 +189,44 @@ def dashboard_router(
     async def api_executions(
         definition: Optional[str] = None, status: Optional[StatusName] = None, outcome: Optional[str] = None,
         parent: Optional[str] = None, roots: bool = False,
-        # declared as the rule has it, so the schema says what is refused (parse_within applies it)
+        prefix: Optional[str] = Query(None, description="ids starting with this, literally"),
+        # declared as the rule has it, so the schema says what is refused (the search applies it)
         within: Optional[float] = Query(None, gt=0, le=MAX_WITHIN, allow_inf_nan=False,
                                         description="updated within this many seconds"),
+        updated_after: Optional[float] = Query(None, allow_inf_nan=False, description="epoch seconds, inclusive"),
+        updated_before: Optional[float] = Query(None, allow_inf_nan=False, description="epoch seconds, exclusive"),
         after: Optional[str] = Query(None, description="the next_after of the previous page"),
         limit: int = Query(page_size, ge=1, le=MAX_PAGE),
     ) -> views.ExecutionsView:  # fmt: skip
-        text = None if within is None else repr(within)
-        return await list_data(definition, status, outcome, parent, roots, text, after, limit)
+        text = lambda v: "" if v is None else repr(v)  # noqa: E731
+        search = Search(prefix or "", definition or "", status or "", outcome or "", parent or "", roots,
+                        text(within), text(updated_after), text(updated_before))  # fmt: skip
+        return await list_data(search, after, limit)
 
     @router.get("/", response_class=HTMLResponse, name=f"{name}.executions", include_in_schema=False)
     async def executions_page(
-        request: Request, definition: Optional[str] = None, status: Optional[str] = None, outcome: Optional[str] = None,
-        parent: Optional[str] = None, roots: bool = False, within: Optional[str] = None,
-        after: Optional[str] = None, limit: int = Query(page_size, ge=1, le=MAX_PAGE),
+        request: Request, definition: str = "", status: str = "", outcome: str = "", parent: str = "",
+        roots: bool = False, within: str = "", prefix: str = "", since: str = Query("", alias="from"),
+        until: str = Query("", alias="to"), after: Optional[str] = None,
+        limit: int = Query(page_size, ge=1, le=MAX_PAGE),
     ) -> HTMLResponse:  # fmt: skip
-        data = await list_data(definition, status, outcome, parent, roots, within, after, limit)
-        seconds = parse_within(within)
-        params = {k: v for k, v in {"definition": definition, "status": status, "outcome": outcome, "parent": parent,
-                                     "roots": "true" if roots else None, "within": seconds,
-                                     "limit": limit if limit != page_size else None}.items() if v}  # fmt: skip
-        return page(request, "executions.html", view=data, params=params, statuses=queries.STATUSES, within=seconds)
+        search = Search(prefix, definition, status, outcome, parent, roots, within, since, until)
+        data = await list_data(search, after, limit)
+        drawn = await charts(samples_of(await ready()))
+        params = search.params(limit=limit if limit != page_size else None)
+        return page(request, "executions.html", view=data, params=params, statuses=queries.STATUSES,
+                    within=parse_within(within), search=search, charts=drawn, spark=sparkline)  # fmt: skip
+
+    @router.get("/api/charts", response_model=ChartsOut, name=f"{name}.api_charts", responses=errors)
+    async def api_charts() -> ChartsOut:
+        return await charts(samples_of(await ready()))
 
     # --- one execution ------------------------------------------------------------------------
 
     async def detail_data(execution_id: str) -> views.ExecutionView:
         s = await ready()
-        v = await views.execution_view(s, execution_id, doc=doc_of(s), actions=acts.enabled())
+        v = await views.execution_view(s, execution_id, doc=doc_of(s), actions=acts.enabled(),
+                                       definitions=definitions or {})  # fmt: skip
         if v is None:
             tomb = await queries.purged(execution_id, doc=doc_of(s))
             gone = f" (purged at {_when(tomb.at)})" if tomb is not None else ""
@@ -285,6 +295,19 @@ def dashboard_router(
     @router.get("/backlog", response_class=HTMLResponse, name=f"{name}.backlog", include_in_schema=False)
     async def backlog_page(request: Request) -> HTMLResponse:
         return page(request, "backlog.html", view=await backlog_data(), statuses=queries.STATUSES)
+
+    # --- live pages: one change feed, pushed to each open page (see live.py) --------------
+
+    feed = LiveFeed()
+
+    @router.get("/live", name=f"{name}.live", include_in_schema=False)
+    async def live_events(request: Request) -> Response:
+        s = await ready()
+        executions = doc_of(s).get_pymongo_collection()
+        wakeups = feed.start(executions.database, executions.name)
+        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+        return StreamingResponse(feed.events(wakeups, request.is_disconnected), media_type="text/event-stream",
+                                 headers=headers)  # fmt: skip
 
     # --- the script and the styles (files of the package: the CSP allows nothing inline) ----
 

@@ -56,14 +56,16 @@ def build_app(
 
     if allow and not definitions_dir:
         raise ConfigError("--allow needs --definitions DIR: harel's runner needs the machines to act on executions")
+    from harel_beanie.ops.loader import default_models_dir, load_models
+
     definitions = None
     if definitions_dir:
-        from harel_beanie.ops.loader import load_models
-
         try:
             definitions = load_models(definitions_dir)
         except FileNotFoundError as exc:
             raise ConfigError(str(exc)) from None
+    elif default_models_dir().is_dir():  # the shop models: the demo's executions get their diagrams
+        definitions = load_models(default_models_dir())
     held: dict[str, Any] = {}
     runner = _LateRunner(held)
 
@@ -94,6 +96,7 @@ def build_app(
     router = dashboard_router(
         lambda: held["store"], auth=token_auth(token), actions=actions,
         metrics=StoreMetrics(new_registry()), stuck_after=stuck_after, title=f"{target.db}/{target.prefix}",
+        definitions=definitions,
     )  # fmt: skip
     app.include_router(router)
 

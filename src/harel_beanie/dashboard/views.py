@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel
 
@@ -19,6 +19,7 @@ from harel_beanie import queries
 from harel_beanie.core.documents import ExecutionDocument
 from harel_beanie.core.keys import decode_path
 from harel_beanie.core.seqs import minted_at
+from harel_beanie.dashboard import statechart
 
 Doc = type[ExecutionDocument]
 
@@ -41,6 +42,7 @@ class FilterOut(BaseModel):
     roots_only: bool = False
     updated_after: Optional[float] = None
     updated_before: Optional[float] = None
+    id_prefix: Optional[str] = None
 
 
 class ExecutionsView(BaseModel):
@@ -88,6 +90,21 @@ class StepOut(BaseModel):
     assigned: Any = None
 
 
+class DiagramOut(BaseModel):
+    """The execution drawn on its statechart: the Mermaid source when its definition is known
+    to the dashboard, and always the states as text (every path of the definition, or, for a
+    definition the dashboard cannot load, the paths the execution is known to have been in)."""
+
+    definition_known: bool
+    source: Optional[str] = None
+    paths: list[str] = []
+    active: list[str] = []  # active paths: the execution's own and its regions'
+    visited: list[str] = []
+    last_from: Optional[str] = None
+    last_to: Optional[str] = None
+    children_by_state: dict[str, list[str]] = {}  # state path -> the child executions started there
+
+
 class ExecutionView(BaseModel):
     """One execution: its state and context, children, pending work, timers and timeline."""
 
@@ -104,6 +121,7 @@ class ExecutionView(BaseModel):
     timeline: list[StepOut]
     steps_written: int  # trace steps ever written; the timeline keeps the most recent
     actions: list[str] = []  # the actions this dashboard allows on it
+    diagram: Optional[DiagramOut] = None
 
 
 class SilentOut(BaseModel):
@@ -211,9 +229,38 @@ def _event_kind(raw: Any) -> Optional[str]:
     return _text(event.get("kind")) if isinstance(event, dict) else None
 
 
+def diagram(row: ExecutionOut, kids: list[ExecutionOut], timeline: list[StepOut],
+            definitions: Mapping[str, Any]) -> DiagramOut:  # fmt: skip
+    """The execution on its statechart (see `harel_beanie.dashboard.statechart`)."""
+    by_state: dict[str, list[str]] = {}
+    for kid in kids:
+        path = statechart.spawned_from(row.id, kid.id)
+        if path is not None:
+            by_state.setdefault(path, []).append(kid.id)
+    active = [row.active_path] if row.active_path else []
+    # its fork's regions (child executions of its own definition) while it is in that fork
+    inside = (row.active_path or "\0") + "."
+    active += [
+        p for k in kids if k.definition_id == row.definition_id and (p := k.active_path) and p.startswith(inside)
+    ]
+    visited = sorted({p for s in timeline for p in (s.from_path, s.to_path) if p})
+    last = next(((s.from_path, s.to_path) for s in reversed(timeline) if s.to_path), None)
+    out = DiagramOut(definition_known=False, active=active, visited=visited, children_by_state=by_state,
+                     last_from=last[0] if last else None, last_to=last[1] if last else None)  # fmt: skip
+    defn = statechart.find_definition(dict(definitions), row.definition_id)
+    if defn is None:
+        out.paths = sorted(set(active) | set(visited) | set(by_state))
+        return out
+    marks = statechart.Marks(set(active), set(visited), last, {p: len(ids) for p, ids in by_state.items()})
+    out.definition_known, out.paths = True, statechart.state_paths(defn)
+    out.source = statechart.render(defn, marks)
+    return out
+
+
 async def execution_view(
-    store: Any, execution_id: str, *, doc: Doc, actions: list[str], children: int = 100
-) -> Optional[ExecutionView]:
+    store: Any, execution_id: str, *, doc: Doc, actions: list[str], children: int = 100,
+    definitions: Mapping[str, Any] = {},
+) -> Optional[ExecutionView]:  # fmt: skip
     now = time.time()
     d = await queries.execution_detail(execution_id, doc=doc)
     if d is None:
@@ -239,11 +286,13 @@ async def execution_view(
     )
     trace = await store.read_trace(execution_id)
     row = ExecutionOut.of(d)
+    shown = [ExecutionOut.of(k) for k in kids[:children]]
+    timeline = [_step(s) for s in trace]
     return ExecutionView(
         now=now, execution=row, created_at=d.created_at, context=data.get("context"), error=data.get("error"),
-        children=[ExecutionOut.of(k) for k in kids[:children]], more_children=len(kids) > children,
-        outbox=outbox, spawns=spawns, timers=timers, timeline=[_step(s) for s in trace],
-        steps_written=d.trace_n or len(trace), actions=actions,
+        children=shown, more_children=len(kids) > children, outbox=outbox, spawns=spawns, timers=timers,
+        timeline=timeline, steps_written=d.trace_n or len(trace), actions=actions,
+        diagram=diagram(row, shown, timeline, definitions),
     )  # fmt: skip
 
 

@@ -21,8 +21,9 @@ from harel.dsl import definition_from_dsl_file, parse
 
 
 def default_models_dir() -> Path:
-    """`models/` of the source checkout this package runs from."""
-    return Path(__file__).resolve().parents[3] / "models"
+    """The shop models the demo runs, shipped in the package (`harel_beanie/shop_models`;
+    `models/` at the top of a checkout points there)."""
+    return Path(__file__).resolve().parents[1] / "shop_models"
 
 
 def load_models(path: Union[str, Path, None] = None) -> dict[str, Definition]:

@@ -37,6 +37,7 @@ class Backlog:
     now: float
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # definition -> status -> n
     purged: int = 0  # tombstones: ids whose execution a purge removed
+    commits: int = 0  # commits the stored executions have had (the sum of their versions)
     pending_outbox: int = 0
     oldest_outbox_age: Optional[float] = None  # seconds; None if none pending or unknown
     pending_spawns: int = 0
@@ -65,9 +66,11 @@ async def backlog(
     out = Backlog(now=now, stuck_after=stuck_after)
     coll = doc.get_pymongo_collection()
     groups = await (await coll.aggregate([
-        {"$group": {"_id": {"d": "$definition_id", "s": {"$ifNull": ["$status", UNKNOWN]}}, "n": {"$sum": 1}}},
+        {"$group": {"_id": {"d": "$definition_id", "s": {"$ifNull": ["$status", UNKNOWN]}}, "n": {"$sum": 1},
+                    "v": {"$sum": {"$ifNull": ["$version", 0]}}}},
     ])).to_list(None)  # fmt: skip
     for g in groups:
+        out.commits += int(g.get("v") or 0)
         definition = g["_id"].get("d")
         if definition is None:  # only a tombstone lacks a definition
             out.purged += g["n"]

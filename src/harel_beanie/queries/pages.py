@@ -17,6 +17,7 @@ from beanie.odm.queries.find import FindMany
 
 from harel_beanie.core.arguments import BadArgumentType, optional_str, require_bool, require_int, require_time
 from harel_beanie.core.documents import ExecutionDocument
+from harel_beanie.core.keys import prefix_range
 from harel_beanie.queries.rows import (
     NOT_A_TOMBSTONE,
     STATUSES,
@@ -52,6 +53,7 @@ class ExecutionFilter:
     roots_only: bool = False  # executions with no parent
     updated_after: Optional[float] = None  # epoch seconds, inclusive
     updated_before: Optional[float] = None  # epoch seconds, exclusive
+    id_prefix: Optional[str] = None  # ids starting with this, literally (a range on `_id`)
 
     def __post_init__(self) -> None:
         checked: dict[str, Any] = {
@@ -64,6 +66,7 @@ class ExecutionFilter:
             "updated_before": None
             if self.updated_before is None
             else require_time("updated_before", self.updated_before),
+            "id_prefix": optional_str("id_prefix", self.id_prefix) or None,
         }
         for name, value in checked.items():  # the checked, plain values replace what was passed
             object.__setattr__(self, name, value)
@@ -90,6 +93,8 @@ class ExecutionFilter:
             span["$lt"] = self.updated_before
         if span:
             q["updated_at"] = span
+        if self.id_prefix:
+            q.update(prefix_range(self.id_prefix))
         # a tombstone holds only `_id` and `tomb`: any equality on a value or a time bound
         # already leaves it out, and the indexes' plans stay as they are
         if q.get("parent_id") is None and not q.keys() & {"definition_id", "status", "outcome", "updated_at"}:
@@ -127,8 +132,8 @@ def executions(
     q = _filter(flt).query()
     doc = checked_doc(doc)
     cursor = optional_str("after", after)
-    if cursor is not None:
-        q["_id"] = {"$gt": cursor}
+    if cursor is not None:  # the keyset bound joins the id prefix's range, if any
+        q["_id"] = {**q.get("_id", {}), "$gt": cursor}
     index = _index_for(q) if require_bool("hint", hint) else None
     extra: dict[str, Any] = {"hint": index} if index else {}
     return doc.find(q, projection_model=ExecutionRow, **extra).sort([("_id", SortDirection.ASCENDING)])

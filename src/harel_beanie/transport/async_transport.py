@@ -23,7 +23,7 @@ from harel_beanie.store.connect import RetryPolicy, await_server
 from harel_beanie.transport import queues
 from harel_beanie.transport.queues import QueueLease
 from harel_beanie.transport.settings import DEFAULT_CLOCK, Clock, TransportSettings, queue_collections
-from harel_beanie.transport.wakeups import Wakeups
+from harel_beanie.transport.wakeups import Wakeups, transport_pipeline
 
 #: the store's next timer after a time (`AsyncMongoStore.next_timer`): an idle claim wakes then
 TimerSource = Callable[[float], Awaitable[Optional[float]]]
@@ -64,7 +64,8 @@ class AsyncMongoTransport:
         self.wakeups: Optional[Wakeups] = None
         if idle_wait > 0:
             executions = bind(prefix)[0].Settings.name  # type: ignore[attr-defined]
-            self.wakeups = Wakeups(client[db_name], self._colls["queues"].name, executions, self.settings.poll_interval)
+            pipeline = transport_pipeline(self._colls["queues"].name, executions)
+            self.wakeups = Wakeups(client[db_name], pipeline, self.settings.poll_interval)
 
     @classmethod
     async def from_url(

@@ -38,27 +38,33 @@ _NO_STREAMS = {40573, 40324}
 _TOKEN_LOST = {260, 280, 286}
 
 
+def transport_pipeline(queues: str, executions: str) -> list[dict[str, Any]]:
+    """The changes that may make work for an idle claim (see the module docstring)."""
+    return [
+        {
+            "$match": {
+                "$or": [
+                    {"ns.coll": queues, "operationType": "insert"},
+                    {"ns.coll": queues, "updateDescription.updatedFields.wake": {"$exists": True}},
+                    {"ns.coll": executions, "updateDescription.updatedFields.next_fire": {"$exists": True}},
+                    {"ns.coll": executions, "operationType": "insert", "fullDocument.next_fire": {"$exists": True}},
+                ]
+            }
+        }
+    ]
+
+
 class Wakeups:
-    """One database's wake-ups for the claimers of one transport instance.
+    """One database's wake-ups (for the changes `pipeline` selects) for its waiters: the idle
+    claims of one transport instance, or the live pages of one dashboard.
 
     `generation` counts the notifications; a claimer reads it before it claims, and after a
     claim that found nothing waits (`wait`) until it changes or its deadline passes, so a
     notification between the claim and the wait is never missed."""
 
-    def __init__(self, db: Any, queues: str, executions: str, poll_interval: float) -> None:
+    def __init__(self, db: Any, pipeline: list[dict[str, Any]], poll_interval: float) -> None:
         self._db = db
-        self._pipeline = [
-            {
-                "$match": {
-                    "$or": [
-                        {"ns.coll": queues, "operationType": "insert"},
-                        {"ns.coll": queues, "updateDescription.updatedFields.wake": {"$exists": True}},
-                        {"ns.coll": executions, "updateDescription.updatedFields.next_fire": {"$exists": True}},
-                        {"ns.coll": executions, "operationType": "insert", "fullDocument.next_fire": {"$exists": True}},
-                    ]
-                }
-            }
-        ]
+        self._pipeline = pipeline
         self.poll_interval = poll_interval
         self.generation = 0
         self.mode = "poll"  # "stream" while a change stream is open

@@ -12,3 +12,94 @@ document.addEventListener("submit", function (event) {
     event.preventDefault();
   }
 });
+
+// The execution page's statechart: its Mermaid source is text in the page (put there by the
+// server, escaped), drawn here with the vendored mermaid.min.js in strict mode (no HTML
+// labels, no click handlers).
+var drawings = 0;
+
+function drawStatechart() {
+  var source = document.getElementById("statechart-source");
+  var target = document.getElementById("statechart");
+  if (!source || !target || typeof window.mermaid === "undefined") {
+    return;
+  }
+  window.mermaid.initialize({ startOnLoad: false, securityLevel: "strict", theme: "neutral" });
+  drawings += 1;
+  window.mermaid.render("statechart-svg-" + drawings, source.textContent).then(function (result) {
+    target.innerHTML = result.svg;
+    target.setAttribute("data-drawn", "true");
+  }, function (error) {
+    target.textContent = "The statechart could not be drawn: " + String(error);
+    target.setAttribute("data-drawn", "failed");
+  });
+}
+
+document.addEventListener("DOMContentLoaded", drawStatechart);
+
+// Live pages (see harel_beanie/dashboard/live.py): the server says "changed" on one
+// EventSource per page; the page fetches itself again and swaps in each element marked
+// data-live (by id), leaving forms being typed into alone. Closed while the tab is hidden.
+var liveSource = null;
+var refreshing = false;
+
+function refreshLive() {
+  if (refreshing) {
+    return;
+  }
+  refreshing = true;
+  fetch(window.location.href, { credentials: "same-origin", headers: { "Accept": "text/html" } })
+    .then(function (response) { return response.ok ? response.text() : null; })
+    .then(function (html) {
+      if (html === null) {
+        return;
+      }
+      var fresh = new DOMParser().parseFromString(html, "text/html");
+      document.querySelectorAll("[data-live][id]").forEach(function (element) {
+        var replacement = fresh.getElementById(element.id);
+        if (replacement) {
+          element.replaceWith(document.importNode(replacement, true));
+        }
+      });
+      if (document.getElementById("statechart-source")) {
+        drawStatechart();  // its section was swapped in undrawn (its source may be the same)
+      }
+    })
+    .catch(function () { /* the next change tries again */ })
+    .then(function () { refreshing = false; });
+}
+
+function openLive() {
+  var url = document.body.getAttribute("data-live-url");
+  if (!url || liveSource !== null || typeof window.EventSource === "undefined") {
+    return;
+  }
+  liveSource = new EventSource(url);
+  liveSource.addEventListener("changed", refreshLive);
+  var state = document.getElementById("live-state");
+  if (state) {
+    state.textContent = " · live";
+  }
+}
+
+function closeLive() {
+  if (liveSource !== null) {
+    liveSource.close();
+    liveSource = null;
+  }
+}
+
+document.addEventListener("visibilitychange", function () {
+  if (document.hidden) {
+    closeLive();
+  } else {
+    refreshLive();
+    openLive();
+  }
+});
+
+document.addEventListener("DOMContentLoaded", function () {
+  if (!document.hidden) {
+    openLive();
+  }
+});

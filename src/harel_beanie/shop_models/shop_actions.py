@@ -108,7 +108,7 @@ def issue_invoice(stm: Any, event: Any, **kw: Any) -> None:
 def hand_to_carrier(stm: Any, event: Any, **kw: Any) -> None:
     ctx = _ctx(stm)
     results = ctx.get("region_results", {})
-    warehouse = next((r for key, r in results.items() if key.endswith("Warehouse")), {})
+    warehouse: dict[str, Any] = next((r for key, r in results.items() if key.endswith("Warehouse")), {})
     ctx["tracking"] = f"TRK-{warehouse.get('parcel_id', ctx['order_id'])}"
     ctx.setdefault("log", []).append("shipped")
 
