@@ -1,6 +1,6 @@
 """The public API does not move: every path a user imports (the package, `queries`,
 `documents`, `testing`, `dashboard`, `migrate`, `retention`, `metrics`, `instrument`, `loader`,
-`relay`, `transport`) still holds every name it held, whatever folder the code behind it lives in. Removing
+`relay`, `transport`, `history`) still holds every name it held, whatever folder the code behind it lives in. Removing
 or renaming one of these is a change users feel; this test makes it a deliberate one."""
 
 from __future__ import annotations
@@ -14,6 +14,11 @@ PUBLIC: dict[str, set[str]] = {
         "AsyncMongoStore", "CounterDocument", "DEFAULT_DEDUPE_WINDOW", "DOCUMENT_MODELS", "DEFAULT_WRITE_CONCERN",
         "ExecutionDocument", "ExecutionTooLarge", "MongoStore", "RetryPolicy", "SCHEMA_VERSION", "SchemaMismatch",
         "StoreUnavailable", "bind", "document_models", "mask_url", "AsyncMongoTransport", "MongoTransport",
+        "HistoryWriter", "RecordingStore", "check", "Verdict", "Anomaly",
+    },
+    "harel_beanie.history": {
+        "KINDS", "Anomaly", "HistoryWriter", "Operation", "RecordingStore", "Replay", "ReplayCase", "Verdict", "check", "pair",
+        "read_history",
     },
     "harel_beanie.transport": {
         "AsyncMongoTransport", "MongoTransport", "QueueDocument", "OverflowDocument", "QueueLease", "bind_queues",

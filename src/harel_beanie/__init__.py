@@ -7,7 +7,9 @@ committed with one conditional update. The Beanie documents (`ExecutionDocument`
 `document_models(prefix)`) to your own `init_beanie` to query the store's data.
 `AsyncMongoTransport` / `MongoTransport` are harel's transport on the same database, one round
 trip per operation (`harel_beanie.transport`). `harel_beanie.testing` is a pytest plugin
-giving apps' tests a ready store.
+giving apps' tests a ready store. `HistoryWriter` and `RecordingStore` record what a run asks
+of its store, and `check` judges the recorded history: a `Verdict` of `Anomaly`s
+(`harel_beanie.history`).
 """
 
 from harel_beanie.core.commit import DEFAULT_DEDUPE_WINDOW
@@ -20,6 +22,7 @@ from harel_beanie.core.documents import (
     document_models,
 )
 from harel_beanie.core.errors import ExecutionTooLarge, SchemaMismatch, StoreUnavailable
+from harel_beanie.history import Anomaly, HistoryWriter, RecordingStore, Verdict, check
 from harel_beanie.store.async_store import AsyncMongoStore
 from harel_beanie.store.connect import RetryPolicy, mask_url
 from harel_beanie.store.settings import DEFAULT_WRITE_CONCERN
@@ -27,6 +30,7 @@ from harel_beanie.store.sync_store import MongoStore
 from harel_beanie.transport import AsyncMongoTransport, MongoTransport
 
 __all__ = [
+    "Anomaly",
     "AsyncMongoStore",
     "AsyncMongoTransport",
     "CounterDocument",
@@ -35,13 +39,17 @@ __all__ = [
     "DEFAULT_WRITE_CONCERN",
     "ExecutionDocument",
     "ExecutionTooLarge",
+    "HistoryWriter",
     "MongoStore",
     "MongoTransport",
+    "RecordingStore",
     "RetryPolicy",
     "SCHEMA_VERSION",
     "SchemaMismatch",
     "StoreUnavailable",
+    "Verdict",
     "bind",
+    "check",
     "document_models",
     "mask_url",
 ]
