@@ -6,12 +6,14 @@ The hand-made histories are built record by record (`Story`), one tick apart, on
 model of `tests/history_models` (its context lists the ids of the events it applied in
 `seen`); the final states are compared with harel's own in-memory replay of that model. The
 recorded one runs the same model through harel's `AsyncWorker` on `AsyncMongoStore` and this
-package's transport, with the worker's store wrapped in a `RecordingStore`.
+package's transport, with the worker's store wrapped in a `RecordingStore`, and is judged
+again by `harel-beanie check-history` in a child process.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -28,6 +30,7 @@ from harel_beanie.history import pair, read_history
 from harel_beanie.ops.drivers import AsyncWorkerDriver, ManualClock, open_mongo_transport
 from harel_beanie.ops.loader import load_models
 from harel_beanie.ops.replay import replay
+from tests.test_cli import run_cli
 
 MODELS = Path(__file__).resolve().parent / "history_models"
 START = {"seen": [], "echoes": 0, "nudge": 0.3}  # Tally's context as harel creates it
@@ -494,3 +497,24 @@ async def test_a_history_recorded_on_the_store_passes_and_one_lost_event_is_flag
     assert [(a.kind, a.exe) for a in bad.anomalies] == [("lost", "tally-1")] and repr(dropped) in bad.anomalies[
         0
     ].detail
+
+    (tmp_path / "corrupt.jsonl").write_text("".join(json.dumps(r) + "\n" for r in corrupt))
+    ok = run_cli("check-history", *map(str, files), "--definitions", str(MODELS), cwd=tmp_path)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "ok: no anomaly" in ok.stdout and "final states replayed 4" in ok.stdout
+    flagged = run_cli("check-history", "corrupt.jsonl", "--definitions", str(MODELS), "--json", cwd=tmp_path)
+    assert flagged.returncode == 1, flagged.stdout + flagged.stderr
+    out = json.loads(flagged.stdout)
+    assert not out["ok"] and [a["kind"] for a in out["anomalies"]] == ["lost"] and out["records"] == len(records)
+
+
+def test_the_command_refuses_what_it_cannot_read_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "bad.jsonl").write_text("not json\n{}\n")
+    for args, says in [
+        (["missing.jsonl"], "cannot read the history"),
+        (["bad.jsonl"], "bad.jsonl:1: not a JSON record"),
+    ]:
+        proc = run_cli("check-history", *args, "--definitions", str(MODELS), cwd=tmp_path)
+        assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    proc = run_cli("check-history", "bad.jsonl", "--definitions", "nowhere", cwd=tmp_path)
+    assert proc.returncode == 2 and "no definitions directory" in proc.stderr, proc.stderr

@@ -2,12 +2,13 @@
 
 Why this module exists: one entry point for running statechart workloads on the store
 (`demo`, `worker`), watching them (`status`, `monitor`, `dashboard`), removing finished ones
-(`prune`) and evolving the schema (`migrate`). This module only parses flags — one parser,
-and one set of `--url`/`--db`/`--prefix` rules (`harel_beanie.ops.where`) for every command —
-and turns the errors a user can cause — a wrong flag, an unreachable server, a missing
-directory, a database in another layout — into one line on stderr and exit code 2 (a
-command that refuses or fails on its own terms raises `CommandFailed`: one line, its exit
-code). Each command lives in its own module, imported only when it runs.
+(`prune`), evolving the schema (`migrate`) and judging a fault run's recorded history
+(`check-history`, the one command that needs no database). This module only parses flags —
+one parser, and one set of `--url`/`--db`/`--prefix` rules (`harel_beanie.ops.where`) for
+every command — and turns the errors a user can cause — a wrong flag, an unreachable
+server, a missing directory, a database in another layout — into one line on stderr and exit
+code 2 (a command that refuses or fails on its own terms raises `CommandFailed`: one line,
+its exit code). Each command lives in its own module, imported only when it runs.
 """
 
 from __future__ import annotations
@@ -219,6 +220,20 @@ def build_parser() -> argparse.ArgumentParser:
     moving.add_argument("action", choices=("up", "down", "status"), help="up: into this package's transport; "
                         "down: back into harel's; status: what waits in each")  # fmt: skip
     _command(moving, "harel_beanie.ops.transport_move", embedded=False)
+
+    checking = sub.add_parser("check-history", help="judge recorded history files: nothing lost, nothing doubled",
+                              description="Read the history files a run's processes recorded (harel_beanie.history), "
+                              "check that every acknowledged event was applied once and none twice, that each "
+                              "execution's versions form one chain, that no read went back in time, that the final "
+                              "states match harel's in-memory replay of the accepted events and that the work drained. "
+                              "Prints the figures and each anomaly; exit 0 when there is none, 1 otherwise.")  # fmt: skip
+    checking.add_argument("history", nargs="+", metavar="HISTORY", help="a JSON Lines history file (several: merged)")
+    checking.add_argument("--definitions", metavar="DIR", required=True,
+                          help="the *.stm directory the run used (for the replay)")  # fmt: skip
+    checking.add_argument("--seen-field", default="seen", metavar="NAME",
+                          help="the context field listing the ids of the events applied (default seen)")  # fmt: skip
+    checking.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    _offline(checking, "harel_beanie.ops.history_check")
     return parser
 
 
@@ -277,6 +292,16 @@ def _command(
             ) from None
         with _target(args, embedded_ok=embedded, say=notes) as target:
             return int(runner.main(args, target, **main_kwargs))
+
+    p.set_defaults(handler=handler)
+
+
+def _offline(p: argparse.ArgumentParser, module: str) -> None:
+    """The handler of a command that works on local files only: no connection flags, no
+    server; it runs `main(args)` of `module`, imported only then."""
+
+    def handler(args: Any) -> int:
+        return int(importlib.import_module(module).main(args))
 
     p.set_defaults(handler=handler)
 

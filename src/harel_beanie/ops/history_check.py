@@ -1,0 +1,54 @@
+"""`harel-beanie check-history`: judge recorded history files, offline.
+
+Why this module exists: a fault run's verdict should not depend on the process that ran it
+surviving to the end, nor on its author's assertions. The histories its processes wrote
+(`harel_beanie.history`) are judged afterwards, by this command, from the files alone: it
+reads and merges them, runs the checker with the final states replayed on harel's in-memory
+store (`harel_beanie.ops.replay`, over the `--definitions` the run used), prints the
+figures and every anomaly, and exits 0 when there is none, 1 otherwise (2: the files or the
+definitions could not be read). It needs no database.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from harel_beanie.history.checker import check
+from harel_beanie.history.records import read_history
+from harel_beanie.history.verdict import Verdict
+from harel_beanie.ops.replay import replay
+from harel_beanie.ops.where import ConfigError
+from harel_beanie.ops.worker import load_definitions
+
+
+def main(args: Any) -> int:
+    definitions = load_definitions(args.definitions)  # the worker's rule: the same one-line refusals
+    try:
+        records = read_history(args.history)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the history: {exc}") from None
+    except ValueError as exc:  # a line that is not a record, named with its file and number
+        raise ConfigError(str(exc)) from None
+    verdict = check(records, lambda case: replay(case, definitions), seen=args.seen_field)
+    if args.json:
+        print(json.dumps({"files": list(args.history), "records": len(records), **verdict.as_dict()}, indent=2))
+    else:
+        _print(verdict, len(records), len(args.history))
+    return 0 if verdict.ok else 1
+
+
+def _print(verdict: Verdict, records: int, files: int) -> None:
+    f = verdict.figures
+    print(f"{records} records from {files} file(s), {f['processes']} processes")
+    for op, outcomes in sorted(f["operations"].items()):
+        print(f"  {op:<7} " + ", ".join(f"{outcome} {n}" for outcome, n in sorted(outcomes.items())))
+    print(f"  executions {f['executions']}, events sent {f['events_sent']}, applied {f['events_applied']}, "
+          f"final states replayed {f['replayed']} (skipped {f['replay_skipped']})")  # fmt: skip
+    if f["faults"]:
+        print("  faults " + ", ".join(f"{kind} {n}" for kind, n in sorted(f["faults"].items())))
+    if f["stray_completions"]:
+        print(f"  completions with no invoke in the history: {f['stray_completions']}")
+    for anomaly in verdict.anomalies:
+        print(f"anomaly: {anomaly}")
+    print(verdict.summary())
