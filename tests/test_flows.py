@@ -395,6 +395,29 @@ def test_a_resend_refused_because_the_lost_send_landed_meanwhile_is_reported_lan
     assert_landed(st, exe, seqs, 1, [FIRST_SEQ])
 
 
+def test_a_write_the_driver_retried_after_its_first_attempt_landed_is_reported_landed() -> None:
+    """On a replica set the driver re-sends a write once by itself. When the first attempt
+    landed and only its reply was lost, the retry finds the version moved and matches
+    nothing: the store sees a plain "0 matched", no error. The token read back says the
+    commit is ours (the network-fault runs met this: a server paused right after a send)."""
+    st, exe = state(), execution()
+    seqs, _ = commit(st, exe, (cas(), 0), (READ_BACK, stored({"_id": ID, "version": 4, "commit_tokens": ["t1", MINE]})))
+    assert_landed(st, exe, seqs, 4, [FIRST_SEQ])
+
+
+def test_a_creation_the_driver_retried_into_its_own_id_is_reported_landed() -> None:
+    """The same for a creation: the driver's retry of the insert meets the id its own first
+    attempt took (DuplicateKey); the token read back says it landed."""
+    st, exe = state(), execution(version=0)
+    seqs, _ = commit(
+        st,
+        exe,
+        (CREATE, DuplicateKeyError("dup", 11000)),
+        (READ_BACK, stored({"_id": ID, "version": 1, "commit_tokens": [MINE]})),
+    )
+    assert_landed(st, exe, seqs, 1, [FIRST_SEQ])
+
+
 def test_retries_exhausted_reraise_the_lost_reply() -> None:
     """1 send and UNKNOWN_OUTCOME_RETRIES re-sends, each reply lost and each read-back
     showing the loaded version: the driver's error goes up, nothing is reported landed."""
@@ -680,12 +703,37 @@ CLAIMS = [
         7,
     ),
     ("a live lease: skipped", [lease_doc(7, WALL + 1)], [(claim_new(8), None)], 8),
-    ("insert refused (DuplicateKey): next node", [], [(claim_new(7), DUP), (claim_new(8), None)], 8),
     (
-        "takeover raced (matched 0): next node",
-        [lease_doc(7, WALL - 1)],
-        [(claim_over(7, "other", NOW_MS + 5_000), 0), (claim_new(8), None)],
+        "insert refused (DuplicateKey), another's: next node",
+        [],
+        [
+            (claim_new(7), DUP),
+            (on(FindOne, "leases", filter={"_id": lease_id(7)}), lease_doc(7, WALL + 9)),
+            (claim_new(8), None),
+        ],
         8,
+    ),
+    (
+        "insert refused by our own first attempt (the driver's retry): we own it",
+        [],
+        [(claim_new(7), DUP), (on(FindOne, "leases", filter={"_id": lease_id(7)}), OURS_NOW)],
+        7,
+    ),
+    (
+        "takeover raced (matched 0), another's: next node",
+        [lease_doc(7, WALL - 1)],
+        [
+            (claim_over(7, "other", NOW_MS + 5_000), 0),
+            (on(FindOne, "leases", filter={"_id": lease_id(7)}), lease_doc(7, WALL + 9)),
+            (claim_new(8), None),
+        ],
+        8,
+    ),
+    (
+        "takeover matched 0 after our own first attempt (the driver's retry): we own it",
+        [lease_doc(7, WALL - 1)],
+        [(claim_over(7, "other", NOW_MS + 5_000), 0), (on(FindOne, "leases", filter={"_id": lease_id(7)}), OURS_NOW)],
+        7,
     ),
     (
         "claim reply lost, we own it",
@@ -996,8 +1044,20 @@ COMPAT_CLEANUP = [(COMPAT_HOLDERS, HOLDER_DOCS), PULL]  # no `pending` flag: fou
 
 
 def bury(born: Optional[str], buried: list[str]) -> Step:
-    tomb = {"_id": ID, "tomb": {"at": WALL, "buried": buried}}
+    def tomb(replacement: dict[str, Any]) -> bool:
+        # `by` is the purge's own random token (see flows.purge)
+        by = replacement.get("tomb", {}).get("by")
+        return (
+            replacement == {"_id": ID, "tomb": {"at": WALL, "buried": buried, "by": by}}
+            and isinstance(by, str)
+            and len(by) == 16
+        )
+
     return (on(ReplaceOne, "executions", filter={"_id": ID, "version": 3, "born": born}, replacement=tomb), 1)
+
+
+# the tombstone this purge's own replace wrote (the call before the recheck)
+OWN_TOMB = Computed(lambda call, seen: {"_id": ID, "tomb": seen[-2].replacement["tomb"]})
 
 
 def missed(step: Step) -> Step:
@@ -1037,6 +1097,13 @@ PURGES = [
         {"_id": ID, "version": 3, "born": "b1"},
         [missed(bury("b1", ["b1"])), (RECHECK, {"_id": ID, "tomb": {"at": 2.0, "buried": ["b1"]}}), *CLEANUP],
         False,
+    ),
+    (
+        "replace matched nothing after its own first attempt landed (the driver's retry): purged",
+        False,
+        {"_id": ID, "version": 3, "born": "b1"},
+        [missed(bury("b1", ["b1"])), (RECHECK, OWN_TOMB), *CLEANUP],
+        True,
     ),
     (
         "replace missed, gone meanwhile: finish cleanup",

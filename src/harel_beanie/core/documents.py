@@ -157,6 +157,9 @@ class Tombstone(BaseModel):
 
     at: float  # when it was purged (epoch seconds)
     buried: list[str] = []  # the creation tokens of every incarnation purged under this id
+    # the token of the purge that wrote it: a purge whose reply said "nothing matched" (the
+    # driver's own retry, after its first attempt landed) learns from it that it was its own
+    by: Optional[str] = None
 
 
 class CounterDocument(Document):

@@ -46,14 +46,19 @@ def commit(st: StoreState, request: CommitRequest) -> Flow[list[int]]:
     happens only when the write did not land, or its reply was lost, to learn why.
 
     A lost reply (the connection dropped, the server timed the operation out) leaves
-    the outcome unknown: the write may have been applied. The rule: the commit is reported
-    as landed if its token is among the execution's last `COMMIT_TOKENS` commit tokens (or
-    a tombstone's buried creations) when read back, whoever committed after it; if the
-    stored version is still the loaded one it was not applied and is sent again (the CAS
-    admits one application); otherwise it is a `StoreConflict`."""
+    the outcome unknown: the write may have been applied. So may a write whose reply says it
+    matched nothing: the driver retries a write once by itself where the server supports
+    it, and when its first attempt landed after the reply was lost, the retry finds the
+    version moved and says so, with no error. The rule, for every write that did not plainly
+    land: the commit is reported as landed if the token of any of its sends is among the
+    execution's last `COMMIT_TOKENS` commit tokens (or a tombstone's buried creations) when
+    read back, whoever committed after it; if the stored version is still the loaded one
+    and the reply was lost it was not applied and is sent again (the CAS admits one
+    application); otherwise it is a `StoreConflict`. (The network-fault runs found the
+    retried case: tests/test_reliability_network.py.)"""
     floor = 0
     retries_left = UNKNOWN_OUTCOME_RETRIES
-    unsure: dict[str, CommitPlan] = {}  # sends whose outcome we never learned, by token
+    sent: dict[str, CommitPlan] = {}  # every send's plan by token: any of them may have landed
     plan: Optional[CommitPlan] = None
     over: Optional[dict[str, Any]] = None  # a purged incarnation's tombstone the creation replaces
     tomb_tries = _TOMB_TRIES
@@ -61,17 +66,16 @@ def commit(st: StoreState, request: CommitRequest) -> Flow[list[int]]:
     while True:
         if plan is None:
             plan = yield from _plan(st, request, floor)
+        sent[plan.token] = plan
         landed, lost = yield from _send(st, exe, plan, over)
-        if lost is not None:
-            unsure[plan.token] = plan
         if landed:
             return _landed(st, exe, plan)
         found = yield from _read_version(exe.id, lost)
-        mine = _token_found(found, unsure)
+        mine = _token_found(found, sent)
         if mine is not None:
-            # an earlier send landed, perhaps after we stopped waiting for it, perhaps
-            # followed by other commits, or by a purge
-            return _landed(st, exe, unsure[mine])
+            # a send of ours landed, perhaps after we stopped waiting for it, perhaps under
+            # the driver's own retry, perhaps followed by other commits, or by a purge
+            return _landed(st, exe, sent[mine])
         tomb = None if found is None else found.get("tomb")
         if tomb is not None and plan.insert is not None:
             # a creation meeting a tombstone: ours never landed (its token would be buried
@@ -139,12 +143,12 @@ def _send(
         return False, err
 
 
-def _token_found(found: Optional[Mapping[str, Any]], unsure: Mapping[str, CommitPlan]) -> Optional[str]:
-    """The token of one of our unsure sends that the stored document shows landed."""
-    if found is None or not unsure:
+def _token_found(found: Optional[Mapping[str, Any]], sent: Mapping[str, CommitPlan]) -> Optional[str]:
+    """The token of one of our sends that the stored document shows landed."""
+    if found is None:
         return None
     seen = list(found.get("commit_tokens") or ()) + list((found.get("tomb") or {}).get("buried") or ())
-    return next((t for t in seen if t in unsure), None)
+    return next((t for t in seen if t in sent), None)
 
 
 def _landed(st: StoreState, exe: Execution, plan: CommitPlan) -> list[int]:

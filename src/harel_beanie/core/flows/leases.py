@@ -102,16 +102,23 @@ def _claim(st: StoreState, node: int, doc: Optional[Mapping[str, Any]], floor_ms
     try:
         if doc is None:
             yield InsertOne("leases", mine)
-        elif not (
-            yield UpdateOne(
-                "leases", {"_id": lease_id(node), "owner": doc.get("owner"), "hi": doc.get("hi")}, {"$set": mine}
+            took = True
+        else:
+            took = bool(
+                (
+                    yield UpdateOne(
+                        "leases",
+                        {"_id": lease_id(node), "owner": doc.get("owner"), "hi": doc.get("hi")},
+                        {"$set": mine},
+                    )
+                )
             )
-        ):
-            return False
-    except DuplicateKeyError:
-        return False
-    except ConnectionFailure:
-        # the write may have landed: only the owner recorded now can tell
+    except (DuplicateKeyError, ConnectionFailure):
+        took = False
+    if not took:
+        # refused, raced, or the reply was lost: the write may still be ours (a lost reply,
+        # or the driver's own retry meeting what its first attempt wrote): only the owner
+        # recorded now can tell
         now = yield FindOne("leases", {"_id": lease_id(node)})
         if now is None or now.get("owner") != lease.owner:
             return False

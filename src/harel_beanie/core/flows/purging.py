@@ -7,6 +7,8 @@ execution back and a writer whose creation reply was lost still learns it landed
 
 from __future__ import annotations
 
+import os
+
 from harel_beanie.core.arguments import require_int, require_str
 from harel_beanie.core.calls import DeleteOne, Find, FindOne, Flow, ReplaceOne
 from harel_beanie.core.documents import PENDING
@@ -30,14 +32,17 @@ def purge(st: StoreState, execution_id: str, expected_version: int) -> Flow[bool
             return False  # it moved on: touch nothing
         born = [doc["born"]] if doc.get("born") else []  # harel's documents carry none
         buried = (list(doc.get("buried") or ()) + born)[-_BURIED_MAX:]
-        tomb = {"_id": execution_id, "tomb": {"at": st.clock(), "buried": buried}}
+        token = os.urandom(8).hex()
+        tomb = {"_id": execution_id, "tomb": {"at": st.clock(), "buried": buried, "by": token}}
         guard = {"_id": execution_id, "version": expected_version, "born": doc.get("born")}
         purged = bool((yield ReplaceOne("executions", guard, tomb)))
         if not purged:
             now = yield FindOne("executions", {"_id": execution_id}, {"tomb": 1})
             if now is not None and "tomb" not in now:
                 return False  # it moved on between the read and the write
-            # buried meanwhile (an earlier send of this purge, landing late): finish the job
+            # buried meanwhile: by this very purge (the driver's retry of a write whose first
+            # attempt landed reports nothing matched), or by another: finish the job either way
+            purged = (now or {}).get("tomb", {}).get("by") == token
     # entries other executions addressed to it (the ones it issued went with its document)
     # only documents holding entries can hold one for it: the seq index finds those, and the
     # pull is addressed by _id (an index on target_id would cost every commit with an emit,
