@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test soak reliability reliability-soak bench typecheck clean browser screenshots format
+.PHONY: setup demo test soak reliability reliability-soak bench typecheck clean browser netfaults screenshots format
 
 # what `make test` checks first: the formatter and the linter (ruff), applied
 format: $(STAMP)
@@ -31,8 +31,15 @@ browser:
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium chromium-driver; fi
 
+# the network-fault tests make namespaces, veth pairs and nft rules with Debian's iproute2
+# and nftables: installed with apt-get when missing (as root; without root they fall back to
+# loopback and need neither)
+netfaults:
+	@if [ "$$(id -u)" != 0 ] || { command -v ip && command -v nft; } >/dev/null; then :; else \
+		apt-get update -q && apt-get install -y -q iproute2 nftables; fi
+
 # the whole default test suite, type check included, on a real wire-protocol server
-test: $(STAMP) browser
+test: $(STAMP) browser netfaults
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/python -m mypy
@@ -41,7 +48,7 @@ test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
 
 # the long soaks (crash loops, large fuzz budgets)
-soak: $(STAMP)
+soak: $(STAMP) netfaults
 	$(BIN)/python -m pytest -q -m soak
 
 # screenshots of the dashboard's main pages into docs/ (a demo run, the standalone dashboard,
@@ -50,10 +57,10 @@ screenshots: $(STAMP) browser
 	$(BIN)/python docs/screenshots.py
 
 # the reliability tests with their figures recorded, then docs/RELIABILITY.md regenerated
-reliability: $(STAMP)
+reliability: $(STAMP) netfaults
 	$(BIN)/python docs/reliability.py
 
-reliability-soak: $(STAMP)
+reliability-soak: $(STAMP) netfaults
 	$(BIN)/python docs/reliability.py --soak
 
 bench: $(STAMP)

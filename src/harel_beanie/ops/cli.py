@@ -140,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="record execution timelines (default: $HAREL_TRACE, else off)")  # fmt: skip
     worker.add_argument("--sweep-every", type=_positive_float, default=5.0, metavar="SECONDS",
                         help="relay outbox entries and spawns no handler relayed, this often (default 5)")  # fmt: skip
+    worker.add_argument("--history", metavar="FILE",
+                        help="append every create, commit and read of the store to FILE (JSON lines) for "
+                             "`harel-beanie check-history`")  # fmt: skip
     _transport_flags(worker)
     _command(worker, "harel_beanie.ops.worker", embedded=False)
 

@@ -42,9 +42,12 @@ def server_command() -> str:
 
 
 class EmbeddedServer:
-    """One SecantusDB child process on 127.0.0.1. Use as a context manager, or `start()` /
-    `stop()`. `storage` is a directory that survives restarts, or None for a throwaway one.
-    `standalone` makes it answer as a standalone mongod (the design's case, and faster)."""
+    """One SecantusDB child process, on 127.0.0.1 unless told otherwise. Use as a context
+    manager, or `start()` / `stop()`. `storage` is a directory that survives restarts, or None
+    for a throwaway one. `standalone` makes it answer as a standalone mongod (the design's
+    case, and faster). `bind`, `reach` and `wrapper` place it elsewhere: the address it
+    listens on, the address this process reaches it at, and a command prefix it runs under
+    (the network-fault tests run it in a namespace of its own with `ip netns exec NS`)."""
 
     def __init__(
         self,
@@ -56,6 +59,9 @@ class EmbeddedServer:
         auth: bool = False,
         extra_args: Sequence[str] = (),
         log_path: Optional[os.PathLike[str] | str] = None,
+        bind: str = "127.0.0.1",
+        reach: Optional[str] = None,
+        wrapper: Sequence[str] = (),
     ) -> None:
         self.storage = None if storage is None else Path(storage)
         self.port = port or free_port()
@@ -64,15 +70,17 @@ class EmbeddedServer:
         self.auth = auth
         self.extra_args = list(extra_args)
         self.log_path = Path(log_path) if log_path else Path(tempfile.gettempdir()) / f"secantus-{self.port}.log"
+        self.bind, self.reach, self.wrapper = bind, reach or bind, list(wrapper)
         self.proc: Optional[subprocess.Popen[bytes]] = None
 
     @property
     def url(self) -> str:
-        return f"mongodb://127.0.0.1:{self.port}"
+        return f"mongodb://{self.reach}:{self.port}"
 
     def args(self) -> list[str]:
         storage = ":memory:" if self.storage is None else str(self.storage)
-        out = [server_command(), "--host", "127.0.0.1", "--port", str(self.port), "--storage-path", storage]
+        out = [*self.wrapper, server_command(), "--host", self.bind, "--port", str(self.port)]
+        out += ["--storage-path", storage]
         out += ["--log-level", "ERROR"]
         if self.standalone:
             out.append("--standalone")
@@ -98,7 +106,7 @@ class EmbeddedServer:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"{COMMAND} exited with {self.proc.returncode}; see {self.log_path}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                with socket.create_connection((self.reach, self.port), timeout=0.5):
                     return
             except OSError:
                 time.sleep(0.1)
@@ -111,6 +119,7 @@ class EmbeddedServer:
             return
         try:
             os.killpg(self.proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
+            os.killpg(self.proc.pid, signal.SIGCONT)  # a paused server acts on the SIGTERM only once it runs
             self.proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -118,6 +127,16 @@ class EmbeddedServer:
         except ProcessLookupError:
             pass
         self.proc = None
+
+    def pause(self) -> None:
+        """SIGSTOP the server: it keeps its sockets and answers nothing (a VM paused by its
+        hypervisor, a long GC stall) until `resume()`."""
+        if self.proc is not None:
+            os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc is not None:
+            os.killpg(self.proc.pid, signal.SIGCONT)
 
     def __enter__(self) -> "EmbeddedServer":
         return self.start()

@@ -25,6 +25,9 @@ What it adds to harel's loop:
   seconds (and once at start) relays outbox entries and spawns that no handler relayed —
   a worker that died between commit and relay, a relay that lost a race. See
   `harel_beanie.ops.relay` for why harel's relay alone leaves work behind.
+- `--history FILE` records every create, commit and read its store makes (invoke, then ok,
+  fail or unknown) for `harel-beanie check-history` (`harel_beanie.history`): how a
+  staging run under faults is checked for lost and doubled work.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ from harel.config import Config
 from harel.engine.schema import Names
 from pymongo.errors import ConnectionFailure
 
+from harel_beanie.history.recording import RecordingStore
+from harel_beanie.history.records import HistoryWriter
 from harel_beanie.ops.loader import load_models
 from harel_beanie.ops.relay import sweep
 from harel_beanie.ops.stack import TRANSPORTS, CountingWorker, open_client, open_transport, refuse_if_stranded
@@ -88,6 +93,7 @@ def settings(args: Any) -> dict[str, Any]:
         "sweep_every": args.sweep_every,
         "transport": args.transport or os.environ.get(TRANSPORT_ENV) or TRANSPORTS[0],
         "idle_wait": args.idle_wait,
+        "history": args.history,
     }
 
 
@@ -102,8 +108,10 @@ def main(args: Any, target: Target) -> int:
 
 async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any]) -> int:
     client = await open_client(target)
-    store = AsyncMongoStore(client, target.db, prefix=target.prefix, create_schema=opts["create_schema"],
-                            trace_max=opts["trace_max"])  # fmt: skip
+    store: Any = AsyncMongoStore(client, target.db, prefix=target.prefix, create_schema=opts["create_schema"],
+                                 trace_max=opts["trace_max"])  # fmt: skip
+    if opts["history"]:
+        store = RecordingStore(store, HistoryWriter(opts["history"], opts["worker_id"]))
     transport = None
     try:
         await store.init()
