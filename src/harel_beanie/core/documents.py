@@ -122,7 +122,8 @@ class ExecutionDocument(Document, SummaryFields):
             IndexModel([("definition_id", ASCENDING), ("_id", ASCENDING)], name="hb_definition"),
             # list_executions(status=...) pages by _id
             IndexModel([("status", ASCENDING), ("_id", ASCENDING)], name="hb_status"),
-            # "failed in the last hour, newest first", "running but silent for too long"
+            # "failed in the last hour, newest first", "running but silent for too long", and a
+            # listing's time range (the dashboard's "updated within" / from-to search)
             IndexModel([("status", ASCENDING), ("updated_at", ASCENDING)], name="hb_status_updated"),
             # roots_only (parent_id null) and the children of an execution
             IndexModel([("parent_id", ASCENDING), ("_id", ASCENDING)], name="hb_parent"),

@@ -212,14 +212,16 @@ def dashboard_router(
     ) -> HTMLResponse:  # fmt: skip
         search = Search(prefix, definition, status, outcome, parent, roots, within, since, until)
         data = await list_data(search, after, limit)
-        drawn = await charts(samples_of(await ready()))
+        s = await ready()
+        drawn = await charts(samples_of(s), hint=hint(s))
         params = search.params(limit=limit if limit != page_size else None)
         return page(request, "executions.html", view=data, params=params, statuses=queries.STATUSES,
                     within=parse_within(within), search=search, charts=drawn, spark=sparkline)  # fmt: skip
 
     @router.get("/api/charts", response_model=ChartsOut, name=f"{name}.api_charts", responses=errors)
     async def api_charts() -> ChartsOut:
-        return await charts(samples_of(await ready()))
+        s = await ready()
+        return await charts(samples_of(s), hint=hint(s))
 
     # --- one execution ------------------------------------------------------------------------
 

@@ -43,8 +43,9 @@ class ExecutionFilter:
 
     The equality filters each have an index led by that field and followed by `_id`
     (hb_parent, hb_status, hb_definition), so a page in `_id` order is a range of one index
-    whatever else is filtered; `outcome` and the time bounds are checked on the documents that
-    range reaches."""
+    whatever else is filtered; `outcome` is checked on the documents that range reaches. A time
+    bound is read through hb_status_updated (status, updated_at): the executions updated in
+    the span, sorted by `_id` for the page (see `_index_for`)."""
 
     definition_id: Optional[str] = None
     status: Optional[str] = None
@@ -108,13 +109,28 @@ def _filter(flt: Any) -> ExecutionFilter:
     return flt
 
 
-def _index_for(query: dict[str, Any]) -> Optional[str]:
-    """The index whose leading equality serves `query` in `_id` order (parent, then status,
-    then definition: the most selective first, as a rule), or None for the `_id` index."""
+def _index_for(query: dict[str, Any]) -> str:
+    """The index a listing of `query` in `_id` order reads, first that applies:
+
+    - the children of one execution: hb_parent (an execution starts few);
+    - a time bound: hb_status_updated, one range of `updated_at` per status (the status named,
+      or every status: the server seeks from one to the next), the matches then sorted by `_id`. The
+      work is the executions updated in the span, however the page falls. No index of its
+      own: every commit moves `updated_at`, so an index led by it would cost every commit a
+      second key change for a read only a person's search makes;
+    - roots only: hb_parent (`parent_id` null);
+    - a status, then a definition: hb_status, hb_definition (each followed by `_id`, so the
+      page is a range of the index in its order);
+    - nothing, or an id prefix alone: the `_id` index (named too: a server may otherwise
+      weigh a plan that reads the whole collection)."""
+    if isinstance(query.get("parent_id"), str):
+        return "hb_parent"
+    if "updated_at" in query:
+        return "hb_status_updated"
     for key, name in (("parent_id", "hb_parent"), ("status", "hb_status"), ("definition_id", "hb_definition")):
         if key in query:
             return name
-    return None
+    return "_id_"
 
 
 def executions(
@@ -126,16 +142,16 @@ def executions(
 ) -> FindMany[ExecutionRow]:
     """Executions matching `flt` in `_id` order, starting after the id `after` (the keyset
     cursor: the last id of the previous page, so page k reads about one page, never k).
-    Index: hb_parent, hb_status or hb_definition by the filter; with none, the `_id` index.
-    `hint` names that index to the server (a planner may otherwise weigh several; only on
-    a database whose indexes exist, i.e. not one awaiting `migrate up`)."""
+    Index: by the filter, as `_index_for` chooses (hb_parent, hb_status_updated, hb_status,
+    hb_definition, else the `_id` index). `hint` names that index to the server (a planner
+    may otherwise weigh several; only on a database whose indexes exist, i.e. not one
+    awaiting `migrate up`)."""
     q = _filter(flt).query()
     doc = checked_doc(doc)
     cursor = optional_str("after", after)
     if cursor is not None:  # the keyset bound joins the id prefix's range, if any
         q["_id"] = {**q.get("_id", {}), "$gt": cursor}
-    index = _index_for(q) if require_bool("hint", hint) else None
-    extra: dict[str, Any] = {"hint": index} if index else {}
+    extra: dict[str, Any] = {"hint": _index_for(q)} if require_bool("hint", hint) else {}
     return doc.find(q, projection_model=ExecutionRow, **extra).sort([("_id", SortDirection.ASCENDING)])
 
 
@@ -176,8 +192,9 @@ async def status_counts(
 ) -> dict[str, int]:
     """How many executions match `flt` in each status (the filter's own status ignored, so a
     page can show what choosing another status would give). One count per status, each a
-    range of one index (hb_parent with a parent filter, else hb_status; with only a status,
-    mongod counts the index keys without a fetch). `hint` as for `executions`."""
+    range of one index (hb_parent with a parent filter, hb_status_updated with a time bound,
+    else hb_status; where the index holds every field filtered, mongod counts its keys without
+    a fetch). `hint` as for `executions`."""
     base = _filter(flt).query(status=False)
     base.pop("tomb", None)  # every count below has a status: no tombstone has one
     doc = checked_doc(doc)
@@ -185,8 +202,7 @@ async def status_counts(
     out: dict[str, int] = {}
     for s in STATUSES:  # sequential: the counts are cheap, and a burst of them helps nobody
         q = {**base, "status": s}
-        index = _index_for(q) if named else None
-        n = await (doc.find(q, hint=index) if index else doc.find(q)).count()
+        n = await (doc.find(q, hint=_index_for(q)) if named else doc.find(q)).count()
         if n:
             out[s] = n
     return out
