@@ -15,6 +15,7 @@ import asyncio
 import time
 import uuid
 from typing import Any, Iterator
+from urllib.parse import urlsplit
 
 import pymongo
 import pytest
@@ -86,8 +87,13 @@ def _clean(driver: Any, where: str) -> None:
         ".filter(a => a.name.startsWith('on')).map(a => a.name)"
     )
     assert handlers == [], f"{where}: inline handlers {handlers}"
+    # the dashboard's own script, and on an execution page the vendored mermaid that draws its
+    # statechart, both files this dashboard serves: nothing inline, nothing from elsewhere
     scripts = driver.execute_script("return Array.from(document.scripts).map(s => s.src)")
-    assert scripts and all(s.endswith("/static/dashboard.js") for s in scripts), (where, scripts)
+    origin = "{0.scheme}://{0.netloc}".format(urlsplit(driver.current_url))  # the standalone serves at /
+    allowed = {f"{origin}/static/{name}" for name in ("dashboard.js", "mermaid.min.js")}
+    assert scripts and scripts[-1].endswith("/static/dashboard.js"), (where, scripts)
+    assert set(scripts) <= allowed, (where, scripts, allowed)
 
 
 def test_hostile_ids_and_data_run_nothing_in_the_browser(browser: Any, hostile_dashboard: Any) -> None:

@@ -15,8 +15,18 @@ document.addEventListener("submit", function (event) {
 
 // The execution page's statechart: its Mermaid source is text in the page (put there by the
 // server, escaped), drawn here with the vendored mermaid.min.js in strict mode (no HTML
-// labels, no click handlers).
+// labels, no click handlers). The drawing is parsed as SVG (an XML document, where nothing
+// runs) and its nodes adopted: this script never writes markup into the page as HTML.
 var drawings = 0;
+
+function svgOf(text) {
+  var parsed = new DOMParser().parseFromString(text, "image/svg+xml");
+  var root = parsed.documentElement;
+  if (!root || root.nodeName !== "svg" || parsed.getElementsByTagName("parsererror").length > 0) {
+    throw new Error("the drawing is not an SVG document");
+  }
+  return document.importNode(root, true);
+}
 
 function drawStatechart() {
   var source = document.getElementById("statechart-source");
@@ -24,12 +34,12 @@ function drawStatechart() {
   if (!source || !target || typeof window.mermaid === "undefined") {
     return;
   }
-  window.mermaid.initialize({ startOnLoad: false, securityLevel: "strict", theme: "neutral" });
+  window.mermaid.initialize({ startOnLoad: false, securityLevel: "strict", theme: "neutral", htmlLabels: false });
   drawings += 1;
   window.mermaid.render("statechart-svg-" + drawings, source.textContent).then(function (result) {
-    target.innerHTML = result.svg;
+    target.replaceChildren(svgOf(result.svg));
     target.setAttribute("data-drawn", "true");
-  }, function (error) {
+  }).catch(function (error) {
     target.textContent = "The statechart could not be drawn: " + String(error);
     target.setAttribute("data-drawn", "failed");
   });
