@@ -1,16 +1,22 @@
 """The pip user's path: a wheel built from the project gives a project of the user's own (an
-empty folder, no checkout around) everything the README's quick start needs: `harel-beanie
-demo` runs the shop models shipped in the package, `status`, `prune`, `migrate` and
-`migrate-transport` answer, and `harel-beanie dashboard` serves its pages, its statechart and
-its static files from the package. The sdist carries the tests, the models and the migrations.
+empty folder, no checkout around) everything the README's quick start needs. The quick start as
+written, on the embedded server: `harel-beanie demo` runs the shop models shipped in the
+package, `harel-beanie dashboard` serves its pages (the demo's executions listed, the charts,
+an order's statechart drawn from the packaged models), its templates and static files (the
+vendored mermaid and its licence) from the package, `status` and `prune` answer. On a server
+named by URL: the demo, `status`, `prune` with an archive, `migrate` adopting a database
+harel's own MongoStore wrote, `migrate-transport`. The sdist carries the tests, the models and
+the migrations.
 
 The default run installs the built wheel alone into a folder of its own and runs it with
 site-packages' dependencies but not this checkout (`python -S`, so the checkout's editable
-install is never seen); the soak installs the wheel with its extras into a fresh virtualenv.
+install is never seen; the test checks which `harel_beanie` is imported); the soak installs
+the wheel with its extras into a fresh virtualenv, its dependencies from the index.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -18,13 +24,18 @@ import sys
 import sysconfig
 import tarfile
 import time
+import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 import zipfile
 from pathlib import Path
 from typing import Any
 
+import pymongo
 import pytest
+from harel.engine.execution import Execution, Status
+from harel.engine.store import MongoStore as HarelMongoStore
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -78,66 +89,132 @@ def _runner(wheel: Path, home: Path) -> Any:
     return run
 
 
+class _Dashboard:
+    """`harel-beanie dashboard` of an installed package, as a child process on a free port, with
+    `get(path)` reading a page as a script would (the bearer token)."""
+
+    TOKEN = "pip-token"
+
+    def __init__(self, command: list[str], cwd: Path, env: dict[str, str]) -> None:
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([*command, "dashboard", "--port", str(self.port), "--token", self.TOKEN],
+                                     cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+
+    def __enter__(self) -> "_Dashboard":
+        for _ in range(300):  # bounded: 60 s (the embedded server starts first)
+            try:
+                urllib.request.urlopen(f"{self.base}/static/dashboard.css", timeout=1)
+            except urllib.error.HTTPError:
+                return self  # it answers (401 without the token)
+            except OSError:
+                assert self.proc.poll() is None, self.proc.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
+                time.sleep(0.2)
+        raise AssertionError("the dashboard did not answer within 60 s")
+
+    def __exit__(self, *exc: Any) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+    def get(self, path: str) -> str:
+        request = urllib.request.Request(self.base + path, headers={"Authorization": f"Bearer {self.TOKEN}"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return str(response.read().decode())
+
+    def shows_the_demo(self) -> None:
+        """The front page lists the demo's executions and draws its charts; an order's page
+        carries its statechart, drawn from the shop models in the package; mermaid is served."""
+        front = self.get("/")
+        assert "Executions" in front and "/static/dashboard.css" in front and 'id="charts"' in front
+        rows = json.loads(self.get("/api/executions?definition=Order&limit=5"))["rows"]
+        assert rows and all(r["id"].startswith("demo-") for r in rows), rows
+        assert f'data-id="{rows[0]["id"]}"' in self.get("/?definition=Order&limit=5")
+        assert len(json.loads(self.get("/api/charts"))["series"]) == 6
+        assert len(self.get("/static/mermaid.min.js")) > 1_000_000
+        assert "MIT" in self.get("/static/mermaid.LICENSE")
+        page = self.get(f"/execution?id={urllib.parse.quote(rows[0]['id'], safe='')}")
+        assert 'id="statechart-source"' in page and "stateDiagram-v2" in page
+
+
 def test_the_quick_start_runs_from_the_wheel_alone(dist: dict[str, Path], tmp_path: Path, mongo_url: str) -> None:
     run = _runner(dist["wheel"], tmp_path)
-    where = run("demo", "-n", "12").stdout  # no URL: the embedded server, data in ./harel-beanie-data
-    assert (run.project / "harel-beanie-data").is_dir(), where
+    imported = subprocess.run([sys.executable, "-S", "-c", "import harel_beanie; print(harel_beanie.__file__)"],
+                              cwd=run.project, env=run.env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert Path(imported.stdout.strip()).is_relative_to(run.target), imported  # the wheel's, not this checkout
+    command = [sys.executable, "-S", "-m", "harel_beanie"]
+
+    # the README's quick start as written: no URL, the embedded server keeping ./harel-beanie-data
+    demo = run("demo", "-n", "12")
+    assert demo.returncode == 0 and "Run demo-" in demo.stdout, demo.stdout[-2000:] + demo.stderr[-2000:]
+    assert (run.project / "harel-beanie-data").is_dir()
+    with _Dashboard(command, run.project, run.env) as dashboard:
+        dashboard.shows_the_demo()
+    status = run("status")
+    assert status.returncode == 0 and "Order" in status.stdout, status.stderr[-2000:]
+    dry = run("prune", "--finished-before", "1d", "--dry-run")
+    assert dry.returncode == 0 and "would be removed" in dry.stdout, dry.stdout + dry.stderr[-2000:]
+
+    # on a server named by URL: the same commands, and the migrations adopting a database that
+    # harel's own MongoStore wrote
     db = "hbt_pip_" + uuid.uuid4().hex[:8]
     url = ["--url", mongo_url, "--db", db]
-    demo = run("demo", "-n", "12", *url)
-    assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-2000:]
-    assert "Run demo-" in demo.stdout and "Order" in demo.stdout
-    for args in (["status"], ["prune", "--finished-before", "30d", "--dry-run"], ["migrate", "status"],
-                 ["migrate-transport", "status"]):  # fmt: skip
-        done = run(*args, *url)
-        assert done.returncode == 0, (args, done.stderr[-2000:])
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, "-S", "-m", "harel_beanie", "dashboard", *url, "--port", str(port),
-                               "--token", "pip-token"], cwd=run.project, env=run.env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     try:
-        base = f"http://127.0.0.1:{port}"
-        for _ in range(150):  # bounded: 30 s
-            try:
-                urllib.request.urlopen(f"{base}/static/dashboard.css", timeout=1)
-            except urllib.error.HTTPError:
-                break  # it answers (401 without the token)
-            except OSError:
-                time.sleep(0.2)
-
-        def get(path: str) -> str:
-            request = urllib.request.Request(base + path, headers={"Authorization": "Bearer pip-token"})
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return response.read().decode()
-
-        front = get("/")
-        assert "Executions" in front and "/static/dashboard.css" in front
-        assert len(get("/static/mermaid.min.js")) > 1_000_000
-        order = next(line for line in demo.stdout.splitlines() if "this run's ids start with" in line).split()[-1]
-        listing = get(f"/api/executions?definition=Order&prefix={order}&limit=1")
-        first = __import__("json").loads(listing)["rows"][0]["id"]
-        page = get(f"/execution?id={first}")
-        assert 'id="statechart-source"' in page and "stateDiagram-v2" in page  # drawn from the packaged models
+        demo = run("demo", "-n", "12", *url)
+        assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-2000:]
+        assert "Run demo-" in demo.stdout and "Order" in demo.stdout
+        for args in (["status"], ["migrate", "status"], ["migrate-transport", "status"]):
+            done = run(*args, *url)
+            assert done.returncode == 0, (args, done.stderr[-2000:])
+        pruned = run(
+            "prune", "--finished-before", "1d", "--archive", "pruned.jsonl", *url
+        )  # the demo's clock is days back
+        assert pruned.returncode == 0 and " removed of " in pruned.stdout, pruned.stdout + pruned.stderr[-2000:]
+        assert (run.project / "pruned.jsonl").stat().st_size > 0
+        HarelMongoStore(pymongo.MongoClient(mongo_url), db + "_harel").save(
+            Execution(id="legacy-1", definition_id="Order", status=Status.RUNNING, active_path="Paying")
+        )
+        legacy = ["--url", mongo_url, "--db", db + "_harel"]
+        assert "layout version 0" in run("migrate", "status", *legacy).stdout
+        up = run("migrate", "up", *legacy)
+        assert up.returncode == 0 and "at layout version" in up.stdout, up.stdout + up.stderr[-2000:]
+        assert "up to date" in run("migrate", "status", *legacy).stdout
+        status = run("status", *legacy)
+        assert status.returncode == 0 and "Order" in status.stdout, status.stdout + status.stderr[-2000:]
     finally:
-        server.terminate()
-        server.wait(timeout=20)
-        subprocess.run([sys.executable, "-c", f"import pymongo; pymongo.MongoClient({mongo_url!r}).drop_database({db!r})"],
-                       timeout=60)  # fmt: skip
+        with pymongo.MongoClient(mongo_url) as client:
+            client.drop_database(db)
+            client.drop_database(db + "_harel")
 
 
 @pytest.mark.soak
-def test_pip_install_with_extras_into_a_fresh_virtualenv(dist: dict[str, Path], tmp_path: Path) -> None:
+def test_pip_install_with_extras_into_a_fresh_virtualenv(dist: dict[str, Path], tmp_path: Path, mongo_url: str) -> None:
     """`pip install harel-beanie[server,dashboard]` (the built wheel) into a new virtualenv,
-    its dependencies resolved from the index, then the demo on the embedded server."""
+    its dependencies resolved from the index, then the quick start in an empty folder: the
+    demo on the embedded server, the dashboard showing it, `status`, `prune`, `migrate`."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    pip = venv / "bin" / "pip"
-    subprocess.run([str(pip), "install", "-q", f"{dist['wheel']}[server,dashboard]"], check=True, timeout=1800)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"{dist['wheel']}[server,dashboard]"], check=True,
+                   timeout=1800)  # fmt: skip
     project = tmp_path / "my-project"
     project.mkdir()
-    demo = subprocess.run([str(venv / "bin" / "harel-beanie"), "demo", "-n", "12"], cwd=project, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
-    assert demo.returncode == 0, demo.stderr[-2000:]
-    status = subprocess.run([str(venv / "bin" / "harel-beanie"), "status"], cwd=project, capture_output=True,
-                            text=True, timeout=300)  # fmt: skip
-    assert status.returncode == 0 and "Order" in status.stdout, status.stderr[-2000:]
+    command = [str(venv / "bin" / "harel-beanie")]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "MONGODB_URL")}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run([*command, *args], cwd=project, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, (args, done.stdout[-2000:], done.stderr[-2000:])
+        return done
+
+    assert "Run demo-" in run("demo", "-n", "12").stdout
+    with _Dashboard(command, project, env) as dashboard:
+        dashboard.shows_the_demo()
+    assert "Order" in run("status").stdout
+    assert " removed of " in run("prune", "--finished-before", "1d").stdout
+    db = "hbt_pipvenv_" + uuid.uuid4().hex[:8]
+    HarelMongoStore(pymongo.MongoClient(mongo_url), db).save(Execution(id="legacy-1", definition_id="Order"))
+    try:
+        assert "at layout version" in run("migrate", "up", "--url", mongo_url, "--db", db).stdout
+        assert "up to date" in run("migrate", "status", "--url", mongo_url, "--db", db).stdout
+    finally:
+        with pymongo.MongoClient(mongo_url) as client:
+            client.drop_database(db)

@@ -108,8 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    demo = sub.add_parser("demo", help="run the shop models in models/ through harel's engine on the store",
-                          description="Run the statechart workloads in models/ (orders, payments, pickers) "
+    demo = sub.add_parser("demo", help="run the shop models shipped in the package through harel's engine on the store",
+                          description="Run the shop's statechart workloads (orders, payments, pickers; shipped in the package) "
                           "through harel's AsyncWorker and Mongo transport on the store, then summarise. "
                           "With no URL, starts an embedded server whose data stays in ./harel-beanie-data.")  # fmt: skip
     demo.add_argument("-n", "--executions", type=_positive_int, default=300, metavar="N",
@@ -117,7 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--workers", type=_positive_int, default=2, help="AsyncWorker loops (default 2)")
     demo.add_argument("--concurrency", type=_positive_int, default=16,
                       help="events in flight per worker (default 16)")  # fmt: skip
-    demo.add_argument("--models", metavar="DIR", help="the models directory (default: models/ of this checkout)")
+    demo.add_argument(
+        "--models",
+        metavar="DIR",
+        help="a directory of *.stm models to run instead (default: the shop models shipped in the package)",
+    )
     demo.add_argument("--no-trace", action="store_true", help="do not record the execution timelines")
     demo.add_argument("--transport", choices=("beanie", "harel"), default=None,
                       help="beanie: this package's transport (the default; $HAREL_BEANIE_TRANSPORT); harel: harel's")  # fmt: skip
@@ -181,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "else a random one, printed)")  # fmt: skip
     dash.add_argument("--allow", metavar="ACTIONS", help="turn on actions, comma-separated: send,cancel,redrive "
                       "(default none; needs --definitions)")  # fmt: skip
-    dash.add_argument("--definitions", metavar="DIR", help="*.stm directory, for the actions")
+    dash.add_argument("--definitions", metavar="DIR", help="*.stm directory: the statecharts drawn (default: "
+                      "the shop models shipped in the package) and the machines the actions run")  # fmt: skip
     _stuck_after(dash, "silent")
     _command(dash, "harel_beanie.dashboard.serve", embedded=True, extra="dashboard", say=_stdout)
 
