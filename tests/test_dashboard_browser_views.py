@@ -3,15 +3,20 @@ the standalone `harel-beanie dashboard` serving a demo run:
 
 - the statechart: an order's page draws its definition, and the states the DOM marks active
   are exactly the order's active configuration (a completed one: its final state; one in its
-  fork: its regions' states, read from its child executions);
-- live pages: a commit the test makes appears on an open page without a reload;
+  fork: its regions' states, read from its child executions); the states it passed through
+  are marked, the last transition named, each child linked from the state that started it;
+- live pages: a commit the test makes appears without a reload on an open executions list,
+  execution page, failed queue and backlog, and each says when it read again; a hidden tab
+  closes its connection, reads nothing while hidden, and reads again when shown;
 - the charts: one line per series, with as many points as the samples allow;
-- search: an id prefix typed into the form lists only those ids, at a URL that gives the same
-  page again.
+- search: an id prefix typed into the form, and a definition, a status and a time range
+  (from / to) chosen in it, list exactly the matching ids, at a URL that gives the same page
+  again; cursor pages stay stable while executions are created and changed between them.
 """
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from typing import Any
@@ -68,16 +73,26 @@ def test_the_statechart_highlights_the_active_configuration(shop: dict[str, Any]
     # each child execution is linked from the state that started it
     links = browser.find_elements(By.CSS_SELECTOR, "#state-paths li[data-path='Paying'] a.child-link")
     assert links and links[0].text.startswith(f"↳ {delivered}:Paying")
-    # an order in its fork: the active states are its regions' (its child executions')
+    # an order in its fork: the active states are its regions' (its child executions'). The
+    # demo ends every order, so one is made mid-fork, its regions shaped as the delivered
+    # order's were: the warehouse packing (waiting for its parcel), the invoice issued
+    executions = pymongo.MongoClient(shop["mongo_url"])[shop["db"]]["harel_executions"]
+    regions = list(executions.find({"parent_id": delivered, "definition_id": "Order"}))
+    assert sorted(d["active_path"].split(".")[1] for d in regions) == ["Invoicing", "Warehouse"], regions
+    forked = f"fork-{uuid.uuid4().hex[:6]}"
     store = MongoStore(pymongo.MongoClient(shop["mongo_url"]), shop["db"])
-    forked = [e for e in store.list_executions(limit=500).items
-              if e.definition_id == "Order" and e.active_path == "Fulfilment"]  # fmt: skip
+    store.save(Execution(id=forked, definition_id="Order", status=Status.RUNNING, active_path="Fulfilment"))
+    for d in regions:
+        packing = ".Warehouse." in d["active_path"] + "."
+        store.save(Execution(id=forked + d["_id"][len(delivered) :], definition_id="Order", parent_id=forked,
+                             status=Status.RUNNING if packing else Status.DONE,
+                             active_path="Fulfilment.Warehouse.Packing" if packing else d["active_path"]))  # fmt: skip
     store.close()
-    if forked:
-        browser.get(f"{dash.base}/execution?id={forked[0].id}")
-        _drawn(browser)
-        active = _active_labels(browser)
-        assert "Fulfilment" in active and {"Warehouse", "Invoicing"} <= active
+    browser.get(f"{dash.base}/execution?id={forked}")
+    _drawn(browser)
+    active = _active_labels(browser)
+    assert {"Fulfilment", "Warehouse", "Packing", "Invoicing", "Issued"} <= active, active
+    assert not active & {"Picking", "Packed", "Issuing", "InTransit", "Completed"}, active
 
 
 def test_a_commit_appears_on_an_open_page_without_a_reload(shop: dict[str, Any], browser: Any) -> None:  # noqa: F811
@@ -134,3 +149,153 @@ def test_search_by_id_prefix_is_a_shareable_url(shop: dict[str, Any], browser: A
     shared = browser.current_url
     browser.get(shared)
     assert [r["id"] for r in _rows(browser)] == ids
+
+
+def test_search_by_definition_status_and_time_range_through_the_form(shop: dict[str, Any], browser: Any) -> None:  # noqa: F811
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    dash, run_id = shop["dash"], shop["run_id"]
+    executions = pymongo.MongoClient(shop["mongo_url"])[shop["db"]]["harel_executions"]
+    done = sorted(d["updated_at"] for d in executions.find({"definition_id": "Order", "status": "DONE"}))
+    start, end = math.floor(done[0]), math.floor(done[len(done) // 2]) + 1  # about the first half, whole seconds
+    iso = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))  # noqa: E731  (the form reads UTC)
+    wanted = sorted(d["_id"] for d in executions.find(
+        {"definition_id": "Order", "status": "DONE", "updated_at": {"$gte": start, "$lt": end}}, {"_id": 1}))  # fmt: skip
+    assert wanted and len(wanted) < len(done)
+    browser.get(f"{dash.base}/?token={TOKEN}")
+    Select(browser.find_element(By.ID, "f-definition")).select_by_value("Order")
+    Select(browser.find_element(By.ID, "f-status")).select_by_value("DONE")
+    for field, value in (("f-from", iso(start)), ("f-to", iso(end))):
+        browser.find_element(By.ID, field).clear()
+        browser.find_element(By.ID, field).send_keys(value)
+    _click_and_load(browser, By.ID, "apply")
+    for part in ("definition=Order", "status=DONE", "from=", "to="):
+        assert part in browser.current_url, browser.current_url
+    ids = [r["id"] for r in _rows(browser)]
+    assert ids == wanted and all(i.startswith(f"{run_id}-order-") for i in ids)
+    assert browser.find_element(By.ID, "total").text == f"{len(wanted)} matching"
+    shared = browser.current_url
+    browser.get(f"{dash.base}/")
+    browser.get(shared)
+    assert [r["id"] for r in _rows(browser)] == ids
+    assert browser.find_element(By.ID, "f-from").get_attribute("value") == iso(start)
+
+
+def test_cursor_pages_stay_stable_while_executions_change(shop: dict[str, Any], browser: Any) -> None:  # noqa: F811
+    """The next page is read after the last id of the page shown (a keyset), so executions
+    created before the cursor or changed meanwhile neither shift it nor repeat a row."""
+    from selenium.webdriver.common.by import By
+
+    dash = shop["dash"]
+    tag = f"page-{uuid.uuid4().hex[:6]}-"
+    store = MongoStore(pymongo.MongoClient(shop["mongo_url"]), shop["db"])
+    for i in range(12):
+        store.save(Execution(id=f"{tag}{i:02d}", definition_id="Order", status=Status.RUNNING, updated_at=time.time()))
+    browser.get(f"{dash.base}/?token={TOKEN}")
+    browser.get(f"{dash.base}/?prefix={tag}&limit=5")
+    first = [r["id"] for r in _rows(browser)]
+    assert first == [f"{tag}{i:02d}" for i in range(5)]
+    next_page = browser.find_element(By.ID, "next").get_attribute("href")
+    # meanwhile: one created before the cursor, one after the last page, two changed by a commit
+    store.save(Execution(id=f"{tag}02b", definition_id="Order", status=Status.RUNNING, updated_at=time.time()))
+    store.save(Execution(id=f"{tag}99", definition_id="Order", status=Status.RUNNING, updated_at=time.time()))
+    for changed in (f"{tag}01", f"{tag}06"):
+        exe = store.load(changed)
+        assert exe is not None
+        store.save(exe.model_copy(update={"status": Status.FAILED, "error": "changed while paging"}))
+    store.close()
+    browser.get(next_page)
+    second = _rows(browser)
+    assert [r["id"] for r in second] == [f"{tag}{i:02d}" for i in range(5, 10)]
+    assert {r["id"]: r["status"] for r in second}[f"{tag}06"] == "FAILED"  # the page shows it as it is now
+    _click_and_load(browser, By.ID, "next")
+    assert [r["id"] for r in _rows(browser)] == [f"{tag}10", f"{tag}11", f"{tag}99"]
+
+
+def _commit(where: dict[str, Any], execution_id: str, **changes: Any) -> None:
+    """A commit made by the test, as a worker would make it: the execution read, changed, written."""
+    store = MongoStore(pymongo.MongoClient(where["mongo_url"]), where["db"])
+    exe = store.load(execution_id)
+    if exe is None:
+        exe = Execution(id=execution_id, definition_id="Order", status=Status.RUNNING, updated_at=time.time())
+    store.save(exe.model_copy(update={"updated_at": time.time(), **changes}))
+    store.close()
+
+
+def _open_live(driver: Any, url: str) -> str:
+    """Open a live page, marked so that a reload would show; return its "read at" line."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(url)
+    _wait(driver, lambda d: d.find_element(By.ID, "live-state").text.strip() == "· live")
+    _wait(driver, lambda d: d.execute_script("return window.liveSource && window.liveSource.readyState === 1"))
+    driver.execute_script("window.__notReloaded = true")
+    return str(driver.find_element(By.ID, "read-at").text)
+
+
+def _not_reloaded(driver: Any, read_at: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    assert driver.execute_script("return window.__notReloaded") is True
+    _wait(driver, lambda d: d.find_element(By.ID, "read-at").text != read_at)  # it says when it read again
+
+
+def test_each_live_page_shows_a_commit_without_a_reload(shop: dict[str, Any], browser: Any) -> None:  # noqa: F811
+    """The executions list is covered above; here an execution's page, the failed queue and
+    the backlog, each open while the test commits."""
+    from selenium.webdriver.common.by import By
+
+    dash = shop["dash"]
+    browser.get(f"{dash.base}/?token={TOKEN}")
+    one = f"live-one-{uuid.uuid4().hex[:6]}"
+    _commit(shop, one, active_path="Paying")
+    read_at = _open_live(browser, f"{dash.base}/execution?id={one}")
+    assert browser.find_element(By.ID, "status").text == "RUNNING"
+    time.sleep(1.1)  # the "read at" line has a resolution of one second
+    _commit(shop, one, status=Status.FAILED, error="gateway answered 502", context={"step": "live"})
+    _wait(browser, lambda d: d.find_element(By.ID, "status").text == "FAILED", timeout=40)
+    assert '"live"' in browser.find_element(By.ID, "context").text
+    _not_reloaded(browser, read_at)
+
+    read_at = _open_live(browser, f"{dash.base}/failed")
+    failed = f"live-failed-{uuid.uuid4().hex[:6]}"
+    assert failed not in [r["id"] for r in _rows(browser, "failed")]
+    time.sleep(1.1)
+    _commit(shop, failed, status=Status.FAILED, error="a dead letter")
+    _wait(browser, lambda d: failed in [r["id"] for r in _rows(d, "failed")], timeout=40)
+    _not_reloaded(browser, read_at)
+
+    read_at = _open_live(browser, f"{dash.base}/backlog")
+    model = f"Live{uuid.uuid4().hex[:6]}"
+    assert model not in browser.find_element(By.ID, "by-definition").text
+    time.sleep(1.1)
+    _commit(shop, f"live-backlog-{model}", definition_id=model)
+    _wait(browser, lambda d: model in d.find_element(By.ID, "by-definition").text, timeout=40)
+    _not_reloaded(browser, read_at)
+
+
+def test_a_hidden_tab_stops_listening_and_reads_again_when_shown(shop: dict[str, Any], browser: Any) -> None:  # noqa: F811
+    dash = shop["dash"]
+    browser.get(f"{dash.base}/?token={TOKEN}")
+    _open_live(browser, f"{dash.base}/?prefix=hidden-")
+    assert _rows(browser) == []
+    assert browser.execute_script("return window.liveSource !== null")  # the page's one connection
+
+    def visibility(hidden: bool) -> None:  # what the browser does when the tab is hidden or shown
+        browser.execute_script(
+            "Object.defineProperty(document, 'hidden', {configurable: true, get: () => arguments[0]});"
+            "document.dispatchEvent(new Event('visibilitychange'));",
+            hidden,
+        )
+
+    visibility(True)
+    assert browser.execute_script("return window.liveSource === null")  # closed while hidden
+    new_id = f"hidden-{uuid.uuid4().hex[:6]}"
+    _commit(shop, new_id)
+    time.sleep(8)  # longer than the feed's tick (5 s on a server without change streams) and its gap
+    assert _rows(browser) == []  # nothing read while hidden
+    visibility(False)
+    _wait(browser, lambda d: [r["id"] for r in _rows(d)] == [new_id], timeout=20)  # read again when shown
+    assert browser.execute_script("return window.liveSource !== null")
+    assert browser.execute_script("return window.__notReloaded") is True
