@@ -24,7 +24,9 @@ The faults:
   reply lost, dropped before it ran, and applied late (after the store's next call).
 
 After each run the documents must equal the fault-free run's, compared field by field with
-only the commit token and the seq values (random and time-based by design) left out.
+only the commit token and the seq values (random and time-based by design) left out. Every
+run also checks, in the client's command log, that its fault fired on the very command it
+meant (the collection included), and that a command the server held has run before it looks.
 """
 
 from __future__ import annotations
@@ -41,14 +43,14 @@ import pytest
 from harel.engine.execution import Execution
 from harel.engine.store.base import StoreConflict, TimerOp
 from harel.spec.states import Event
-from pymongo.errors import AutoReconnect, PyMongoError
+from pymongo.errors import AutoReconnect, OperationFailure, PyMongoError
 
 from harel_beanie import AsyncMongoStore, MongoStore
 from harel_beanie.core import calls
 from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
 from harel_beanie.ops.embedded import EmbeddedServer
 from tests.both import BlockingAsyncStore
-from tests.wire import Recorder
+from tests.wire import Hit, Recorder
 
 VICTIM = "hb-victim"  # the appName every fault is scoped to
 X, PEER = "x.exe", "peer"
@@ -303,14 +305,91 @@ def runs(fault_url: str, admin: pymongo.MongoClient[Any]) -> Iterator[Callable[[
 _baselines: dict[str, dict[str, Any]] = {}
 
 
+Sent = list[tuple[str, dict[str, Any]]]  # commands as the Recorder keeps them: (name, command)
+
+
 def baseline(runs: Callable[[], Run], kind: str) -> tuple[dict[str, Any], list[str]]:
-    """The fault-free run's snapshots and the commands it sent (computed once per store)."""
+    """The fault-free run's snapshots and the names of the commands it sent (computed once per
+    store; `baseline_commands` has the commands themselves)."""
     if kind not in _baselines:
         run = runs()
         shots = scenario(run.store(kind), run.coll)
         assert not shots["caller saw"] and not run.log.faults
-        _baselines[kind] = {"shots": shots, "commands": run.log.names()}
+        _baselines[kind] = {"shots": shots, "commands": run.log.names(), "sent": list(run.log.commands)}
     return _baselines[kind]["shots"], _baselines[kind]["commands"]
+
+
+def baseline_commands(runs: Callable[[], Run], kind: str) -> Sent:
+    baseline(runs, kind)
+    sent: Sent = _baselines[kind]["sent"]
+    return sent
+
+
+# --- which command a fault hit --------------------------------------------------------------
+
+# The failCommand fail point picks its command by name only (SecantusDB has no `namespace`
+# filter, and mongod only from 7.0): `skip` counts the commands of those names before the one
+# to fail. A test names the command it means with one of these, finds its `skip` in the
+# fault-free run, and checks in its own run's log that the fault hit exactly that command.
+Wanted = Callable[[str, dict[str, Any]], bool]
+
+
+def _first_update(c: dict[str, Any]) -> dict[str, Any]:
+    first: dict[str, Any] = c["updates"][0]
+    return first
+
+
+WIRE: dict[str, Wanted] = {
+    "the creation": lambda n, c: n == "insert" and c["insert"] == "harel_executions",
+    "the first event's commit": lambda n, c: (
+        n == "update"
+        and c["update"] == "harel_executions"
+        and isinstance(_first_update(c)["u"], dict)
+        and "commit_tokens" in _first_update(c)["u"].get("$push", {})
+    ),
+    "the first ack": lambda n, c: (
+        n == "update" and c["update"] == "harel_executions" and "outbox.seq" in _first_update(c)["q"]
+    ),
+}
+
+
+def skip_to(sent: Sent, names: list[str], wanted: Wanted) -> int:
+    """The fail point's `skip` for the first command `wanted` picks out of `sent`: how many
+    commands named in `names` come before it."""
+    for i, (name, command) in enumerate(sent):
+        if wanted(name, command):
+            assert name in names, (name, names)
+            return sum(1 for n, _ in sent[:i] if n in names)
+    raise AssertionError("the scenario never sends the command the test means")
+
+
+def where(hits: list[Hit]) -> list[tuple[int, str, str, str]]:
+    return [(h.at, h.fault, h.name, h.collection) for h in hits]
+
+
+def assert_hit(log: Recorder, fault: str, wanted: Wanted, since: int = 0) -> Hit:
+    """The run's one fault is `fault`, on the first command (from index `since`) `wanted`
+    picks out of the run's log."""
+    first = next((i for i, (n, c) in enumerate(log.commands) if i >= since and wanted(n, c)), None)
+    assert first is not None, "the run never sent the command the fault was meant for"
+    name, command = log.commands[first]
+    assert where(log.hits) == [(first, fault, name, command[name])], (first, where(log.hits))
+    return log.hits[0]
+
+
+def still_held(admin: pymongo.MongoClient[Any], hit: Hit) -> bool:
+    """Whether the server is still on the command `hit` answered: its connection, which the
+    client closed when it gave up, is listed by `currentOp` until the server has run the
+    command and found the connection gone."""
+    assert hit.connection is not None, "the server did not say which connection it was"
+    return any(op.get("connectionId") == hit.connection for op in admin.admin.command("currentOp")["inprog"])
+
+
+def wait_until_run(admin: pymongo.MongoClient[Any], hit: Hit, within: float) -> None:
+    deadline = time.monotonic() + within
+    while still_held(admin, hit):
+        assert time.monotonic() < deadline, f"the held {hit.name} was still on the server after {within} s"
+        time.sleep(0.05)
 
 
 # --- 1. failCommand at every step -----------------------------------------------------------
@@ -327,6 +406,14 @@ FAULTS: dict[str, tuple[list[str], dict[str, Any]]] = {
         {"writeConcernError": {"code": 64, "errmsg": "waiting for replication timed out"}},
     ),
 }
+# how each fault shows in the client's command log (tests/wire.py)
+SEEN_AS = {
+    "connection closed": "AutoReconnect",
+    "ShutdownInProgress": "ShutdownInProgress",
+    "MaxTimeMSExpired": "MaxTimeMSExpired",
+    "command error": "UnknownError",
+    "writeConcernError (applied)": "writeConcernError",
+}
 
 
 def arm(
@@ -339,6 +426,17 @@ def arm(
             "data": {"failCommands": commands, "appName": VICTIM, **data},
         }
     )
+
+
+def assert_fired(log: Recorder, fault: str, skip: int, times: int = 1) -> None:
+    """The fail point armed with `fault` at `skip` fired on exactly the commands it counts to:
+    of the run's commands named in the fault's targets, the `times` from the `skip`-th on
+    (fewer when the run sent fewer), each as the fault shows on the client, and on no other."""
+    targets, _ = FAULTS[fault]
+    counted = [i for i, (n, _) in enumerate(log.commands) if n in targets]
+    meant = [(i, SEEN_AS[fault], *log.commands[i]) for i in counted[skip : skip + times]]
+    expected = [(i, seen, name, command[name]) for i, seen, name, command in meant]
+    assert where(log.hits) == expected, (skip, times, where(log.hits))
 
 
 def sweep(
@@ -354,7 +452,7 @@ def sweep(
         arm(admin, targets, data, skip=k)
         shots = scenario(store, run.coll)
         admin.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
-        assert sum(run.log.faults.values()) == 1, (k, run.log.faults)  # the fault really fired
+        assert_fired(run.log, fault, skip=k)
         expect_same(shots, base)
         tally.update(run.log.faults)
         tally.update({"caller saw " + k: v for k, v in shots["caller saw"].items()})
@@ -410,10 +508,19 @@ def test_the_scenario_uses_only_the_commands_the_faults_cover(runs):
     assert set(acommands) - {"listCollections", "buildInfo", "listIndexes"} <= STORE_COMMANDS
 
 
+AGGREGATES = {
+    "aggregate": {"pipeline": [], "cursor": {}},
+    "count": {},
+    "distinct": {"key": "_id"},
+    "mapReduce": {"map": "function () {}", "reduce": "function (k, v) { return 0; }", "out": {"inline": 1}},
+}
+
+
 def test_the_store_never_sends_an_aggregate(runs, admin):
     """Faults on `aggregate` are among the ones to try: the store sends none (every read is a find,
-    the pipeline of `delete_timer` is an update), so failing every aggregate, count and
-    distinct changes nothing."""
+    the pipeline of `delete_timer` is an update), so failing every aggregate, count, distinct
+    and mapReduce changes nothing. The fail point stays armed through the run: after it, each of
+    those commands from a client of the store's appName is still refused with its error."""
     base, _ = baseline(runs, "sync")
     for kind in ("sync", "async"):
         run = runs()
@@ -422,24 +529,27 @@ def test_the_store_never_sends_an_aggregate(runs, admin):
             {
                 "configureFailPoint": "failCommand",
                 "mode": "alwaysOn",
-                "data": {
-                    "failCommands": ["aggregate", "count", "distinct", "mapReduce"],
-                    "appName": VICTIM,
-                    "errorCode": 8,
-                },
+                "data": {"failCommands": list(AGGREGATES), "appName": VICTIM, "errorCode": 8},
             }
         )
         shots = scenario(store, run.coll)
+        probe: pymongo.MongoClient[Any] = pymongo.MongoClient(run.url, appName=VICTIM)
+        for name, args in AGGREGATES.items():
+            with pytest.raises(OperationFailure) as refused:
+                probe[run.db].command({name: "harel_executions", **args})
+            assert refused.value.code == 8, (name, refused.value.details)
+        probe.close()
         admin.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
         expect_same(shots, base)
-        assert not run.log.faults and not {"aggregate", "count", "distinct"} & set(run.log.names())
+        assert not run.log.faults and not set(AGGREGATES) & set(run.log.names())
 
 
 @pytest.mark.soak
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_random_bursts_of_faults_soak(runs, admin, kind, figures):
     """Many runs, each with a burst of 1-3 consecutive failures of a random kind starting at
-    a random command; also several bursts in one run by re-arming between stages."""
+    a random command, each checked to have failed exactly the commands it counted to: every
+    run ends with the fault-free run's documents."""
     base, commands = baseline(runs, kind)
     rng = random.Random(f"{kind}-20261202")
     tally: Counter[str] = Counter()
@@ -449,9 +559,11 @@ def test_random_bursts_of_faults_soak(runs, admin, kind, figures):
         fault = rng.choice(list(FAULTS))
         targets, data = FAULTS[fault]
         hits = sum(1 for n in commands if n in targets)
-        arm(admin, targets, data, skip=rng.randrange(hits), times=rng.randint(1, 3))
+        skip, times = rng.randrange(hits), rng.randint(1, 3)
+        arm(admin, targets, data, skip=skip, times=times)
         shots = scenario(store, run.coll)
         admin.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
+        assert_fired(run.log, fault, skip, times)
         expect_same(shots, base)
         tally.update(run.log.faults)
         tally["runs"] += 1
@@ -467,71 +579,126 @@ HOLD_MS = 900  # the server holds the write this long
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
-@pytest.mark.parametrize("nth", [1, 3])  # the first event's commit, the first ack
-def test_a_write_applied_after_the_client_timed_out_changes_nothing(runs, admin, kind, nth):
-    """The server holds the nth insert/update past the client's socket timeout: the client
-    sees a NetworkTimeout and the store re-sends; the held write runs later and loses the
-    CAS (a commit) or finds nothing left to do (an ack)."""
+@pytest.mark.parametrize("write", ["the first event's commit", "the first ack"])
+def test_a_write_applied_after_the_client_timed_out_changes_nothing(runs, admin, kind, write):
+    """The server holds one update (the first event's commit, or the first outbox ack) past the
+    client's socket timeout: the client sees a NetworkTimeout on that update and the store
+    re-sends; the held write runs later (the test waits until the server is done with it) and
+    loses the CAS (a commit) or finds nothing left to do (an ack)."""
     base, _ = baseline(runs, kind)
     run = runs()
     store = run.store(kind, socketTimeoutMS=CLIENT_WAIT_MS)
     store.init()
-    arm(admin, ["insert", "update"], {"blockConnection": True, "blockTimeMS": HOLD_MS}, skip=nth)
+    skip = skip_to(baseline_commands(runs, kind), ["update"], WIRE[write])
+    arm(admin, ["update"], {"blockConnection": True, "blockTimeMS": HOLD_MS}, skip=skip)
     shots = scenario(store, run.coll)
-    time.sleep(HOLD_MS / 1000 + 0.1)  # the held write has run by now
-    assert "NetworkTimeout" in " ".join(run.log.faults), run.log.faults
+    held = assert_hit(run.log, "NetworkTimeout", WIRE[write])
+    wait_until_run(admin, held, within=HOLD_MS / 1000 + 30)
     expect_same(shots, base)
     assert snapshot(run.coll) == base["purged"]
 
 
-@pytest.mark.parametrize("kind", ["sync", "async"])
-def test_a_held_insert_that_lands_late_is_refused_by_the_id(runs, admin, kind):
-    """The creation's insert is held past the client's timeout: the store re-sends it and
-    goes on; when the held insert runs the id is taken, so it writes nothing."""
-    base, _ = baseline(runs, kind)
+class RaceMissed(Exception):
+    """The held insert ran before the point the test holds it past (a slow run): try again
+    with a longer hold."""
+
+
+def hold_the_creation(
+    runs: Callable[[], Run], admin: pymongo.MongoClient[Any], kind: str, hold_ms: int
+) -> tuple[Run, Any]:
+    """A fresh run whose store's client gives up on a reply after CLIENT_WAIT_MS, with the
+    fail point armed to hold the creation's insert (into the executions collection, not the
+    seq lease's into the counters before it) for `hold_ms`."""
     run = runs()
     store = run.store(kind, socketTimeoutMS=CLIENT_WAIT_MS)
     store.init()
-    arm(admin, ["insert"], {"blockConnection": True, "blockTimeMS": HOLD_MS}, skip=0)
-    shots = scenario(store, run.coll, after_create=lambda: time.sleep(HOLD_MS / 1000 + 0.1))
-    assert "NetworkTimeout" in " ".join(run.log.faults), run.log.faults
-    expect_same(shots, base)
+    skip = skip_to(baseline_commands(runs, kind), ["insert"], WIRE["the creation"])
+    arm(admin, ["insert"], {"blockConnection": True, "blockTimeMS": hold_ms}, skip=skip)
+    return run, store
+
+
+def the_resend_made_it(run: Run, admin: pymongo.MongoClient[Any]) -> Hit:
+    """The creation's insert timed out on the client and the store's re-send of it made the
+    execution (no duplicate key: the held insert had not run), while the server still holds
+    the first (else `RaceMissed`)."""
+    held = assert_hit(run.log, "NetworkTimeout", WIRE["the creation"])
+    sent = [i for i, (n, c) in enumerate(run.log.commands) if WIRE["the creation"](n, c)]
+    if len(sent) < 2 or sent[-1] in run.log.write_errors or not still_held(admin, held):
+        raise RaceMissed
+    return held
+
+
+def until_the_race_happens(attempt: Callable[[int], None], holds_ms: tuple[int, ...]) -> int:
+    """Run `attempt` with each hold in turn until one is long enough for the race; the hold."""
+    for hold in holds_ms:
+        try:
+            attempt(hold)
+            return hold
+        except RaceMissed:
+            continue
+    raise AssertionError(f"the held insert ran too soon at every hold tried: {holds_ms} ms")
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
-def test_a_held_insert_landing_after_a_purge_does_not_resurrect_the_execution(runs, admin, kind):
-    """As above, but the whole scenario (purge included) is over before the held insert
-    runs: the purge left a tombstone holding the id, so the insert fails on the id instead
-    of writing the execution at version 1 again with its emit, spawn and timer pending."""
+def test_a_held_insert_that_lands_late_is_refused_by_the_id(runs, admin, kind, figures):
+    """The creation's insert into the executions collection is held past the client's timeout:
+    the client sees a NetworkTimeout on that insert, and the store re-sends it, which makes the
+    execution while the server still holds the first. When the held insert runs the id is
+    taken, so it writes nothing: the execution is unchanged, and the run ends with the
+    fault-free run's documents. A run too slow for the race is tried again with a longer hold
+    (up to 6 s), never passed or skipped without it."""
     base, _ = baseline(runs, kind)
-    run = runs()
-    store = run.store(kind, socketTimeoutMS=CLIENT_WAIT_MS)
-    store.init()
-    hold = 1800
-    arm(admin, ["insert"], {"blockConnection": True, "blockTimeMS": hold}, skip=0)
-    t0 = time.monotonic()
-    scenario(store, run.coll)
-    if time.monotonic() - t0 > (hold - 200) / 1000:
-        pytest.skip("the scenario outlasted the held insert: the race did not happen")
-    time.sleep(hold / 1000)
-    assert snapshot(run.coll) == base["purged"]  # X stays purged
+
+    def attempt(hold_ms: int) -> None:
+        run, store = hold_the_creation(runs, admin, kind, hold_ms)
+
+        def the_held_insert_runs() -> None:
+            held = the_resend_made_it(run, admin)
+            created = run.coll.find_one({"_id": X})
+            wait_until_run(admin, held, within=hold_ms / 1000 + 30)
+            assert run.coll.find_one({"_id": X}) == created
+
+        shots = scenario(store, run.coll, after_create=the_held_insert_runs)
+        expect_same(shots, base)
+
+    figures.set(hold_ms=until_the_race_happens(attempt, (HOLD_MS, 2500, 6000)))
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_held_insert_landing_after_a_purge_does_not_resurrect_the_execution(runs, admin, kind, figures):
+    """As above, but the server still holds the first insert when the whole scenario (purge
+    included) is over: the purge left a tombstone holding the id, so when the held insert runs
+    it fails on the id instead of writing the execution at version 1 again with its emit,
+    spawn and timer pending. A run too slow for that is tried again with a longer hold (up to
+    12 s), never passed or skipped without it."""
+    base, _ = baseline(runs, kind)
+
+    def attempt(hold_ms: int) -> None:
+        run, store = hold_the_creation(runs, admin, kind, hold_ms)
+        scenario(store, run.coll)
+        held = the_resend_made_it(run, admin)
+        wait_until_run(admin, held, within=hold_ms / 1000 + 30)
+        assert snapshot(run.coll) == base["purged"]  # X stays purged
+
+    figures.set(hold_ms=until_the_race_happens(attempt, (1800, 5000, 12000)))
 
 
 # --- 3. pymongo's retryable writes ----------------------------------------------------------
 
 
 def test_no_driver_retry_on_a_standalone_server(runs, admin):
-    """On a standalone server pymongo does not retry writes: after a dropped connection the
-    store itself re-sends the same write, under the same commit token (so a first send that
-    lands late is still recognised as this commit)."""
+    """On a standalone server pymongo does not retry writes: after a dropped connection on the
+    commit's update the store itself re-sends the same write, under the same commit token (so a
+    first send that lands late is still recognised as this commit)."""
     run = runs()
     store = run.sync_store()
     exe = Execution(id="r", definition_id="d")
     store.commit(exe, [])
-    run.log.commands.clear()
+    since = len(run.log.commands)
     arm(admin, ["update"], {"closeConnection": True}, skip=0)
     store.commit(exe, [(None, Event(kind="A"))])
-    updates = [c for n, c in run.log.commands if n == "update"]
+    assert_hit(run.log, "AutoReconnect", WIRE["the first event's commit"], since)
+    updates = [c for n, c in run.log.commands[since:] if n == "update"]
     assert len(updates) == 2 and all("txnNumber" not in u for u in updates)
     tokens = [u["updates"][0]["u"]["$push"]["commit_tokens"]["$each"][0] for u in updates]
     assert tokens[0] == tokens[1]
@@ -544,21 +711,24 @@ def test_driver_retryable_writes_compose_with_the_commit_token():
     commit token), and the server runs it once: the store sees plain success."""
     with EmbeddedServer(test_commands=True, standalone=False) as server:
         admin: pymongo.MongoClient[Any] = pymongo.MongoClient(server.url)
-        log = Recorder()
-        store = MongoStore(pymongo.MongoClient(server.url, appName=VICTIM, event_listeners=[log]), "rs")
+        store = MongoStore(pymongo.MongoClient(server.url, appName=VICTIM), "rs")
         exe = Execution(id="r", definition_id="d")
         store.commit(exe, [])
-        for data in ({"closeConnection": True}, {"blockConnection": True, "blockTimeMS": HOLD_MS}):
-            log.commands.clear()
+        for data, fault in (
+            ({"closeConnection": True}, "AutoReconnect"),
+            ({"blockConnection": True, "blockTimeMS": HOLD_MS}, "NetworkTimeout"),
+        ):
             arm(admin, ["update"], data, skip=0)
             timeout = {"socketTimeoutMS": CLIENT_WAIT_MS} if "blockConnection" in data else {}
+            log = Recorder()
             s = MongoStore(pymongo.MongoClient(server.url, appName=VICTIM, event_listeners=[log], **timeout), "rs")
             fresh = s.load("r")
-            log.commands.clear()
+            since = len(log.commands)
             s.commit(fresh, [(None, Event(kind="A"))], processed_event_id=f"ev{fresh.version}")
+            hit = assert_hit(log, fault, WIRE["the first event's commit"], since)
             if "blockConnection" in data:
-                time.sleep((HOLD_MS - CLIENT_WAIT_MS) / 1000 + 0.1)  # the held first send has run by now
-            updates = [c for n, c in log.commands if n == "update"]
+                wait_until_run(admin, hit, within=HOLD_MS / 1000 + 30)  # the held first send has run
+            updates = [c for n, c in log.commands[since:] if n == "update"]
             assert len(updates) == 2, updates
             assert updates[0]["txnNumber"] == updates[1]["txnNumber"]
             token = [u["updates"][0]["u"]["$push"]["commit_tokens"]["$each"][0] for u in updates[:2]]
@@ -707,12 +877,14 @@ def test_a_commit_applied_late_is_reported_as_landed(runs, kind, write):
     write loses the CAS to the first one, and the stored token is the first send's, which
     the store has forgotten."""
     run = runs()
-    store = faulty(run, kind, Plan(write, "applied late"))
+    plan = Plan(write, "applied late")
+    store = faulty(run, kind, plan)
     exe = Execution(id="late", definition_id="d")
     if write == "commit update":
         store.commit(exe, [])  # the creation; the fault waits for the update after it
         exe = store.load("late")
     seqs = store.commit(exe, [(None, Event(id="once", kind="A"))], processed_event_id="in")
+    assert plan.fired, "the fault never fired"
     doc = run.coll.find_one({"_id": "late"})
     assert [json.loads(e["event"])["id"] for e in doc["outbox"]] == ["once"]
     assert seqs == [doc["outbox"][0]["seq"]] and exe.version == doc["version"]
