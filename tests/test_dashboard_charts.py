@@ -1,0 +1,92 @@
+"""The front page's charts from the samples a dashboard takes of a real store (the browser test
+draws samples it writes itself; here the samples are the dashboard's own):
+
+- a sample holds what `status` reads: executions, commits, finished and failed, the oldest
+  pending outbox entry's age, the most overdue timer's lateness; a second dashboard taking
+  the same minute changes nothing;
+- the charts are the differences between consecutive minutes: events handled (commits),
+  executions started, finished and failed per minute; the levels as sampled; a minute with
+  no sample is a gap, and a total that went down (a prune) is drawn as 0;
+- a running dashboard's sampler makes the samples' expiry index and takes this minute's sample.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+from typing import Any
+
+from harel.engine.execution import Execution, Status
+from harel.engine.store.base import TimerOp
+
+from harel_beanie import AsyncMongoStore
+from harel_beanie.core.documents import bind
+from harel_beanie.dashboard.charts import KEEP_SECONDS, SPAN, Sampler, charts, samples_name, take_sample
+
+
+def _collections(store: AsyncMongoStore) -> tuple[Any, Any]:
+    doc = bind(store.settings.prefix)[0]
+    return doc, doc.get_pymongo_collection().database[samples_name(store.settings.prefix)]
+
+
+async def test_the_charts_are_the_minutes_differences_of_the_samples(astore: AsyncMongoStore) -> None:
+    await astore.init()
+    doc, samples = _collections(astore)
+    now = time.time()
+    m0 = now - now % 60 - 300  # five minutes ago
+    for i in range(4):
+        await astore.save(Execution(id=f"a-{i}", definition_id="Order", status=Status.RUNNING, updated_at=now))
+    await take_sample(doc, samples, now=m0 + 1)
+    first = await samples.find_one({"_id": m0})
+    assert first is not None and (first["executions"], first["commits"], first["failed"]) == (4, 4, 0)
+
+    # the next minute: two finish, one fails, two more start, and a timer is 30 s overdue
+    for i, status in ((0, Status.DONE), (1, Status.CANCELLED), (2, Status.FAILED)):
+        exe = await astore.load(f"a-{i}")
+        assert exe is not None
+        await astore.save(exe.model_copy(update={"status": status}))
+    for i in (4, 5):
+        await astore.save(Execution(id=f"a-{i}", definition_id="Order", status=Status.RUNNING, updated_at=now))
+    late = await astore.load("a-3")
+    assert late is not None
+    await astore.commit(late, [], None, (TimerOp("schedule", "Wait", m0 + 60 - 30),))
+    await take_sample(doc, samples, now=m0 + 61)
+    await take_sample(doc, samples, now=m0 + 62)  # another dashboard, the same minute: kept as it was
+    kept = await samples.find_one({"_id": m0 + 60})
+    assert kept["at"].replace(tzinfo=datetime.timezone.utc).timestamp() == m0 + 61
+
+    drawn = await charts(samples, now=m0 + 61, hint=True)
+    assert len(drawn.minutes) == SPAN and drawn.minutes[-1] == m0 + 60 and drawn.samples == 2
+    last = {s.name: s.points[-1] for s in drawn.series}
+    assert last == {"events handled": 6.0, "started": 2.0, "finished": 2.0, "failed": 1.0,
+                    "oldest outbox entry": 0.0, "timer lag": 31.0}  # fmt: skip
+    before = {s.name: s.points[-2] for s in drawn.series}
+    assert before["events handled"] is None and before["timer lag"] == 0.0  # no sample before m0: no rate
+    assert all(p is None for s in drawn.series for p in s.points[:-2])  # minutes never sampled: gaps
+
+    # a total that went down (executions removed by a prune) is drawn as 0, not negative
+    await samples.insert_one({"_id": m0 + 120, **{k: v for k, v in first.items() if k != "_id"}})
+    drawn = await charts(samples, now=m0 + 121, hint=True)
+    assert {s.name: s.points[-1] for s in drawn.series}["started"] == 0.0
+
+
+async def test_a_running_dashboards_sampler_keeps_the_samples(astore: AsyncMongoStore) -> None:
+    await astore.init()
+    doc, samples = _collections(astore)
+    await astore.save(Execution(id="s-1", definition_id="Order", status=Status.RUNNING, updated_at=time.time()))
+    sampler = Sampler()
+    sampler.start(doc, samples)
+    try:
+        for _ in range(200):  # bounded: 20 s
+            indexes = await samples.index_information()
+            if "hb_sample_ttl" in indexes and await samples.count_documents({}) >= 1:
+                break
+            await asyncio.sleep(0.1)
+        assert indexes["hb_sample_ttl"]["expireAfterSeconds"] == KEEP_SECONDS
+        sample = await samples.find_one({})
+        now = time.time()
+        assert sample["_id"] in (now - now % 60, now - now % 60 - 60) and sample["executions"] == 1
+    finally:
+        assert sampler._task is not None
+        sampler._task.cancel()
