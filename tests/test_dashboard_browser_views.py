@@ -11,7 +11,8 @@ the standalone `harel-beanie dashboard` serving a demo run:
 - the charts: one line per series, with as many points as the samples allow;
 - search: an id prefix typed into the form, and a definition, a status and a time range
   (from / to) chosen in it, list exactly the matching ids, at a URL that gives the same page
-  again; cursor pages stay stable while executions are created and changed between them.
+  again; so do an outcome and a parent (children of) in the address; cursor pages stay stable
+  while executions are created and changed between them.
 """
 
 from __future__ import annotations
@@ -180,6 +181,22 @@ def test_search_by_definition_status_and_time_range_through_the_form(shop: dict[
     browser.get(shared)
     assert [r["id"] for r in _rows(browser)] == ids
     assert browser.find_element(By.ID, "f-from").get_attribute("value") == iso(start)
+
+
+def test_search_by_outcome_and_by_parent(shop: dict[str, Any], browser: Any) -> None:  # noqa: F811
+    dash, run_id = shop["dash"], shop["run_id"]
+    executions = pymongo.MongoClient(shop["mongo_url"])[shop["db"]]["harel_executions"]
+    browser.get(f"{dash.base}/?token={TOKEN}")
+    browser.get(f"{dash.base}/?definition=Order&outcome=failed")
+    rows = _rows(browser)
+    assert rows and {(r["definition"], r["outcome"]) for r in rows} == {("Order", "failed")}
+    assert [r["id"] for r in rows] == sorted(
+        d["_id"] for d in executions.find({"definition_id": "Order", "outcome": "failed"}, {"_id": 1}))  # fmt: skip
+    delivered = f"{run_id}-order-0000"
+    browser.get(f"{dash.base}/?parent={delivered}")
+    kids = [r["id"] for r in _rows(browser)]
+    assert kids == sorted(d["_id"] for d in executions.find({"parent_id": delivered}, {"_id": 1}))
+    assert len(kids) >= 3 and all(k.startswith(f"{delivered}:") for k in kids)  # its payment and its two regions
 
 
 def test_cursor_pages_stay_stable_while_executions_change(shop: dict[str, Any], browser: Any) -> None:  # noqa: F811
