@@ -113,11 +113,11 @@ def _index_for(query: dict[str, Any]) -> str:
     """The index a listing of `query` in `_id` order reads, first that applies:
 
     - the children of one execution: hb_parent (an execution starts few);
-    - a time bound: hb_status_updated, one range of `updated_at` per status (the status named,
-      or every status: the server seeks from one to the next), the matches then sorted by `_id`. The
-      work is the executions updated in the span, however the page falls. No index of its
-      own: every commit moves `updated_at`, so an index led by it would cost every commit a
-      second key change for a read only a person's search makes;
+    - a time bound: hb_status_updated, one range of `updated_at` per status (the status
+      named, or every status: the server seeks from one to the next), the matches then
+      sorted by `_id`. The work is the executions updated in the span, wherever the page
+      falls. No index of its own: every commit moves `updated_at`, so an index led by it
+      would cost every commit a second key change for a read only a person's search makes;
     - roots only: hb_parent (`parent_id` null);
     - a status, then a definition: hb_status, hb_definition (each followed by `_id`, so the
       page is a range of the index in its order);
