@@ -208,3 +208,23 @@ async def test_the_worker_refuses_to_strand_the_other_transports_messages(mongo_
     )  # fmt: skip
     assert proc.returncode == 2 and "1 message(s) wait in the harel transport" in proc.stderr, proc.stderr
     assert "harel-beanie migrate-transport up" in proc.stderr
+
+
+async def test_a_connection_lost_while_starting_does_not_end_the_worker(tmp_path):
+    """The server answers the worker's first ping, then closes the connection under the
+    store's set-up (a fail point on `createIndexes`, twice): the worker retries its start-up
+    and gets ready instead of exiting (the network-fault runs found a worker ending so)."""
+    from harel_beanie.ops.embedded import EmbeddedServer
+
+    with EmbeddedServer(test_commands=True, log_path=tmp_path / "server.log") as server:
+        admin: Any = pymongo.MongoClient(server.url)
+        admin.admin.command(
+            "configureFailPoint", "failCommand", mode={"times": 2},
+            data={"failCommands": ["createIndexes"], "closeConnection": True},
+        )  # fmt: skip
+        proc, said = await start_worker(server.url, "startup", "w-start", "--connect-attempts", "10")
+        assert said.count("lost the server while starting") == 2, said
+        # the fail point is spent: both closes were on the store's set-up
+        admin.startup.probe.create_index("x")
+        stop(proc)
+        admin.close()

@@ -61,6 +61,7 @@ def assert_proven(outcome: Outcome, scenario: Scenario, figures: Any) -> None:
     assert len(outcome.faults) == len(scenario.faults), outcome.faults
     unfired = [f for f in outcome.faults if not f["fired"]]
     assert not unfired, f"faults with no evidence that they acted: {unfired}"
+    assert not outcome.exits, f"workers ended by themselves (name: exit code): {outcome.exits}; see their logs"
     assert outcome.kills == scenario.kills, f"{outcome.kills} of {scenario.kills} worker kills happened"
     # the faults reached the workload: operations outlasted the drivers' socket timeout or
     # ended not knowing whether they landed

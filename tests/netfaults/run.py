@@ -87,6 +87,7 @@ class Outcome:
     faults: list[dict[str, Any]] = field(default_factory=list)
     kills: int = 0
     worker_starts: int = 0
+    exits: list[str] = field(default_factory=list)  # workers that ended by themselves: name and code
     late: int = 0  # operations that took longer than the drivers' socket timeout
     sends: dict[str, dict[str, Any]] = field(default_factory=dict)  # event id -> exe, kind, outcomes
     verdict: Optional[Verdict] = None
@@ -103,6 +104,7 @@ class Outcome:
             "transport": self.transport,
             "faults": dict(by_kind),
             "worker_kills": self.kills,
+            "worker_exits": len(self.exits),
             **{k: v for k, v in self.verdict.figures.items() if isinstance(v, (int, float))},
             "late_operations": self.late,
             "anomalies": len(self.verdict.anomalies),
@@ -124,6 +126,7 @@ class WorkerProcess:
     def __init__(self, run: "Run", host: str) -> None:
         self.run, self.host = run, host
         self.incarnation = 0
+        self.killed = False
         self.proc: Optional[asyncio.subprocess.Process] = None
         self.ready = asyncio.Event()
         self._reader: Optional[asyncio.Task[None]] = None
@@ -132,8 +135,15 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.returncode is None
 
+    def ended_by_itself(self) -> Optional[str]:
+        """`name: code` if the current incarnation exited without being told to."""
+        if self.proc is None or self.proc.returncode is None or self.killed:
+            return None
+        return f"{self.host}-{self.incarnation}: {self.proc.returncode}"
+
     async def start(self) -> None:
         self.incarnation += 1
+        self.killed = False
         name = f"{self.host}-{self.incarnation}"
         place = self.run.network.hosts[self.host]
         argv = [
@@ -165,12 +175,14 @@ class WorkerProcess:
     async def kill(self) -> None:
         if self.alive:
             assert self.proc is not None
+            self.killed = True
             self.proc.send_signal(signal.SIGKILL)
             await self.proc.wait()
 
     async def stop(self) -> None:
         if self.alive:
             assert self.proc is not None
+            self.killed = True  # told to
             self.proc.send_signal(signal.SIGTERM)
             try:
                 await asyncio.wait_for(self.proc.wait(), timeout=60)
@@ -264,9 +276,12 @@ class Run:
             self.outcome.faults = injector.log
             for worker in self.workers.values():
                 if not worker.alive:
+                    self._exited(worker)
                     await worker.start()
             await self._resend_unknown(runner, writer)
             self.outcome.settled = await self._settle(base, client[DB], exes)
+            for worker in self.workers.values():
+                self._exited(worker)
             await self._observe(base, client[DB], writer)
         finally:
             for worker in self.workers.values():
@@ -356,11 +371,18 @@ class Run:
         for at in moments:
             await asyncio.sleep(max(0.0, begun + at - time.monotonic()))
             worker = self.workers[self.rng.choice(sorted(self.workers))]
-            if worker.alive:
+            if not worker.alive:
+                self._exited(worker)
+            else:
                 await worker.kill()
                 self.outcome.kills += 1
             await asyncio.sleep(self.rng.uniform(0.3, 1.5))
             await worker.start()
+
+    def _exited(self, worker: WorkerProcess) -> None:
+        gone = worker.ended_by_itself()
+        if gone is not None:
+            self.outcome.exits.append(gone)
 
     # --- the end -------------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ import os
 import signal
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from harel.config import Config
 from harel.engine.schema import Names
@@ -113,18 +113,18 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
     if opts["history"]:
         store = RecordingStore(store, HistoryWriter(opts["history"], opts["worker_id"]))
     transport = None
+    wid = opts["worker_id"]
     try:
-        await store.init()
-        await refuse_if_stranded(client[target.db], target.prefix, opts["transport"])
-        transport = await open_transport(target, kind=opts["transport"], create_schema=opts["create_schema"],
-                                         idle_wait=opts["idle_wait"], timers=store.next_timer)  # fmt: skip
+        transport = await _start(store, client, target, opts)
         executions = client[target.db][Names(target.prefix).executions]
         worker = CountingWorker(
-            store, transport, definitions, worker_id=opts["worker_id"], visibility=opts["visibility"],
+            store, transport, definitions, worker_id=wid, visibility=opts["visibility"],
             concurrency=opts["concurrency"], trace=opts["trace"], executions=executions,
         )  # fmt: skip
-        wid = opts["worker_id"]
-        leftover = await sweep(store, transport, executions, worker.definitions, trace=opts["trace"])
+        try:
+            leftover = await sweep(store, transport, executions, worker.definitions, trace=opts["trace"])
+        except ConnectionFailure:  # the periodic sweep will do it once the server answers again
+            leftover = 0
         if leftover:
             print(
                 f"worker {wid}: relayed the pending work of {leftover} execution(s) left by earlier workers", flush=True
@@ -177,6 +177,28 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
         await store.close()
         if transport is not None:
             await transport.close()
+
+
+async def _start(store: Any, client: Any, target: Target, opts: dict[str, Any]) -> Any:
+    """The store's set-up, the stranded-messages check and the transport, tried again (per
+    `--connect-attempts`) when the connection breaks meanwhile: the first ping answering is
+    no promise that the next command will, and a worker that exits on a blip during its
+    start-up is one a supervisor must restart for nothing."""
+    failure: Optional[ConnectionFailure] = None
+    for pause in target.retry.pauses():
+        if failure is not None:
+            print(f"worker {opts['worker_id']}: lost the server while starting ({type(failure).__name__}); "
+                  f"retrying in {pause:g}s", flush=True)  # fmt: skip
+            await asyncio.sleep(pause)
+        try:
+            await store.init()
+            await refuse_if_stranded(client[target.db], target.prefix, opts["transport"])
+            return await open_transport(target, kind=opts["transport"], create_schema=opts["create_schema"],
+                                        idle_wait=opts["idle_wait"], timers=store.next_timer)  # fmt: skip
+        except ConnectionFailure as exc:
+            failure = exc
+    assert failure is not None
+    raise failure
 
 
 async def _sweep_forever(
