@@ -14,6 +14,9 @@ The faults, on the transport's own client only (scoped by appName, on a server o
 own): failCommand at the k-th command (the connection closed, ShutdownInProgress,
 MaxTimeMSExpired, a plain error, a writeConcernError after the write applied), and the
 transport's own calls wrapped for each kind of call: applied with the reply lost, or dropped.
+Every run also checks that its fault fired once, of its kind, on the very command it was
+aimed at: the k-th of the names it targets, which is the command the fault-free run sends at
+that point (its name and collection, and every command before it the same).
 The worker-level faults (a worker SIGKILLed holding a lease, the server restarted under
 running workers) run on this transport in tests/test_reliability_crash.py, whose workers
 are `harel-beanie worker` on its default transport.
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Collection, Iterator
 
 import pymongo
 import pytest
@@ -34,7 +37,15 @@ from harel_beanie.core import calls
 from harel_beanie.core.queue_documents import INLINE_BYTES, queue_names
 from harel_beanie.transport import AsyncMongoTransport, MongoTransport
 from tests.both import BlockingAsyncStore
-from tests.test_reliability_faults import FAULTS, VICTIM, admin, arm, fault_url  # noqa: F401 (fixtures used by name)
+from tests.test_reliability_faults import (  # noqa: F401 (fixtures used by name)
+    FAULTS,
+    SEEN_AS,
+    VICTIM,
+    admin,
+    arm,
+    fault_url,
+    where,
+)
 from tests.wire import Recorder
 
 VISIBILITY = 30.0
@@ -166,24 +177,62 @@ def runs(fault_url: str, admin: pymongo.MongoClient[Any]) -> Iterator[Callable[[
         r.close()
 
 
-_commands: dict[str, list[str]] = {}
+Sent = list[tuple[str, dict[str, Any]]]  # commands as the Recorder keeps them: (name, command)
+_baselines: dict[str, Sent] = {}
 
 
-def commands_of(runs: Callable[[], Run], kind: str) -> list[str]:
-    """The commands a fault-free run sends (and that run checked)."""
-    if kind not in _commands:
+def baseline(runs: Callable[[], Run], kind: str) -> Sent:
+    """The commands a fault-free run sends (and that run checked), computed once per transport."""
+    if kind not in _baselines:
         run = runs()
         consumer = Consumer(run.transport(kind), run.clock)
         consumer.run()
         check(consumer, run.admin[run.db])
         assert not consumer.seen and not run.log.faults
-        _commands[kind] = run.log.names()
-    return _commands[kind]
+        _baselines[kind] = list(run.log.commands)
+    return _baselines[kind]
+
+
+def commands_of(runs: Callable[[], Run], kind: str) -> list[str]:
+    """The names of the commands a fault-free run sends."""
+    return [n for n, _ in baseline(runs, kind)]
+
+
+# --- where a fault hit ------------------------------------------------------------------------
+
+# The fail point (and each wrapped call below) counts only the commands of the names it targets:
+# `skip` k aims it at the k-th of them. What it meets there is read off the fault-free run's
+# log; a run's own log then shows the fault hit exactly that command.
+
+
+def shape(sent: Sent) -> list[tuple[str, str]]:
+    """Each command's name and collection."""
+    return [(name, command[name]) for name, command in sent]
+
+
+def nth(sent: Sent, names: Collection[str], k: int) -> int:
+    """The index in `sent` of its k-th command (from 0) named in `names`."""
+    counted = [i for i, (n, _) in enumerate(sent) if n in names]
+    assert k < len(counted), f"only {len(counted)} commands named {sorted(names)} were sent, no #{k}"
+    return counted[k]
+
+
+def assert_fired_where_aimed(log: Recorder, base: Sent, fault: str, k: int) -> None:
+    """The fail point armed with `fault` at `skip` k fired once, as the fault shows on the
+    client, on the k-th command of the run named in the fault's targets, and that command is
+    the fault-free run's k-th: the same name and collection, every command before it the same."""
+    targets, _ = FAULTS[fault]
+    aimed = nth(base, targets, k)
+    at = nth(log.commands, targets, k)
+    assert shape(log.commands[: at + 1]) == shape(base[: aimed + 1]), (k, shape(base[aimed : aimed + 1]))
+    name, command = log.commands[at]
+    assert where(log.hits) == [(at, SEEN_AS[fault], name, command[name])], (k, at, where(log.hits))
 
 
 def sweep(runs: Callable[[], Run], admin: Any, kind: str, fault: str, stride: int) -> dict[str, int]:  # noqa: F811
     targets, data = FAULTS[fault]
-    hits = sum(1 for n in commands_of(runs, kind) if n in targets)
+    base = baseline(runs, kind)
+    hits = sum(1 for n, _ in base if n in targets)
     tally: Counter[str] = Counter()
     for k in range(0, hits, stride):
         run = runs()
@@ -191,7 +240,7 @@ def sweep(runs: Callable[[], Run], admin: Any, kind: str, fault: str, stride: in
         arm(admin, targets, data, skip=k)
         consumer.run()
         admin.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
-        assert sum(run.log.faults.values()) == 1, (k, run.log.faults)  # the fault really fired
+        assert_fired_where_aimed(run.log, base, fault, k)
         check(consumer, admin[run.db])
         tally.update(run.log.faults)
         tally["runs"] += 1
@@ -213,7 +262,9 @@ DEFAULT_STRIDES = {
 def test_a_fault_at_any_transport_command_loses_and_doubles_nothing(runs, admin, kind, fault, figures):  # noqa: F811
     """failCommand at the k-th command of the scenario, each fault kind, both transports:
     every message handled exactly once, in order, the queues drained (every command for the
-    sync transport's applied-then-failed write, every n-th otherwise)."""
+    sync transport's applied-then-failed write, every n-th otherwise). Each run's fault fired
+    once, of its kind, on the k-th command of the names it targets: the fault-free run's k-th,
+    name and collection."""
     figures.set(**sweep(runs, admin, kind, fault, DEFAULT_STRIDES[kind].get(fault, 1)))
 
 
@@ -234,38 +285,67 @@ CALL_KINDS: dict[str, type] = {
 }
 
 
+def _fires(plan: dict[str, Any], transport: Any, c: calls.Call) -> bool:
+    """Whether the fault fires on call `c`: the `skip`-th call of kind `kind`. When it does, the
+    plan notes where: how many commands the run's log held before it (`at`) and the collection
+    the call addresses."""
+    if not isinstance(c, plan["kind"]) or plan["fired"]:
+        return False
+    if plan["skip"]:
+        plan["skip"] -= 1
+        return False
+    plan.update(fired=1, at=len(plan["log"].commands), collection=transport._colls[c.target].name)
+    return True
+
+
 def _faulty(base: type, plan: dict[str, Any]) -> type:
-    """`base` whose `nth` call of kind `kind` is applied with its reply lost, or dropped."""
+    """`base` whose `skip`-th call of kind `kind` is applied with its reply lost (whatever it
+    said, a write error too: the caller gets an AutoReconnect), or dropped."""
 
     if base is MongoTransport:
 
         class SyncFaulty(MongoTransport):
             def _call(self, c: calls.Call) -> Any:
-                if isinstance(c, plan["kind"]) and not plan["fired"]:
-                    if plan["skip"]:
-                        plan["skip"] -= 1
-                    else:
-                        plan["fired"] = 1
-                        if plan["mode"] == "applied, reply lost":
+                if _fires(plan, self, c):
+                    if plan["mode"] == "applied, reply lost":
+                        try:
                             super()._call(c)
-                        raise AutoReconnect(f"injected: {plan['mode']}")
+                        except PyMongoError:
+                            pass  # lost with the reply (a refused upsert's duplicate key, say)
+                    raise AutoReconnect(f"injected: {plan['mode']}")
                 return super()._call(c)
 
         return SyncFaulty
 
     class AsyncFaulty(AsyncMongoTransport):
         async def _call(self, c: calls.Call) -> Any:
-            if isinstance(c, plan["kind"]) and not plan["fired"]:
-                if plan["skip"]:
-                    plan["skip"] -= 1
-                else:
-                    plan["fired"] = 1
-                    if plan["mode"] == "applied, reply lost":
+            if _fires(plan, self, c):
+                if plan["mode"] == "applied, reply lost":
+                    try:
                         await super()._call(c)
-                    raise AutoReconnect(f"injected: {plan['mode']}")
+                    except PyMongoError:
+                        pass  # lost with the reply (a refused upsert's duplicate key, say)
+                raise AutoReconnect(f"injected: {plan['mode']}")
             return await super()._call(c)
 
     return AsyncFaulty
+
+
+def assert_lost_where_aimed(log: Recorder, base: Sent, consumer: Consumer, plan: dict[str, Any], k: int) -> None:
+    """The wrapped call's fault fired once, on the k-th call of its kind, and that call is the
+    fault-free run's k-th command of its name: every command before it the same, the same
+    collection; applied with the reply lost, that command went out and its reply came back
+    (no fault on the wire); dropped, the wrapper raised before sending it. The consumer saw the
+    one injected AutoReconnect."""
+    assert plan["fired"] == 1, (plan["call"], k)  # the fault really fired
+    aimed = nth(base, {plan["call"]}, k)
+    at = plan["at"]
+    assert shape(log.commands[:at]) == shape(base[:aimed]), (k, at, aimed)  # so k of its name before it
+    assert plan["collection"] == base[aimed][1][plan["call"]], (k, plan["collection"])
+    if plan["mode"] == "applied, reply lost":
+        assert shape(log.commands[at : at + 1]) == shape(base[aimed : aimed + 1]), (k, at)
+    assert not log.hits, where(log.hits)
+    assert consumer.seen == {"AutoReconnect": 1}, (k, consumer.seen)
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
@@ -273,17 +353,20 @@ def _faulty(base: type, plan: dict[str, Any]) -> type:
 @pytest.mark.parametrize("call", list(CALL_KINDS))
 def test_every_call_of_the_transport_survives_a_lost_reply(runs, kind, mode, call, figures):
     """Each call of each kind the scenario makes, in turn, applied with its reply lost or
-    dropped before it ran: every message handled exactly once, in order, queues drained."""
+    dropped before it ran: every message handled exactly once, in order, queues drained. Each
+    run's fault fired once, on the k-th call of its kind: the fault-free run's k-th command of
+    that name, same collection, and the consumer saw that one lost reply."""
+    base = baseline(runs, kind)
     n = sum(1 for name in commands_of(runs, kind) if name == call)
     fired = 0
     for k in range(n):
-        plan = {"kind": CALL_KINDS[call], "mode": mode, "skip": k, "fired": 0}
         run = runs()
+        plan = {"call": call, "kind": CALL_KINDS[call], "mode": mode, "skip": k, "fired": 0, "log": run.log}
         consumer = Consumer(
             run.transport(kind, _faulty(MongoTransport if kind == "sync" else AsyncMongoTransport, plan)), run.clock
         )
         consumer.run()
-        assert plan["fired"] == 1, (call, k)  # the fault really fired
+        assert_lost_where_aimed(run.log, base, consumer, plan, k)
         check(consumer, run.admin[run.db])
         fired += 1
         run.close()
