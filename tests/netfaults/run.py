@@ -100,7 +100,7 @@ class Outcome:
         by_kind = Counter(f["kind"] for f in self.faults)
         return {
             "scenario": self.scenario,
-            "layer": self.layer,
+            "layer": self.layer + (f" ({self.fallback_reason})" if self.fallback_reason else ""),
             "transport": self.transport,
             "faults": dict(by_kind),
             "worker_kills": self.kills,
