@@ -34,9 +34,13 @@ pytestmark = pytest.mark.skipif(browser_missing() is not None, reason=str(browse
 
 
 def _wait(driver: Any, predicate: Any, timeout: float = 30.0) -> Any:
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.2).until(lambda d: predicate(d))
+    # a live page replaces its table when it reads again: an element found just before that is
+    # stale when read, and the next poll reads the new one
+    ignored = (StaleElementReferenceException, NoSuchElementException)
+    return WebDriverWait(driver, timeout, poll_frequency=0.2, ignored_exceptions=ignored).until(lambda d: predicate(d))
 
 
 def _drawn(driver: Any) -> None:
@@ -66,6 +70,14 @@ def test_the_statechart_highlights_the_active_configuration(shop: dict[str, Any]
     browser.get(f"{dash.base}/execution?id={delivered}")
     _drawn(browser)
     assert _active_labels(browser) == {"Completed"}
+    # the page's policy drops the drawing's own style, so its look is dashboard.css's: no box
+    # is left in SVG's default black fill, where its label cannot be read
+    black = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#statechart svg rect, #statechart svg circle'))"
+        ".filter(e => e.getBBox().width > 0 && getComputedStyle(e).fill === 'rgb(0, 0, 0)')"
+        ".map(e => e.getAttribute('class') + ' in ' + e.parentNode.parentNode.getAttribute('class'))"
+    )
+    assert black == [], black
     assert "InTransit → Completed" in browser.find_element(By.ID, "last-transition").text
     visited = browser.execute_script(
         "return Array.from(document.querySelectorAll('#statechart svg g.visited')).map(g => g.textContent.trim())"
@@ -82,12 +94,14 @@ def test_the_statechart_highlights_the_active_configuration(shop: dict[str, Any]
     assert sorted(d["active_path"].split(".")[1] for d in regions) == ["Invoicing", "Warehouse"], regions
     forked = f"fork-{uuid.uuid4().hex[:6]}"
     store = MongoStore(pymongo.MongoClient(shop["mongo_url"]), shop["db"])
-    store.save(Execution(id=forked, definition_id="Order", status=Status.RUNNING, active_path="Fulfilment"))
+    store.save(Execution(id=forked, definition_id="Order", status=Status.RUNNING, active_path="Fulfilment",
+                         updated_at=time.time()))  # fmt: skip
     for d in regions:
         packing = ".Warehouse." in d["active_path"] + "."
         store.save(Execution(id=forked + d["_id"][len(delivered) :], definition_id="Order", parent_id=forked,
                              status=Status.RUNNING if packing else Status.DONE,
-                             active_path="Fulfilment.Warehouse.Packing" if packing else d["active_path"]))  # fmt: skip
+                             active_path="Fulfilment.Warehouse.Packing" if packing else d["active_path"],
+                             updated_at=time.time()))  # fmt: skip
     store.close()
     browser.get(f"{dash.base}/execution?id={forked}")
     _drawn(browser)
@@ -158,7 +172,10 @@ def test_search_by_definition_status_and_time_range_through_the_form(shop: dict[
 
     dash, run_id = shop["dash"], shop["run_id"]
     executions = pymongo.MongoClient(shop["mongo_url"])[shop["db"]]["harel_executions"]
-    done = sorted(d["updated_at"] for d in executions.find({"definition_id": "Order", "status": "DONE"}))
+    # a record written without its timestamps (harel's own, from before they existed) has no
+    # place in a time range: the search leaves it out, and so does the expectation
+    dated = {"definition_id": "Order", "status": "DONE", "updated_at": {"$ne": None}}
+    done = sorted(d["updated_at"] for d in executions.find(dated))
     start, end = math.floor(done[0]), math.floor(done[len(done) // 2]) + 1  # about the first half, whole seconds
     iso = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))  # noqa: E731  (the form reads UTC)
     wanted = sorted(d["_id"] for d in executions.find(

@@ -38,3 +38,15 @@ def test_no_module_is_over_400_lines() -> None:
     files = [*PACKAGE.rglob("*.py"), *(ROOT / "bench").rglob("*.py")]
     long = {str(f.relative_to(ROOT)): n for f in files if (n := len(f.read_text().splitlines())) > MAX_LINES}
     assert not long, f"split these by what they hold: {long}"
+
+
+def test_the_readme_shows_every_screenshot_with_a_caption() -> None:
+    """Each picture `docs/screenshots.py` writes is in docs/ and shown in the README, a
+    one-line caption under it."""
+    written = re.findall(r'"(dashboard-[a-z]+\.png)"', (ROOT / "docs" / "screenshots.py").read_text())
+    assert len(written) >= 5, written
+    readme = (ROOT / "README.md").read_text()
+    for name in written:
+        assert (ROOT / "docs" / name).is_file(), name
+        shown = re.search(rf"!\[[^\]]+\]\(docs/{re.escape(name)}\)\n\*[^*\n]+\*\n", readme)
+        assert shown, f"README.md does not show docs/{name} with a caption line under it"

@@ -16,7 +16,9 @@ document.addEventListener("submit", function (event) {
 // The execution page's statechart: its Mermaid source is text in the page (put there by the
 // server, escaped), drawn here with the vendored mermaid.min.js in strict mode (no HTML
 // labels, no click handlers). The drawing is parsed as SVG (an XML document, where nothing
-// runs) and its nodes adopted: this script never writes markup into the page as HTML.
+// runs) and its nodes adopted: this script never writes markup into the page as HTML. The
+// page's policy admits no inline style, so the drawing's own <style> and style attributes
+// are dropped first; dashboard.css gives the drawing its look.
 var drawings = 0;
 
 function svgOf(text) {
@@ -25,6 +27,12 @@ function svgOf(text) {
   if (!root || root.nodeName !== "svg" || parsed.getElementsByTagName("parsererror").length > 0) {
     throw new Error("the drawing is not an SVG document");
   }
+  Array.prototype.forEach.call(parsed.querySelectorAll("style"), function (element) {
+    element.remove();
+  });
+  Array.prototype.forEach.call(parsed.querySelectorAll("[style]"), function (element) {
+    element.removeAttribute("style");
+  });
   return document.importNode(root, true);
 }
 
