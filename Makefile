@@ -38,6 +38,12 @@ netfaults:
 	@if [ "$$(id -u)" != 0 ] || { command -v ip && command -v nft; } >/dev/null; then :; else \
 		apt-get update -q && apt-get install -y -q iproute2 nftables; fi
 
+# test files spread over this many processes (pytest-xdist), each file whole in one of them
+# (a module's fixtures, such as a demo run the browser tests share, are made once); each
+# process starts its own embedded server. The suite mostly waits on servers, browsers and
+# child processes, so two processes halve it on a 2-core machine.
+TEST_PROCESSES ?= 2
+
 # the whole default test suite, type check included, on a real wire-protocol server
 test: $(STAMP) browser netfaults
 	$(BIN)/ruff format --check .
@@ -45,7 +51,7 @@ test: $(STAMP) browser netfaults
 	$(BIN)/python -m mypy
 	$(BIN)/python -m mypy bench/*.py
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadfile
 
 # the long soaks (crash loops, large fuzz budgets)
 soak: $(STAMP) netfaults

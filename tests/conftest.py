@@ -10,6 +10,7 @@ gets a database of its own, dropped afterwards.
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from typing import Any, AsyncIterator, Iterator
 
@@ -121,11 +122,30 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
                "seconds": round(report.duration, 2)})  # fmt: skip
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The file harel's side-by-side table is written to, named once by the process that
+    prints the summary (pytest-xdist's workers inherit it)."""
+    from tests.harel_suite import REPORT_ENV
+
+    if REPORT_ENV not in os.environ:
+        fd, path = tempfile.mkstemp(prefix="hb-harel-suite-", suffix=".txt")
+        os.close(fd)
+        os.environ[REPORT_ENV] = config._hb_suite_report = path  # type: ignore[attr-defined]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    path = getattr(config, "_hb_suite_report", None)
+    if path and os.path.exists(path):
+        os.unlink(path)
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """The side-by-side counts of harel's suite on harel's store and on this one."""
-    from tests.harel_suite import REPORT
+    from tests.harel_suite import REPORT_ENV
 
-    if REPORT:
+    path = os.environ.get(REPORT_ENV)
+    lines = open(path, encoding="utf-8").read().splitlines() if path and os.path.exists(path) else []
+    if lines:
         terminalreporter.section("harel's own tests: harel's Mongo stores beside harel_beanie's")
-        for line in REPORT:
+        for line in lines:
             terminalreporter.write_line(line)

@@ -134,7 +134,18 @@ ENGINE_SUBSET = [
     "test/unit/engine/aio/test_async_distributed.py",
 ]
 
-REPORT: list[str] = []  # lines for the end of the run's terminal summary (tests/conftest.py)
+#: names the file the side-by-side table is written to, for the run's terminal summary
+#: (tests/conftest.py): a file, because under pytest-xdist the test runs in a worker process
+#: and the summary is printed by the controller
+REPORT_ENV = "HAREL_BEANIE_SUITE_REPORT"
+
+
+def report(lines: list[str]) -> None:
+    """Add `lines` to the run's summary."""
+    path = os.environ.get(REPORT_ENV)
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.writelines(line + "\n" for line in lines)
 
 
 def side_by_side(url: str, targets: list[str]) -> dict[tuple[str, str], dict[str, str]]:

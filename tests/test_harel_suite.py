@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.harel_suite import ENGINE_DIRS, ENGINE_SUBSET, MONGO_FILES, REPORT, passed, side_by_side, table
+from tests.harel_suite import ENGINE_DIRS, ENGINE_SUBSET, MONGO_FILES, passed, report, side_by_side, table
 
 
 def check(title: str, url: str, targets: list[str]) -> None:
     runs = side_by_side(url, targets)
-    REPORT.extend(table(title, runs))
+    report(table(title, runs))
     for backend in ("mongomock", "server"):
         theirs, ours = passed(runs[("harel", backend)]), passed(runs[("ours", backend)])
         assert ours, f"no test of harel's passed on {backend} with this store: did the suite run?"
