@@ -47,7 +47,7 @@ from harel_beanie.core.calls import (
     UpdateMany,
     UpdateOne,
 )
-from harel_beanie.core.commit import CommitRequest, point
+from harel_beanie.core.commit import COMMIT_TOKENS, CommitRequest, point
 from harel_beanie.core.documents import (
     NODE_COUNTER_ID,
     PENDING,
@@ -56,7 +56,7 @@ from harel_beanie.core.documents import (
     VersionView,
     projection,
 )
-from harel_beanie.core.errors import ExecutionTooLarge, SchemaMismatch
+from harel_beanie.core.errors import CommitOutcomeUnknown, ExecutionTooLarge, SchemaMismatch
 from harel_beanie.core.flows import StoreState
 from harel_beanie.core.keys import ANY_SEQ, ANY_TIME
 from harel_beanie.core.seqs import (
@@ -416,6 +416,51 @@ def test_a_creation_the_driver_retried_into_its_own_id_is_reported_landed() -> N
         (READ_BACK, stored({"_id": ID, "version": 1, "commit_tokens": [MINE]})),
     )
     assert_landed(st, exe, seqs, 1, [FIRST_SEQ])
+
+
+# the token window outrun: COMMIT_TOKENS + 1 commits landed after the loaded version (3)
+OUTRUN = {"_id": ID, "version": 3 + COMMIT_TOKENS + 1, "commit_tokens": [f"t{i}" for i in range(COMMIT_TOKENS)]}
+MARKED = on(FindOne, "confirm", filter={"_id": ID, "processed": dedupe_key("ev-1")}, projection={"_id": 1})
+
+
+@pytest.mark.parametrize("send", [AutoReconnect("reset"), 0], ids=["reply lost", "driver retry: 0 matched"])
+def test_a_commit_outrun_past_its_token_window_with_its_event_marked_is_of_unknown_outcome(send: Any) -> None:
+    """The network-fault runs met this: a reply lost in a partition while the other workers
+    committed 17 times on the execution. Its token, had it landed, is out of the window, and
+    its event is marked processed (by it or by another worker): not a `StoreConflict`
+    (which says it was not applied) but an unknown outcome, a connection failure."""
+    st, exe = state(), execution()
+    with pytest.raises(CommitOutcomeUnknown) as err:
+        commit(st, exe, (cas(), send), (READ_BACK, stored(OUTRUN)), (MARKED, {"_id": ID}))
+    assert isinstance(err.value, ConnectionFailure) and not isinstance(err.value, StoreConflict)
+    assert (err.value.expected, err.value.found) == (3, OUTRUN["version"])
+    assert exe.version == 3 and not st.owners
+
+
+@pytest.mark.parametrize("send", [AutoReconnect("reset"), 0], ids=["reply lost", "driver retry: 0 matched"])
+def test_a_commit_outrun_past_its_token_window_with_its_event_unmarked_is_a_conflict(send: Any) -> None:
+    """Had it landed, its event would be in the dedupe window (longer than the commits
+    since): it did not, a plain conflict."""
+    st, exe = state(), execution()
+    with pytest.raises(StoreConflict) as err:
+        commit(st, exe, (cas(), send), (READ_BACK, stored(OUTRUN)), (MARKED, None))
+    assert err.value.found == OUTRUN["version"]
+
+
+def test_a_commit_outrun_past_its_dedupe_window_too_is_of_unknown_outcome() -> None:
+    """With a dedupe window shorter than the commits since, no mark settles it."""
+    st, exe = state(dedupe_window=COMMIT_TOKENS), execution()
+    with pytest.raises(CommitOutcomeUnknown):
+        commit(st, exe, (cas(), 0), (READ_BACK, stored(OUTRUN)))
+
+
+def test_a_conflict_within_the_token_window_reads_nothing_more() -> None:
+    """Moved on by no more commits than the window remembers, and our token absent: it did
+    not land; one read back, no mark looked up."""
+    st, exe = state(), execution()
+    within = {**OUTRUN, "version": 3 + COMMIT_TOKENS}
+    with pytest.raises(StoreConflict):
+        commit(st, exe, (cas(), AutoReconnect("reset")), (READ_BACK, stored(within)))
 
 
 def test_retries_exhausted_reraise_the_lost_reply() -> None:

@@ -14,7 +14,7 @@ PUBLIC: dict[str, set[str]] = {
         "AsyncMongoStore", "CounterDocument", "DEFAULT_DEDUPE_WINDOW", "DOCUMENT_MODELS", "DEFAULT_WRITE_CONCERN",
         "ExecutionDocument", "ExecutionTooLarge", "MongoStore", "RetryPolicy", "SCHEMA_VERSION", "SchemaMismatch",
         "StoreUnavailable", "bind", "document_models", "mask_url", "AsyncMongoTransport", "MongoTransport",
-        "HistoryWriter", "RecordingStore", "check", "Verdict", "Anomaly",
+        "HistoryWriter", "RecordingStore", "check", "Verdict", "Anomaly", "CommitOutcomeUnknown",
     },
     "harel_beanie.history": {
         "KINDS", "Anomaly", "HistoryWriter", "Operation", "RecordingStore", "Replay", "ReplayCase", "Verdict", "check", "pair",

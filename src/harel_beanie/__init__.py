@@ -21,7 +21,7 @@ from harel_beanie.core.documents import (
     bind,
     document_models,
 )
-from harel_beanie.core.errors import ExecutionTooLarge, SchemaMismatch, StoreUnavailable
+from harel_beanie.core.errors import CommitOutcomeUnknown, ExecutionTooLarge, SchemaMismatch, StoreUnavailable
 from harel_beanie.history import Anomaly, HistoryWriter, RecordingStore, Verdict, check
 from harel_beanie.store.async_store import AsyncMongoStore
 from harel_beanie.store.connect import RetryPolicy, mask_url
@@ -33,6 +33,7 @@ __all__ = [
     "Anomaly",
     "AsyncMongoStore",
     "AsyncMongoTransport",
+    "CommitOutcomeUnknown",
     "CounterDocument",
     "DEFAULT_DEDUPE_WINDOW",
     "DOCUMENT_MODELS",

@@ -27,12 +27,12 @@ from pymongo.errors import (
 
 from harel_beanie.core.arguments import require_str
 from harel_beanie.core.calls import FindOne, Flow, InsertOne, ReplaceOne, UpdateOne
-from harel_beanie.core.commit import CommitPlan, CommitRequest, append_trace_update, plan_commit
+from harel_beanie.core.commit import COMMIT_TOKENS, CommitPlan, CommitRequest, append_trace_update, plan_commit
 from harel_beanie.core.documents import VersionView, projection
-from harel_beanie.core.errors import ExecutionTooLarge
+from harel_beanie.core.errors import CommitOutcomeUnknown, ExecutionTooLarge
 from harel_beanie.core.flows.leases import mint_seqs
 from harel_beanie.core.flows.state import StoreState
-from harel_beanie.core.sizes import MAX_DOCUMENT_BYTES, data_budget, reserved_bytes
+from harel_beanie.core.sizes import MAX_DOCUMENT_BYTES, data_budget, dedupe_key, reserved_bytes
 
 # the server's codes for a document or update over the size limit
 _TOO_LARGE_CODES = {10334, 17419, 17420, 13134}
@@ -54,8 +54,10 @@ def commit(st: StoreState, request: CommitRequest) -> Flow[list[int]]:
     execution's last `COMMIT_TOKENS` commit tokens (or a tombstone's buried creations) when
     read back, whoever committed after it; if the stored version is still the loaded one
     and the reply was lost it was not applied and is sent again (the CAS admits one
-    application); otherwise it is a `StoreConflict`. (The network-fault runs found the
-    retried case: tests/test_reliability_network.py.)"""
+    application); if more commits than that window landed since and the event it consumed is
+    marked processed, nobody can say whether it landed: `CommitOutcomeUnknown`, a
+    connection failure; otherwise it is a `StoreConflict`. (The network-fault runs found the
+    retried case and the window outrun: tests/test_reliability_network.py.)"""
     floor = 0
     retries_left = UNKNOWN_OUTCOME_RETRIES
     sent: dict[str, CommitPlan] = {}  # every send's plan by token: any of them may have landed
@@ -102,7 +104,30 @@ def commit(st: StoreState, request: CommitRequest) -> Flow[list[int]]:
             floor = hi  # our clock is behind this execution's last seq: mint above it, retry
             plan = None
             continue
+        if plan.insert is None and stored is not None and stored - plan.old_version > COMMIT_TOKENS:
+            # more commits than the token window landed since: ours may have been one of
+            # them, its token pushed out (the network-fault runs met this: a reply lost in
+            # a partition while other workers committed on)
+            if (yield from _maybe_landed(st, exe.id, request.processed_event_id, lost, stored - plan.old_version)):
+                raise CommitOutcomeUnknown(exe.id, plan.old_version, stored) from lost
         raise StoreConflict(exe.id, expected=plan.old_version, found=stored)
+
+
+def _maybe_landed(
+    st: StoreState, execution_id: str, event_id: Optional[str], lost: Optional[PyMongoError], since: int
+) -> Flow[bool]:
+    """Whether a commit whose token is no longer in the window may still have landed, `since`
+    commits having landed after the version it was loaded at. Its event's mark in the dedupe
+    window settles it when absent, while that window is longer than `since`: had the commit
+    landed, the mark would still be there. Present, it may be ours or another worker's for
+    the same event: unknown. A commit that consumed no event can only be judged by its
+    reply: lost, unknown."""
+    if event_id is None:
+        return lost is not None
+    if since > st.dedupe_window:
+        return True  # its mark may have been pushed out of the dedupe window as well
+    marked = yield FindOne("confirm", {"_id": execution_id, "processed": dedupe_key(event_id)}, {"_id": 1})
+    return marked is not None
 
 
 def _plan(st: StoreState, request: CommitRequest, floor: int) -> Flow[CommitPlan]:
