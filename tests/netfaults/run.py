@@ -27,6 +27,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import signal
 import sys
 import time
@@ -89,6 +90,9 @@ class Outcome:
     worker_starts: int = 0
     exits: list[str] = field(default_factory=list)  # workers that ended by themselves: name and code
     late: int = 0  # operations that took longer than the drivers' socket timeout
+    #: driver network errors the workers logged: the faults' reach into what the history does
+    #: not record (harel's transport's claims and acks are not store operations)
+    worker_network_errors: int = 0
     sends: dict[str, dict[str, Any]] = field(default_factory=dict)  # event id -> exe, kind, outcomes
     verdict: Optional[Verdict] = None
     history: Optional[Path] = None
@@ -107,6 +111,7 @@ class Outcome:
             "worker_exits": len(self.exits),
             **{k: v for k, v in self.verdict.figures.items() if isinstance(v, (int, float))},
             "late_operations": self.late,
+            "worker_network_errors": self.worker_network_errors,
             "anomalies": len(self.verdict.anomalies),
             "seconds": round(self.seconds, 1),
         }
@@ -292,6 +297,7 @@ class Run:
             writer.close()
         merged = read_history(sorted(self.histories.glob("*.jsonl")))
         self.outcome.late = late_operations(merged, SOCKET_MS / 1000)
+        self.outcome.worker_network_errors = sum(network_errors(log) for log in self.tmp.glob("w*.log"))
         self.outcome.history = self.tmp / "history.jsonl"
         self.outcome.history.write_text("".join(json.dumps(r) + "\n" for r in merged))
         self.outcome.verdict = check(merged, replay=lambda case: replay(case, load_models(MODELS)))
@@ -436,6 +442,14 @@ async def leased(db: Any, transport: str) -> int:
     if transport == "harel":
         return int(await db[Names(PREFIX).transport_locks].count_documents({"token": {"$ne": None}}))
     return int(await db[queue_names(PREFIX)[0]].count_documents({"token": {"$ne": None}, "pending": {"$gt": 0}}))
+
+
+#: how PyMongo names an operation lost to the network in a traceback's last line
+NETWORK_ERRORS = re.compile(r"^pymongo\.errors\.(NetworkTimeout|AutoReconnect|ServerSelectionTimeoutError)\b", re.M)
+
+
+def network_errors(log: Path) -> int:
+    return len(NETWORK_ERRORS.findall(log.read_text(errors="replace")))
 
 
 def late_operations(records: list[dict[str, Any]], seconds: float) -> int:
