@@ -17,6 +17,7 @@ from harel.engine.aio.distributed import AsyncDistributedRunner
 from harel.engine.execution import Status
 from harel.engine.schema import Names
 
+from harel_beanie import AsyncMongoStore
 from harel_beanie.core.queue_documents import queue_names
 from harel_beanie.ops.drivers import open_mongo_transport
 from harel_beanie.ops.loader import load_models
@@ -228,3 +229,61 @@ async def test_a_connection_lost_while_starting_does_not_end_the_worker(tmp_path
         admin.startup.probe.create_index("x")
         stop(proc)
         admin.close()
+
+
+async def test_a_write_concern_error_on_a_claim_does_not_end_the_worker(tmp_path, kind):
+    """The server applies the worker's claims without their write concern (a fail point's
+    `writeConcernError` on `findAndModify` and `update`, twice): the worker says so, goes on
+    claiming, and handles the work published meanwhile (the network-fault soak found a worker
+    ending on this)."""
+    from harel_beanie.ops.embedded import EmbeddedServer
+
+    with EmbeddedServer(test_commands=True, log_path=tmp_path / "server.log") as server:
+        admin: Any = pymongo.MongoClient(server.url)
+        named = server.url + ("&" if "?" in server.url else "/?") + "appName=hb-worker"  # the fail point's aim
+        proc, _ = await start_worker(named, "wce", "w-wce", "--transport", kind)
+        try:
+            wce = {"code": 64, "codeName": "WriteConcernFailed", "errmsg": "injected"}
+            admin.admin.command(
+                "configureFailPoint", "failCommand", mode={"times": 2},
+                data={"failCommands": ["findAndModify", "update"], "writeConcernError": wce, "appName": "hb-worker"},
+            )  # fmt: skip
+            store = AsyncMongoStore(pymongo.AsyncMongoClient(server.url), "wce")
+            transport = await sender_transport(kind, server.url, "wce")
+            sender = AsyncDistributedRunner(store, transport, load_models(MODELS))
+            for i in range(3):
+                await sender.create("Payment", {"order_id": f"p{i}", "amount": 5.0}, execution_id=f"pay-{i}")
+
+            async def paid() -> bool:
+                loaded = [await store.load(f"pay-{i}") for i in range(3)]
+                return all(e is not None and e.active_path == "Captured" for e in loaded)
+
+            await wait_for(paid, timeout=90)
+            assert proc.poll() is None
+            await transport.close()
+            await store.close()
+        finally:
+            out, err = stop(proc)
+            admin.admin.command("configureFailPoint", "failCommand", mode="off")
+            admin.close()
+    assert "the server failed a command (WriteConcernError)" in out, (out, err[-3000:])
+
+
+@pytest.mark.parametrize(
+    "query, want",
+    [("", {"w": "majority", "j": True}), ("w=1", {"w": 1}), ("journal=false", {"j": False})],
+    ids=["the URL names none: the store's", "w=1 in the URL", "journal=false in the URL"],
+)
+async def test_harels_transport_writes_at_the_stores_concern_unless_the_url_names_one(
+    mongo_url: str, db_name: str, query: str, want: dict[str, Any]
+) -> None:
+    """harel's transport writes at its client's concern. The network-fault soak lost a publish
+    acknowledged at a client's default (w: 1, no journal) to a server SIGKILL: the commands
+    open it w: majority, journaled, as this package's store and transport write, unless the
+    URL says otherwise."""
+    url = mongo_url + ("&" if "?" in mongo_url else "/?") + query if query else mongo_url
+    transport = await open_mongo_transport(url, db_name)
+    try:
+        assert transport._client.write_concern.document == want
+    finally:
+        await transport.close()

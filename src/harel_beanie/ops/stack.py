@@ -27,6 +27,7 @@ import threading
 import time
 from collections import Counter
 from typing import Any, Callable, Optional, Sequence
+from urllib.parse import parse_qsl, urlsplit
 
 from harel.engine.aio.distributed import AsyncWorker
 from harel.engine.flow import run_async
@@ -181,7 +182,7 @@ async def _open_harel_transport(
 
     try:
         client: Any = motor.motor_asyncio.AsyncIOMotorClient(
-            target.url, **target.retry.client_settings({"event_listeners": list(listeners)})
+            target.url, **target.retry.client_settings({"event_listeners": list(listeners), **_durable(target.url)})
         )
     except (ConfigurationError, ValueError, TypeError) as exc:
         raise _client_error(target, exc) from None
@@ -194,6 +195,16 @@ async def _open_harel_transport(
     # works around the same thing for its node counter); create it before any publish.
     await db[Names(target.prefix).transport_counters].update_one({"_id": "seq"}, {"$inc": {"n": 0}}, upsert=True)
     return transport
+
+
+def _durable(url: str) -> dict[str, Any]:
+    """harel's transport writes at its client's write concern, and a client's default is
+    w: 1 without the journal: a publish acknowledged just before the server crashes can be
+    lost (the network-fault soak lost one to a SIGKILL on harel's transport). Unless the URL
+    names a write concern of its own, the client writes as this package's store and
+    transport do, w: majority, journaled."""
+    named = {key.lower() for key, _ in parse_qsl(urlsplit(url).query)}
+    return {} if named & {"w", "journal", "wtimeoutms"} else {"w": "majority", "journal": True}
 
 
 async def queued(db: Any, prefix: str, kind: str) -> int:

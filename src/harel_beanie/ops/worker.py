@@ -42,7 +42,7 @@ from typing import Any, Optional
 
 from harel.config import Config
 from harel.engine.schema import Names
-from pymongo.errors import ConnectionFailure
+from pymongo.errors import ConnectionFailure, OperationFailure, WriteConcernError
 
 from harel_beanie.history.recording import RecordingStore
 from harel_beanie.history.records import HistoryWriter
@@ -229,11 +229,29 @@ async def _run_through_outages(worker: Any, stop: asyncio.Event, wid: str, pause
                 return
             print(f"worker {wid}: lost the server ({type(exc).__name__}); retrying every {pause:g}s", flush=True)
             log.warning("worker loop interrupted by %r", exc)
+        except OperationFailure as exc:
+            # a claim the server applied without the write concern it asked for (a member
+            # lagging, a primary stepping down), or refused with a label saying a retry may
+            # succeed: as passing as a lost connection, and what was leased comes back after
+            # its lease. The network-fault soak found a worker ending on a writeConcernError.
+            if not _passing(exc):
+                raise
+            if stop.is_set():
+                return
+            print(f"worker {wid}: the server failed a command ({type(exc).__name__}); retrying", flush=True)
+            log.warning("worker loop interrupted by %r", exc)
         try:
             await asyncio.wait_for(stop.wait(), timeout=pause)
             return
         except asyncio.TimeoutError:
             pass
+
+
+def _passing(exc: OperationFailure) -> bool:
+    """A server error that says nothing about the request itself, which a retry can outlive."""
+    return isinstance(exc, WriteConcernError) or any(
+        exc.has_error_label(label) for label in ("RetryableWriteError", "RetryableError")
+    )
 
 
 def _wake_mode(transport: Any) -> str:
