@@ -72,7 +72,7 @@ class Counters:
     cut_replies: int = 0
     # what the server did, as seen on the route (the evidence of server-side faults)
     server_closed: int = 0  # connections the server closed under a live client
-    slow_replies: int = 0  # replies that came SLOW seconds or more after their request
+    slow_replies: int = 0  # replies that came SLOW seconds or more after their request, or never
     error_labels: int = 0  # replies carrying errorLabels
     write_concern_errors: int = 0
     not_primary: int = 0  # replies refusing a write for want of a primary
@@ -233,6 +233,11 @@ class FaultProxy:
             await asyncio.wait({requests, replies}, return_when=asyncio.FIRST_COMPLETED)
             if replies.done() and not requests.done() and not writer.is_closing():
                 route.counters.server_closed += 1  # the server hung up on a client still there
+            # writes still unanswered SLOW seconds on when the connection ends: the client gave
+            # up (its socket timeout) on a reply the server held back, a blocking fail point
+            # longer than that timeout shows only so
+            now = self.loop.time()
+            route.counters.slow_replies += sum(1 for at in sent.values() if now - at >= SLOW)
             for w in pair:
                 w.transport.abort()
             await asyncio.gather(requests, replies, return_exceptions=True)
