@@ -3,6 +3,7 @@
     python docs/reliability.py              # run the default reliability tests, then render
     python docs/reliability.py --soak       # run the soak (`-m soak`) instead, then render
     python docs/reliability.py --render     # render from the recorded runs only, run nothing
+    python docs/reliability.py --rerun -- -k EXPR   # soak tests a fix changed, kept beside the soak
 
 The tests are every `tests/test_reliability_*.py`. They run with `HAREL_BEANIE_FIGURES`
 naming a scratch file, so each test's `figures` fixture (tests/figures.py) and outcome are
@@ -43,7 +44,9 @@ TESTS = ROOT / "tests"
 HERE = ROOT / "docs" / "reliability"
 TEMPLATE = HERE / "template.md"
 OUTPUT = ROOT / "docs" / "RELIABILITY.md"
-RUNS = ("default", "soak")
+RUNS = ("default", "soak", "rerun")
+#: each run's title in the document
+TITLES = {"default": "Default run", "soak": "Soak run", "rerun": "Soak re-run of the scenarios a fix changed"}
 ENV = "HAREL_BEANIE_FIGURES"  # as tests/figures.py
 
 
@@ -64,7 +67,7 @@ def run_tests(kind: str, extra: list[str]) -> tuple[int, dict[str, Any]]:
     with tempfile.TemporaryDirectory() as scratch:
         lines = Path(scratch) / "figures.jsonl"
         env = {**os.environ, ENV: str(lines)}
-        marker = ["-m", "soak"] if kind == "soak" else []
+        marker = ["-m", "soak"] if kind in ("soak", "rerun") else []
         argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *marker, *extra,
                 *(rel(f) for f in test_files())]  # fmt: skip
         print("running:", " ".join(["python", *argv[1:]]), flush=True)
@@ -209,8 +212,10 @@ def figures_table(run: dict[str, Any]) -> str:
 def runs_section(runs: dict[str, dict[str, Any]]) -> str:
     out = []
     for kind in RUNS:
-        title = "Default run" if kind == "default" else "Soak run"
+        title = TITLES[kind]
         run = runs.get(kind)
+        if run is None and kind == "rerun":
+            continue  # only after a soak found something a fix changed
         if run is None:
             out.append(
                 f"### {title}\n\nNot recorded yet: `python docs/reliability.py{' --soak' if kind == 'soak' else ''}`."
@@ -261,13 +266,15 @@ def render(runs: dict[str, dict[str, Any]]) -> str:
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--soak", action="store_true", help="run the soak (-m soak) instead of the default tests")
+    parser.add_argument("--rerun", action="store_true",
+                        help="run soak tests chosen by the pytest arguments (-k ...) after a fix, kept beside the soak")  # fmt: skip
     parser.add_argument("--render", action="store_true", help="only render from the recorded runs")
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
     args = parser.parse_args(argv)
     status = 0
     HERE.mkdir(exist_ok=True)
     if not args.render:
-        kind = "soak" if args.soak else "default"
+        kind = "rerun" if args.rerun else "soak" if args.soak else "default"
         status, run = run_tests(kind, args.pytest_args)
         (HERE / f"{kind}.json").write_text(json.dumps(run, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     runs = {

@@ -17,9 +17,9 @@ from harel import DurableRunner
 from harel.engine.execution import Execution
 from harel.engine.store.base import StoreConflict, TimerOp
 from harel.spec.states import Event
-from pymongo.errors import AutoReconnect, DuplicateKeyError
+from pymongo.errors import AutoReconnect, ConnectionFailure, DuplicateKeyError
 
-from harel_beanie import MongoStore
+from harel_beanie import CommitOutcomeUnknown, MongoStore
 from harel_beanie.core import calls
 from harel_beanie.core.commit import COMMIT_TOKENS
 from harel_beanie.ops.loader import load_models
@@ -100,15 +100,19 @@ def test_a_lost_reply_followed_by_other_writers_is_reported_landed(meddled, othe
     assert len(doc["outbox"]) == 1 + others
 
 
-def test_past_the_remembered_commits_a_landed_commit_is_a_conflict(meddled, other, coll):
+def test_past_the_remembered_commits_a_landed_commit_is_of_unknown_outcome(meddled, other, coll):
     """The exact rule's edge: with `COMMIT_TOKENS` commits by others between the lost reply
-    and the read-back, the store no longer knows it landed and says `StoreConflict`; harel
-    then redelivers the event, which the dedupe window recognises. Nothing is applied twice."""
+    and the read-back, the commit's token is out of the window, but the event it consumed is
+    marked processed: the store cannot tell whether it landed and says so,
+    `CommitOutcomeUnknown` (a connection failure), never `StoreConflict`, which would say it
+    was not applied; harel then redelivers the event, which the dedupe window recognises.
+    Nothing is applied twice."""
     meddled.commit(Execution(id="e", definition_id="d"), [])
     exe = meddled.load("e")
     meddled.meddle = Meddle(COMMIT_UPDATE, commits_by_others(other, "e", COMMIT_TOKENS))
-    with pytest.raises(StoreConflict):
+    with pytest.raises(CommitOutcomeUnknown) as err:
         meddled.commit(exe, [(None, Event(id="mine", kind="Mine"))], processed_event_id="in")
+    assert isinstance(err.value, ConnectionFailure) and not isinstance(err.value, StoreConflict)
     assert other.is_processed("e", "in")
     assert len(coll.find_one({"_id": "e"})["outbox"]) == 1 + COMMIT_TOKENS
 
