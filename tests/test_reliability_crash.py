@@ -95,6 +95,7 @@ from harel_beanie.ops.stack import open_transport, queued
 from harel_beanie.ops.where import Target
 from harel_beanie.store.connect import RetryPolicy
 from tests.crash_clock import ClockControl
+from tests.processes import terminate
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = default_models_dir()
@@ -337,12 +338,7 @@ class Worker:
     async def stop(self) -> None:
         if self.alive:
             assert self.proc is not None
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(self.proc.wait(), timeout=60)
-            except asyncio.TimeoutError:
-                self.proc.send_signal(signal.SIGKILL)
-                await self.proc.wait()
+            await terminate(self.proc)
         await self._gone()
 
     async def exited(self) -> int:

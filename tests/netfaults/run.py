@@ -53,6 +53,7 @@ from harel_beanie.store.connect import RetryPolicy
 from tests.netfaults.faults import Fault, Injector
 from tests.netfaults.proxy import FaultProxy
 from tests.netfaults.topology import Network, make_network
+from tests.processes import terminate
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = Path(__file__).resolve().parent / "models"
@@ -188,12 +189,7 @@ class WorkerProcess:
         if self.alive:
             assert self.proc is not None
             self.killed = True  # told to
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(self.proc.wait(), timeout=60)
-            except asyncio.TimeoutError:
-                self.proc.send_signal(signal.SIGKILL)
-                await self.proc.wait()
+            await terminate(self.proc)
         if self._reader is not None:
             await asyncio.gather(self._reader, return_exceptions=True)
 
