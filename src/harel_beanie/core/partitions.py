@@ -66,7 +66,13 @@ SHARD_PLAN: dict[str, tuple[dict[str, int], str]] = {
 }
 #: The collection each call target of the flows addresses ("confirm" is the executions
 #: collection read at majority).
-TARGETS = {"executions": "executions", "confirm": "executions", "queues": "queues", "overflow": "overflow"}
+TARGETS = {
+    "executions": "executions",
+    "confirm": "executions",
+    "queues": "queues",
+    "enqueue": "queues",
+    "overflow": "overflow",
+}
 
 
 def family_key(execution_id: str) -> str:
