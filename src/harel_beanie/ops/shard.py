@@ -25,7 +25,7 @@ from pymongo.errors import OperationFailure
 
 from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
 from harel_beanie.core.errors import SchemaMismatch, ShardPlanError
-from harel_beanie.core.partitions import SHARD_PLAN
+from harel_beanie.core.partitions import DEFAULT_PARTITIONS, SHARD_PLAN
 from harel_beanie.ops.where import ConfigError, Target
 from harel_beanie.store.connect import wait_for_server
 from harel_beanie.store.sharding import format_key, is_mongos, plan_collections, plan_problems, read_live_keys
@@ -68,7 +68,7 @@ def _parts_of_layout(client: Any, db_name: str, prefix: str, where: str) -> int:
     found = int(marker.get("n", 0))
     if found != SCHEMA_VERSION:
         raise SchemaMismatch(found, SCHEMA_VERSION, where)
-    return int(marker.get("parts", 0))
+    return int(marker.get("parts", DEFAULT_PARTITIONS))  # what a store reads where none is recorded
 
 
 def _enable_sharding(client: Any, db_name: str) -> str:
@@ -86,7 +86,9 @@ def _create_key_index(client: Any, db_name: str, name: str, key: dict[str, int])
     try:
         client[db_name].command({"createIndexes": name, "indexes": [index]})
     except OperationFailure as exc:
-        if exc.code != _INDEX_UNDER_ANOTHER_NAME:  # an index on the key already serves it
+        # an index on the key exists under another name: shardCollection uses it if it can
+        # (a partial one it cannot, and says so)
+        if exc.code != _INDEX_UNDER_ANOTHER_NAME:
             raise
 
 
