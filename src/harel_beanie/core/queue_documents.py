@@ -47,6 +47,13 @@ def queue_names(prefix: str = DEFAULT_PREFIX) -> tuple[str, str]:
     return f"{prefix}_hb_queues", f"{prefix}_hb_overflow"
 
 
+def partition_collection(prefix: str = DEFAULT_PREFIX) -> str:
+    """The collection of the workers' partition leases under `prefix` (one small document
+    per partition: `harel_beanie.transport.ownership`). Unsharded on a cluster."""
+    Names(prefix)
+    return f"{prefix}_hb_partitions"
+
+
 class QueuedMessage(BaseModel):
     """One message waiting inline: the event as harel's `Event.model_dump_json` gives it."""
 
@@ -71,6 +78,8 @@ class QueueDocument(Document):
     acked: int = 0  # messages acked ever: the head's ordinal is `acked + 1` (`Lease.seq`)
     published: int = 0  # messages published ever
     wake: int = 0  # bumped by every write that makes the group claimable now (the streams' cue)
+    part: Optional[int] = None  # the group's partition (`harel_beanie.core.partitions`), its execution's
+    ep: Optional[int] = None  # on a cluster: the epoch of the partition lease its last claim held (a fence)
 
     class Settings:
         name = queue_names()[0]
@@ -81,6 +90,12 @@ class QueueDocument(Document):
             IndexModel(
                 [("available_at", ASCENDING), ("priority", ASCENDING)],
                 name="hb_claim",
+                partialFilterExpression=WAITING,
+            ),
+            # claim by a worker that owns some partitions: its partitions' due groups
+            IndexModel(
+                [("part", ASCENDING), ("available_at", ASCENDING), ("priority", ASCENDING)],
+                name="hb_part_claim",
                 partialFilterExpression=WAITING,
             ),
             # a drained queue goes once it has been quiet for a day (where TTL monitors run)
@@ -103,6 +118,7 @@ class OverflowDocument(Document):
     g: str
     e: str
     tok: Optional[str] = None
+    part: Optional[int] = None  # its group's partition
 
     class Settings:
         name = queue_names()[1]

@@ -20,7 +20,8 @@ from harel_beanie.core.commit import CommitRequest
 from harel_beanie.core.dispatch import acall, adrive, maybe_await
 from harel_beanie.core.documents import bind
 from harel_beanie.store.connect import RetryPolicy, await_server
-from harel_beanie.store.settings import StoreShell, says_mongos
+from harel_beanie.store.settings import StoreShell
+from harel_beanie.store.sharding import routing_check_async
 
 
 class AsyncMongoStore(StoreShell):
@@ -78,7 +79,8 @@ class AsyncMongoStore(StoreShell):
                     skip_indexes=True,  # created by set-up below, the same way as the sync store
                 )
             if self._detect_mongos:
-                self._state.scope.sharded = says_mongos(await maybe_await(self._client.admin.command("hello")))
+                db, prefix = self.settings.db_name, self.settings.prefix
+                self._state.scope.sharded = await routing_check_async(self._client, db, prefix)
                 self._detect_mongos = False
             await self._drive(flows.setup(self._state))
 

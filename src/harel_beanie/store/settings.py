@@ -166,11 +166,6 @@ class StoreShell:
         return self._colls["counters"]
 
 
-def says_mongos(hello: Any) -> bool:
-    """Whether a `hello` reply comes from a mongos (the router of a sharded cluster)."""
-    return isinstance(hello, dict) and hello.get("msg") == "isdbgrid"
-
-
 def is_in_memory(client: Any) -> bool:
     """Whether `client` is mongomock's or mongomock-motor's in-memory fake."""
     # mongomock-motor's client class presents itself as Motor's: look along its bases

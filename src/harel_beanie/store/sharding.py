@@ -16,6 +16,7 @@ its load is not spread.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Mapping, Optional
 
 from harel.engine.schema import Names
@@ -50,7 +51,8 @@ def on_mongos(client: Any) -> bool:
 
 async def on_mongos_async(client: Any) -> bool:
     """`on_mongos` for an async client (PyMongo's async client or Motor)."""
-    return is_mongos(await client.admin.command("hello"))
+    reply = client.admin.command("hello")
+    return is_mongos(await reply if inspect.isawaitable(reply) else reply)
 
 
 def plan_collections(prefix: str) -> dict[str, str]:
@@ -155,3 +157,20 @@ def check_plan(db_name: str, prefix: str, live: Mapping[str, ShardKey]) -> list[
     if problems:
         raise ShardPlanError(problems)
     return plan_notes(db_name, prefix, live)
+
+
+def routing_check(client: Any, db_name: str, prefix: str) -> bool:
+    """At a store's or transport's start: whether its commands go through a mongos, and if
+    so, `ShardPlanError` unless the live shard keys are ones it can route."""
+    if not on_mongos(client):
+        return False
+    check_plan(db_name, prefix, read_live_keys(client, db_name, prefix))
+    return True
+
+
+async def routing_check_async(client: Any, db_name: str, prefix: str) -> bool:
+    """`routing_check` for an async client."""
+    if not await on_mongos_async(client):
+        return False
+    check_plan(db_name, prefix, await read_live_keys_async(client, db_name, prefix))
+    return True

@@ -18,7 +18,8 @@ from harel_beanie.core.calls import Flow, T
 from harel_beanie.core.commit import CommitRequest
 from harel_beanie.core.dispatch import call, drive
 from harel_beanie.store.connect import RetryPolicy, wait_for_server
-from harel_beanie.store.settings import StoreShell, says_mongos
+from harel_beanie.store.settings import StoreShell
+from harel_beanie.store.sharding import routing_check
 
 
 class MongoStore(StoreShell):
@@ -60,7 +61,7 @@ class MongoStore(StoreShell):
         with self._setup_lock:
             if not self._state.ready:
                 if self._detect_mongos:
-                    self._state.scope.sharded = says_mongos(self._client.admin.command("hello"))
+                    self._state.scope.sharded = routing_check(self._client, self.settings.db_name, self.settings.prefix)
                     self._detect_mongos = False
                 self._drive(flows.setup(self._state))
 
