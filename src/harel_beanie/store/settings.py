@@ -136,6 +136,12 @@ class StoreShell:
         self._detect_mongos = sharded is None and not self._state.in_memory
 
     @property
+    def compat(self) -> bool:
+        """Whether the database still holds harel's MongoStore layout (not migrated): then
+        pending work has no flag and is found by its arrays."""
+        return self._state.compat
+
+    @property
     def partitions(self) -> PartitionScope:
         """The partitions this store works on: how many the database has (known once set
         up), whether its commands name them, which ones its sweeps read."""

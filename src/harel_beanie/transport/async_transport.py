@@ -125,6 +125,11 @@ class AsyncMongoTransport:
         return await acall(self._colls, c, self._state.scope)
 
     @property
+    def partition_leases(self) -> Any:
+        """The collection of the workers' partition leases (`harel_beanie.transport.ownership`)."""
+        return self._colls["partitions"]
+
+    @property
     def partitions(self) -> PartitionScope:
         """The partitions this transport's claims read (see `harel_beanie.core.partitions`)."""
         return self._state.scope
