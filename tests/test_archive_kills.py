@@ -32,6 +32,7 @@ BATCH = 4  # 10 removable: batches of 4, 4 and 2
 KINDS = ("file", "collection")
 ARCHIVE_COLLECTION = "pruned"
 REPO = Path(__file__).resolve().parents[1]
+TEXT = 'ünïcode "quoted" \\ and a\nnewline'
 
 
 def _seed(mongo_url: str, db_name: str, incarnation: int) -> dict[str, dict[str, Any]]:
@@ -40,9 +41,12 @@ def _seed(mongo_url: str, db_name: str, incarnation: int) -> dict[str, dict[str,
     store = MongoStore(pymongo.MongoClient(mongo_url), db_name)
     try:
         for i in range(REMOVABLE):
-            store.save(Execution(id=f"old-{i:02d}", definition_id="Order", status=Status.DONE, finished_at=OLD,
-                                 context={"n": i, "incarnation": incarnation,
-                                          "text": "ünïcode \"quoted\" \\ and a\nnewline"}))  # fmt: skip
+            context = {"n": i, "incarnation": incarnation, "text": TEXT}
+            store.save(
+                Execution(
+                    id=f"old-{i:02d}", definition_id="Order", status=Status.DONE, finished_at=OLD, context=context
+                )
+            )
         if incarnation == 1:
             store.save(Execution(id="failed", definition_id="Order", status=Status.FAILED))
             store.save(Execution(id="running", definition_id="Order", status=Status.RUNNING))
@@ -72,8 +76,8 @@ def _prune_killed(mongo_url: str, db_name: str, kind: str, path: Path, *kill: st
     to = ["--archive", str(path)] if kind == "file" else ["--archive-collection", ARCHIVE_COLLECTION]
     flags = ["--url", mongo_url, "--db", db_name, "--finished-before", f"@{CUT:.0f}", *to, "--batch-size", str(BATCH)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "tests.crash_prune", *kill, *flags],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    command = [sys.executable, "-m", "tests.crash_prune", *kill, *flags]
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
 
 
 def _contents(kind: str, path: Path, db: Any) -> tuple[retention.ArchiveContents, list[dict[str, Any]]]:
@@ -103,7 +107,9 @@ def _check(kind: str, path: Path, db: Any, incarnations: list[dict[str, dict[str
         assert path.read_bytes().endswith(b"\n")
 
 
-def _scenario(client: pymongo.MongoClient[Any], mongo_url: str, tmp_path: Path, point: str, batch: int, kind: str) -> int:  # fmt: skip
+def _scenario(
+    client: pymongo.MongoClient[Any], mongo_url: str, tmp_path: Path, point: str, batch: int, kind: str
+) -> int:
     """Every id pruned once, created again, then one kill at `point` of `batch` while the
     second incarnations go; a recovery killed half-way when it has something to append; a
     run to the end; the archive checked. Returns the kills made."""

@@ -6,6 +6,7 @@ re-run, completes; the TTL index is created and its period changed in place."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import timezone
 from pathlib import Path
 from typing import Any
@@ -175,6 +176,12 @@ def test_parse_before() -> None:
         retention.parse_before("last tuesday")
 
 
+def _progress(stdout: str) -> list[str]:
+    """The words of the progress bar's last line, without the bar and the elapsed time."""
+    line = [line for line in stdout.splitlines() if line.startswith("examining")][-1]
+    return [w for w in line.split() if not set(w) <= set("━─╸╺") and not re.fullmatch(r"\d+:\d\d:\d\d", w)]
+
+
 def test_prune_command_dry_run_then_for_real(tmp_path: Path, mongo_url: str, client, db_name) -> None:
     coll = client[db_name].harel_executions
     import time
@@ -187,8 +194,13 @@ def test_prune_command_dry_run_then_for_real(tmp_path: Path, mongo_url: str, cli
     dry = run_cli(*args, "--dry-run", "--json", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
     assert json.loads(dry.stdout)["removed"] == 7 and coll.count_documents({}) == 7
+    shown = run_cli(*args, "--dry-run", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert _progress(shown.stdout) == ["examining", "7/7", "7", "to", "remove"]
     real = run_cli(*args, "--archive", str(tmp_path / "out.jsonl"), cwd=tmp_path)
     assert real.returncode == 0, real.stderr
+    # the progress line's count column once printed "7 removingd"
+    assert _progress(real.stdout) == ["examining", "7/7", "7", "removed"]
     assert "7 removed of 7" in real.stdout and coll.count_documents({}) == 0
     assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 7
     bad = run_cli("prune", "--url", mongo_url, "--db", db_name, "--finished-before", "soon", cwd=tmp_path)
@@ -199,8 +211,8 @@ def test_prune_command_dry_run_then_for_real(tmp_path: Path, mongo_url: str, cli
 
 
 def _incarnation(i: str, n: int) -> Execution:
-    return Execution(id=i, definition_id="Order", status=Status.DONE, updated_at=OLD, finished_at=OLD,
-                     context={"incarnation": n})  # fmt: skip
+    context = {"incarnation": n}
+    return Execution(id=i, definition_id="Order", status=Status.DONE, updated_at=OLD, finished_at=OLD, context=context)
 
 
 async def test_a_reused_id_keeps_every_removal_in_a_collection_archive(astore, client, db_name) -> None:
@@ -290,3 +302,17 @@ async def test_an_id_created_again_between_the_read_and_the_delete_is_not_remove
     assert client[db_name].harel_executions.find_one({"_id": "x"}) == again  # still stored
     # the one read is gone (prune cannot tell by whose hand), and only it is recorded
     assert [r.document for r in retention.read_jsonl(tmp_path / "a.jsonl").removals] == batch
+
+
+def test_prune_ttl_says_what_the_index_will_expire(tmp_path: Path, mongo_url: str, store, client, db_name) -> None:
+    """`prune --ttl` used to say the index "expires nothing yet" (from before commits wrote
+    `finished_on`): it now says what the index removes, and counts what it cannot."""
+    store.save(_exe("dated", Status.DONE, OLD))  # a commit: finished_on written
+    undated = {"_id": "undated", "definition_id": "Order", "version": 1, "data": "{}", "status": "CANCELLED"}
+    client[db_name].harel_executions.insert_one({**undated, "finished_at": OLD})  # before finished_on existed
+    out = run_cli("prune", "--url", mongo_url, "--db", db_name, "--ttl", "30d", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert "expires nothing" not in text
+    assert "the server will remove each DONE or CANCELLED execution 30d after it finished (by finished_on" in text
+    assert "1 finished execution(s) carry no finished_on" in text

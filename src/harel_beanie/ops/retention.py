@@ -216,6 +216,12 @@ async def _prune_batch(
     report.removed_ids += [d["_id"] for d in removed]
 
 
+def undated_filter() -> dict[str, Any]:
+    """Finished executions the TTL index cannot expire: no `finished_on` (last written before
+    commits wrote it)."""
+    return {"status": {"$in": list(FINISHED)}, "finished_on": None}
+
+
 async def ensure_ttl(executions: Any, seconds: Optional[float]) -> str:
     """Create, change or (with None) drop the TTL index on `finished_on` (the finish time as
     the BSON date a TTL index needs; harel's `finished_at` is epoch seconds), idempotently.
