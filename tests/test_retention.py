@@ -18,6 +18,7 @@ from harel.engine.execution import Execution, Status
 from harel.spec.states import Event
 
 from harel_beanie import retention
+from harel_beanie.ops import archive as archive_internals
 from harel_beanie.ops import retention as prune_internals
 from tests.test_cli import run_cli
 
@@ -316,3 +317,20 @@ def test_prune_ttl_says_what_the_index_will_expire(tmp_path: Path, mongo_url: st
     assert "expires nothing" not in text
     assert "the server will remove each DONE or CANCELLED execution 30d after it finished (by finished_on" in text
     assert "1 finished execution(s) carry no finished_on" in text
+
+
+def test_the_reader_numbers_incarnations_across_an_older_archive(tmp_path: Path) -> None:
+    """An archive written before removal keys holds the stored documents themselves; appended
+    to by this release, each of its lines still reads as one removal of its id."""
+    path = tmp_path / "old.jsonl"
+    older = {"_id": "x", "version": 3, "data": "{}"}
+    archive = retention.JsonlArchive(path)
+    archive._append([older])
+    newer = archive_internals.removal_record({"_id": "x", "version": 1, "data": "{}", "born": "b2"}, NOW)
+    archive._append([newer])
+    removals = archive.read().removals
+    assert [(r.key, r.execution_id, r.incarnation, r.pruned_at) for r in removals] == [
+        ("x", "x", 1, None),
+        (newer["_id"], "x", 2, NOW),
+    ]
+    assert [r.document for r in removals] == [older, newer["document"]]
