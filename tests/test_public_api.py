@@ -41,7 +41,7 @@ PUBLIC: dict[str, set[str]] = {
     },
     "harel_beanie.retention": {
         "FINISHED", "TTL_INDEX", "parse_age", "parse_before", "PruneReport", "Archive", "JsonlArchive",
-        "CollectionArchive", "candidates_filter", "prune", "ensure_ttl", "dumps_report",
+        "CollectionArchive", "Removal", "candidates_filter", "prune", "ensure_ttl", "dumps_report",
     },
     "harel_beanie.metrics": {"COMMIT_BUCKETS", "StoreMetrics", "new_registry"},
     "harel_beanie.instrument": {"OPERATIONS", "otel_tracer", "InstrumentedStore"},
