@@ -18,7 +18,9 @@ execution settled, no outbox entry, spawn, timer or transport message. The final
 every execution and what is left pending go into the history, the workers stop, and the
 checker (`harel_beanie.history`) reads all the files: nothing lost, nothing doubled, one
 version chain per execution, no stale read, the final states equal harel's in-memory run of
-the accepted events, everything drained.
+the accepted events, everything drained, and each group's messages delivered and applied in
+the order they were published (every publish and delivery is recorded, the client's and the
+workers').
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from harel.engine.aio.distributed import AsyncDistributedRunner
 from harel.spec.states import Event
 
 from harel_beanie.history.checker import Verdict, check
-from harel_beanie.history.recording import RecordingStore
+from harel_beanie.history.recording import RecordingStore, RecordingTransport
 from harel_beanie.history.records import HistoryWriter, read_history
 from harel_beanie.ops.embedded import EmbeddedServer, free_port
 from harel_beanie.ops.loader import load_models
@@ -257,7 +259,7 @@ class Run:
             await base.init()
             transport = await open_transport(target, kind=self.transport)
             definitions = load_models(MODELS)
-            runner = AsyncDistributedRunner(store, transport, dict(definitions))
+            runner = AsyncDistributedRunner(store, RecordingTransport(transport, writer), dict(definitions))
             for host in self.network.hosts:
                 self.workers[host] = WorkerProcess(self, host)
                 await self.workers[host].start()

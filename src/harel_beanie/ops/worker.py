@@ -26,8 +26,9 @@ What it adds to harel's loop:
   a worker that died between commit and relay, a relay that lost a race. See
   `harel_beanie.ops.relay` for why harel's relay alone leaves work behind.
 - `--history FILE` records every create, commit and read its store makes (invoke, then ok,
-  fail or unknown) for `harel-beanie check-history` (`harel_beanie.history`): how a
-  staging run under faults is checked for lost and doubled work.
+  fail or unknown), and every publish and delivery of its transport, for `harel-beanie
+  check-history` (`harel_beanie.history`): how a staging run under faults is checked for
+  lost, doubled and reordered work.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from harel.config import Config
 from harel.engine.schema import Names
 from pymongo.errors import ConnectionFailure, OperationFailure, WriteConcernError
 
-from harel_beanie.history.recording import RecordingStore
+from harel_beanie.history.recording import RecordingStore, RecordingTransport
 from harel_beanie.history.records import HistoryWriter
 from harel_beanie.ops.loader import load_models
 from harel_beanie.ops.relay import sweep
@@ -110,12 +111,15 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
     client = await open_client(target)
     store: Any = AsyncMongoStore(client, target.db, prefix=target.prefix, create_schema=opts["create_schema"],
                                  trace_max=opts["trace_max"])  # fmt: skip
-    if opts["history"]:
-        store = RecordingStore(store, HistoryWriter(opts["history"], opts["worker_id"]))
+    history = HistoryWriter(opts["history"], opts["worker_id"]) if opts["history"] else None
+    if history is not None:
+        store = RecordingStore(store, history)
     transport = None
     wid = opts["worker_id"]
     try:
         transport = await _start(store, client, target, opts)
+        if history is not None:
+            transport = RecordingTransport(transport, history)
         executions = client[target.db][Names(target.prefix).executions]
         worker = CountingWorker(
             store, transport, definitions, worker_id=wid, visibility=opts["visibility"],
