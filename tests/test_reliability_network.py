@@ -89,13 +89,20 @@ def test_one_of_each_fault_on_the_namespace_layer(tmp_path: Path, figures: Any) 
     server SIGKILLed and restarted on its data. The history checks out with 0 anomalies and
     every fault shows it acted. On network namespaces, asserted: where they cannot be made
     (not root, no `ip` or `nft`) the test is skipped with the reason, and the loopback
-    layer's test below covers the fallback."""
+    layer's test below covers the fallback.
+
+    The writes run twice are also reordered across connections (the proxy's jitter, whose
+    overtaken requests are counted), and every publish and delivery is recorded: the
+    checker's FIFO rule passes, on pairs of ordered publishes it really compared."""
     possible, why = namespaces_possible()
     if not possible:
         pytest.skip(f"network namespaces cannot be made here ({why}); the loopback test runs the fallback")
     outcome = run(SHORT, tmp_path, transport="beanie", layer="namespaces")
     assert outcome.layer == Namespaces.layer and not outcome.fallback_reason, (outcome.layer, outcome.fallback_reason)
     assert_proven(outcome, SHORT, figures)
+    assert outcome.verdict is not None and outcome.verdict.figures["fifo_pairs"] > 0, outcome.verdict.figures
+    reordering = next(f for f in outcome.faults if f["kind"] == "duplicate")
+    assert sum(reordering["reordered"].values()) > 0, reordering
 
 
 def test_the_loopback_layer_on_harels_transport(tmp_path: Path, figures: Any) -> None:
