@@ -17,8 +17,8 @@ PUBLIC: dict[str, set[str]] = {
         "HistoryWriter", "RecordingStore", "check", "Verdict", "Anomaly", "CommitOutcomeUnknown",
     },
     "harel_beanie.history": {
-        "KINDS", "Anomaly", "HistoryWriter", "Operation", "RecordingStore", "Replay", "ReplayCase", "Verdict", "check", "pair",
-        "read_history",
+        "KINDS", "Anomaly", "HistoryWriter", "Operation", "RecordingStore", "RecordingTransport", "Replay",
+        "ReplayCase", "Verdict", "check", "pair", "read_history",
     },
     "harel_beanie.transport": {
         "AsyncMongoTransport", "MongoTransport", "QueueDocument", "OverflowDocument", "QueueLease", "bind_queues",

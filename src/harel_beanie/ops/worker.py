@@ -31,8 +31,9 @@ What it adds to harel's loop:
   worker that dies has its partitions taken over within `TAKEOVER_BOUND` seconds, and one
   that stops gives them back at once. On harel's transport every worker sweeps everything.
 - `--history FILE` records every create, commit and read its store makes (invoke, then ok,
-  fail or unknown) for `harel-beanie check-history` (`harel_beanie.history`): how a
-  staging run under faults is checked for lost and doubled work.
+  fail or unknown), and every publish and delivery of its transport, for `harel-beanie
+  check-history` (`harel_beanie.history`): how a staging run under faults is checked for
+  lost, doubled and reordered work.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from harel.engine.schema import Names
 from pymongo.errors import ConnectionFailure, OperationFailure, WriteConcernError
 
 from harel_beanie.core.partitions import PartitionScope
-from harel_beanie.history.recording import RecordingStore
+from harel_beanie.history.recording import RecordingStore, RecordingTransport
 from harel_beanie.history.records import HistoryWriter
 from harel_beanie.ops.loader import load_models
 from harel_beanie.ops.relay import sweep
@@ -126,8 +127,9 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
         trace_max=opts["trace_max"],
         partitions=scope,
     )
-    if opts["history"]:
-        store = RecordingStore(store, HistoryWriter(opts["history"], opts["worker_id"]))
+    history = HistoryWriter(opts["history"], opts["worker_id"]) if opts["history"] else None
+    if history is not None:
+        store = RecordingStore(store, history)
     transport = None
     owner: Optional[PartitionOwner] = None
     wid = opts["worker_id"]
@@ -136,6 +138,8 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
         if scope is not None:
             owner = PartitionOwner(transport.partition_leases, wid, scope)
             await _first_look(owner, wid)
+        if history is not None:
+            transport = RecordingTransport(transport, history)
         executions = client[target.db][Names(target.prefix).executions]
         worker = CountingWorker(
             store, transport, definitions, worker_id=wid, visibility=opts["visibility"],
