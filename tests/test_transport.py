@@ -125,3 +125,43 @@ def test_a_message_larger_than_the_inline_bound_travels_alone(mongo_url: str, db
         t.ack(lease)
     assert kinds == ["small", "Big", "after"]
     t.close()
+
+
+def _transports(mongo_url: str, db_name: str) -> list[tuple[str, MongoTransport]]:
+    return [
+        ("server", MongoTransport(pymongo.MongoClient(mongo_url), db_name)),
+        ("mongomock", MongoTransport(mongomock.MongoClient(), db_name)),
+    ]
+
+
+def test_a_drained_group_takes_the_priority_of_its_next_publish(mongo_url: str, db_name: str) -> None:
+    """harel's rule: a group's priority is set by the publish that finds it drained (nothing
+    waiting, no lease), and kept while it holds a message. The queue document outlives the
+    drain here (harel deletes its lock document), so the publish must set it again: before,
+    the first priority stuck, and a claim with `min_priority` never saw the group. Inline and
+    spilling (a message over the inline bound) alike, on the server and on mongomock; a
+    group that spilled is drained once a claim has found its overflow empty."""
+    big = {"blob": "x" * (300 * 1024)}
+    for layer, t in _transports(mongo_url, db_name):
+        for data in ({}, big):
+            g = f"g-{layer}-{'big' if data else 'small'}"
+            t.publish(g, Event(kind="first", data=data), priority=0)
+            t.publish(g, Event(kind="second", data=data), priority=3)  # not drained: kept
+            assert t.claim("w", 30, min_priority=1) is None, layer
+            for kind in ("first", "second"):
+                lease = t.claim("w", 30)
+                assert lease is not None and lease.event.kind == kind, layer
+                t.ack(lease)
+            assert t.claim("w", 30) is None, layer  # drained
+            t.publish(g, Event(kind="third", data=data), priority=2)
+            lease = t.claim("w", 30, min_priority=2)
+            assert lease is not None and lease.event.kind == "third", (layer, g)
+            t.publish(g, Event(kind="fourth"), priority=0)  # head in flight: not drained
+            t.ack(lease)
+            assert (lease := t.claim("w", 30, min_priority=2)) is not None and lease.event.kind == "fourth"
+            t.ack(lease)
+            if data:  # a group that spilled is known drained once a claim finds nothing (Rule 5)
+                assert t.claim("w", 30) is None
+            t.publish(g, Event(kind="fifth"), priority=0)  # drained again: back to 0
+            assert t.claim("w", 30, min_priority=1) is None, layer
+            t.ack(t.claim("w", 30))

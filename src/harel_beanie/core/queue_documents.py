@@ -67,7 +67,7 @@ class QueueDocument(Document):
     spilled: int = 0  # overflow documents the group has been told of (a claim's reset waits for none new)
     available_at: float = 0.0  # claimable from then on (epoch seconds): a lease or a park ends
     token: Optional[str] = None  # the lease: who holds the head
-    priority: int = 0  # fixed by the group's first publish, as harel's transports do
+    priority: int = 0  # set by the publish that finds the group drained, as harel's transports do
     acked: int = 0  # messages acked ever: the head's ordinal is `acked + 1` (`Lease.seq`)
     published: int = 0  # messages published ever
     wake: int = 0  # bumped by every write that makes the group claimable now (the streams' cue)

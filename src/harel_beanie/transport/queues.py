@@ -34,6 +34,12 @@ Rule 5. A claim that finds a group with nothing to deliver (its inline messages 
         overflow gone) ends the spill and sets the counts to zero, conditional on no publish
         having come in or spilled since the claim read the group (`published`, `spilled`):
         a publish that did then makes the reset miss, and the group is looked at again.
+Rule 6. A group's priority is set by the publish that finds it drained (`pending` 0, no
+        lease), and kept while it holds a message, as harel's transports do (they delete a
+        drained group's lock document; a queue document outlives its drain). The publish
+        decides it in its own write, an update pipeline reading the document as it was, so
+        it stays one round trip. A group that spilled is drained once a claim has found its
+        overflow empty (Rule 5): until then a publish into it keeps its priority.
 """
 
 from __future__ import annotations
@@ -81,19 +87,39 @@ def _event(value: Any) -> Event:
     return value
 
 
+def _old(field: str, default: Any) -> dict[str, Any]:
+    return {"$ifNull": [f"${field}", default]}
+
+
+def _write(priority: int, fields: dict[str, Any], adds: dict[str, int]) -> list[dict[str, Any]]:
+    """An update pipeline (one stage, so every expression reads the document as it was):
+    `fields` set, `adds` added to counts that may be missing, a new group's defaults, and the
+    priority `priority` if the group was drained (nothing waiting, no lease), as harel's
+    transports give it (Rule 6)."""
+    drained = {"$and": [{"$lte": [_old("pending", 0), 0]}, {"$eq": [_old("token", None), None]}]}
+    kept = {"available_at": 0.0, "token": None, "acked": 0, "spill": False}
+    return [
+        {
+            "$set": {
+                **{k: _old(k, v) for k, v in kept.items()},
+                "priority": {"$cond": [drained, priority, _old("priority", priority)]},
+                **{k: {"$add": [_old(k, 0), n]} for k, n in adds.items()},
+                **fields,
+            }
+        }
+    ]
+
+
 def publish(st: QueueState, group_id: str, event: Event, priority: int = 0) -> Flow[None]:
     group_id = require_str("group_id", group_id)
     priority = require_int("priority", priority, low=PRIORITY_RANGE[0], high=PRIORITY_RANGE[1])
     text = _event(event).model_dump_json()
     size = len(text.encode())
-    new_group = {"available_at": 0.0, "token": None, "priority": priority, "acked": 0}
     if size <= INLINE_BYTES:
         room = {"_id": group_id, "spill": {"$ne": True}, "qn": {"$lt": INLINE_MAX}, "qb": {"$lte": INLINE_BYTES - size}}
-        append = {
-            "$push": {"q": {"e": text}},
-            "$inc": {"qn": 1, "qb": size, "pending": 1, "published": 1, "wake": 1},
-            "$setOnInsert": {**new_group, "spill": False},
-        }
+        # `$literal`: the message is a value, never an expression or a field path
+        pushed = {"q": {"$concatArrays": [_old("q", []), {"$literal": [{"e": text}]}]}}
+        append = _write(priority, pushed, {"qn": 1, "qb": size, "pending": 1, "published": 1, "wake": 1})
         try:
             yield UpdateOne("enqueue", room, append, upsert=True)  # Rule 1
             return
@@ -101,14 +127,13 @@ def publish(st: QueueState, group_id: str, event: Event, priority: int = 0) -> F
             pass  # the group exists and has no room (or spills): Rule 2
     yield InsertOne("overflow", {"_id": ObjectId(), "g": group_id, "e": text})
     told = {"$inc": {"spilled": 1, "published": 1, "wake": 1}}
+    # `pending` + 1: the extra count the spill holds
+    start = _write(priority, {"spill": True}, {"spilled": 1, "published": 1, "wake": 1, "pending": 1})
     for _ in range(3):  # a racing publish may start the spill between the two forms
         if (yield UpdateOne("enqueue", {"_id": group_id, "spill": True}, told)):
             return
-        start = {**told, "$set": {"spill": True}}
-        start["$inc"] = {**told["$inc"], "pending": 1}  # the extra count the spill holds
         try:
-            yield UpdateOne("enqueue", {"_id": group_id, "spill": {"$ne": True}}, {**start, "$setOnInsert": new_group},
-                            upsert=True)  # fmt: skip
+            yield UpdateOne("enqueue", {"_id": group_id, "spill": {"$ne": True}}, start, upsert=True)
             return
         except DuplicateKeyError:
             continue  # another publish set `spill` first: tell it as a spilling group
