@@ -8,7 +8,8 @@ them from one place.
 
 A queue is one document per group (per execution): its waiting messages inline, in order,
 up to `INLINE_MAX` of them and `INLINE_BYTES` of their JSON, with the group's lease (`token`,
-`available_at`) and priority beside them. That is what makes each operation one round trip:
+`available_at`) and priority beside them. That is what makes each operation one round trip
+while a group's messages fit inline:
 a publish is one conditional upsert that appends, a claim one `find_one_and_update` that
 leases the group and returns its head, an ack one update that pops it. A group whose backlog
 outgrows the inline bounds keeps its later messages in `OverflowDocument`s, one each, in

@@ -3,8 +3,14 @@ generators of the calls of `harel_beanie.core.calls`, which both transport shell
 
 Why this module exists: harel's transport contract (one FIFO per group, at most one message
 of a group in flight, leases that expire, parked nacks, priorities) is kept here with the
-fewest round trips a message can take, one per operation, on the queue documents of
-`harel_beanie.core.queue_documents`. The rules, and the argument for each:
+fewest round trips a message can take, on the queue documents of
+`harel_beanie.core.queue_documents`. Round trips per path (each asserted on the wire in
+tests/test_transport.py): publish inline 1, into a full group 4 (it starts the spill), into
+a spilling group 3, a message over the inline bound 3 (2 into a spilling group); claim of an
+inline head 1, of an overflow head 2, one that finds nothing 1, one that finds a spilled
+group drained 4 (Rule 5, then it looks again); ack inline 1, of an overflow head 2; nack 1.
+An idle async claim adds `next_due` (1) and the store's `next_timer` (1, on the store's
+client), then a claim per wake-up. The rules, and the argument for each:
 
 Rule 1. A publish is one conditional upsert of the group's queue document that appends the
         message, when the group keeps its messages inline and has room. There is no global
