@@ -8,7 +8,8 @@ them from one place.
 
 A queue is one document per group (per execution): its waiting messages inline, in order,
 up to `INLINE_MAX` of them and `INLINE_BYTES` of their JSON, with the group's lease (`token`,
-`available_at`) and priority beside them. That is what makes each operation one round trip:
+`available_at`) and priority beside them. That is what makes each operation one round trip
+while a group's messages fit inline:
 a publish is one conditional upsert that appends, a claim one `find_one_and_update` that
 leases the group and returns its head, an ack one update that pops it. A group whose backlog
 outgrows the inline bounds keeps its later messages in `OverflowDocument`s, one each, in
@@ -74,7 +75,7 @@ class QueueDocument(Document):
     spilled: int = 0  # overflow documents the group has been told of (a claim's reset waits for none new)
     available_at: float = 0.0  # claimable from then on (epoch seconds): a lease or a park ends
     token: Optional[str] = None  # the lease: who holds the head
-    priority: int = 0  # fixed by the group's first publish, as harel's transports do
+    priority: int = 0  # set by the publish that finds the group drained, as harel's transports do
     acked: int = 0  # messages acked ever: the head's ordinal is `acked + 1` (`Lease.seq`)
     published: int = 0  # messages published ever
     wake: int = 0  # bumped by every write that makes the group claimable now (the streams' cue)

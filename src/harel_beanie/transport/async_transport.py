@@ -40,7 +40,8 @@ TimerSource = Callable[[float], Awaitable[Optional[float]]]
 
 class AsyncMongoTransport:
     """harel's `AsyncTransport` on MongoDB: one queue document per group, each operation one
-    round trip (see `harel_beanie.transport.queues`).
+    round trip while the group's messages fit inline (every path's count:
+    `harel_beanie.transport.queues`).
 
     `client` is PyMongo's `AsyncMongoClient` (or a Motor / mongomock-motor client). `idle_wait`
     (seconds, default 0: answer at once, as harel's transports do) lets a claim that finds

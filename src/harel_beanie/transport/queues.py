@@ -3,8 +3,14 @@ generators of the calls of `harel_beanie.core.calls`, which both transport shell
 
 Why this module exists: harel's transport contract (one FIFO per group, at most one message
 of a group in flight, leases that expire, parked nacks, priorities) is kept here with the
-fewest round trips a message can take, one per operation, on the queue documents of
-`harel_beanie.core.queue_documents`. The rules, and the argument for each:
+fewest round trips a message can take, on the queue documents of
+`harel_beanie.core.queue_documents`. Round trips per path (each asserted on the wire in
+tests/test_transport.py): publish inline 1, into a full group 4 (it starts the spill), into
+a spilling group 3, a message over the inline bound 3 (2 into a spilling group); claim of an
+inline head 1, of an overflow head 2, one that finds nothing 1, one that finds a spilled
+group drained 4 (Rule 5, then it looks again); ack inline 1, of an overflow head 2; nack 1.
+An idle async claim adds `next_due` (1) and the store's `next_timer` (1, on the store's
+client), then a claim per wake-up. The rules, and the argument for each:
 
 Rule 1. A publish is one conditional upsert of the group's queue document that appends the
         message, when the group keeps its messages inline and has room. There is no global
@@ -30,7 +36,17 @@ Rule 4. An ack, a nack and the overflow head's removal are each conditional on t
         pops the head (or deletes the overflow document), frees the group and puts it at the
         back of the round-robin; it bumps `wake`, since a message published while the head
         was in flight is claimable only now.
-Rule 6. Every queue and overflow document carries its group's partition (`part`, the
+Rule 5. A claim that finds a group with nothing to deliver (its inline messages and its
+        overflow gone) ends the spill and sets the counts to zero, conditional on no publish
+        having come in or spilled since the claim read the group (`published`, `spilled`):
+        a publish that did then makes the reset miss, and the group is looked at again.
+Rule 6. A group's priority is set by the publish that finds it drained (`pending` 0, no
+        lease), and kept while it holds a message, as harel's transports do (they delete a
+        drained group's lock document; a queue document outlives its drain). The publish
+        decides it in its own write, an update pipeline reading the document as it was, so
+        it stays one round trip. A group that spilled is drained once a claim has found its
+        overflow empty (Rule 5): until then a publish into it keeps its priority.
+Rule 7. Every queue and overflow document carries its group's partition (`part`, the
         partition of the group's execution). A claim and `next_due` read only the partitions
         the transport's scope owns (all of them without an owner). Through a mongos a claim
         names one partition at a time, going round the partitions it owns, so it is a
@@ -39,10 +55,6 @@ Rule 6. Every queue and overflow document carries its group's partition (`part`,
         a group that owner has claimed. On one server one claim covers every partition it
         owns. A claim that comes back for a partition whose lease ended meanwhile gives the
         group back at once.
-Rule 5. A claim that finds a group with nothing to deliver (its inline messages and its
-        overflow gone) ends the spill and sets the counts to zero, conditional on no publish
-        having come in or spilled since the claim read the group (`published`, `spilled`):
-        a publish that did then makes the reset miss, and the group is looked at again.
 """
 
 from __future__ import annotations
@@ -103,20 +115,42 @@ def _event(value: Any) -> Event:
     return value
 
 
+def _old(field: str, default: Any) -> dict[str, Any]:
+    return {"$ifNull": [f"${field}", default]}
+
+
+def _write(priority: int, fields: dict[str, Any], adds: dict[str, int]) -> list[dict[str, Any]]:
+    """An update pipeline (one stage, so every expression reads the document as it was):
+    `fields` set, `adds` added to counts that may be missing, a new group's defaults, and the
+    priority `priority` if the group was drained (nothing waiting, no lease), as harel's
+    transports give it (Rule 6)."""
+    drained = {"$and": [{"$lte": [_old("pending", 0), 0]}, {"$eq": [_old("token", None), None]}]}
+    kept = {"available_at": 0.0, "token": None, "acked": 0, "spill": False}
+    return [
+        {
+            "$set": {
+                **{k: _old(k, v) for k, v in kept.items()},
+                "priority": {"$cond": [drained, priority, _old("priority", priority)]},
+                **{k: {"$add": [_old(k, 0), n]} for k, n in adds.items()},
+                **fields,
+            }
+        }
+    ]
+
+
 def publish(st: QueueState, group_id: str, event: Event, priority: int = 0) -> Flow[None]:
     group_id = require_str("group_id", group_id)
     priority = require_int("priority", priority, low=PRIORITY_RANGE[0], high=PRIORITY_RANGE[1])
     text = _event(event).model_dump_json()
     size = len(text.encode())
-    part = st.scope.part_of(group_id)
-    new_group = {"available_at": 0.0, "token": None, "priority": priority, "acked": 0, PART: part}
+    part = st.scope.part_of(group_id)  # Rule 7
     if size <= INLINE_BYTES:
         room = {"_id": group_id, "spill": {"$ne": True}, "qn": {"$lt": INLINE_MAX}, "qb": {"$lte": INLINE_BYTES - size}}
-        append = {
-            "$push": {"q": {"e": text}},
-            "$inc": {"qn": 1, "qb": size, "pending": 1, "published": 1, "wake": 1},
-            "$setOnInsert": {**new_group, "spill": False},
-        }
+        # `$literal`: the message is a value, never an expression or a field path
+        pushed = {"q": {"$concatArrays": [_old("q", []), {"$literal": [{"e": text}]}]}}
+        append = _write(
+            priority, {**pushed, PART: part}, {"qn": 1, "qb": size, "pending": 1, "published": 1, "wake": 1}
+        )
         try:
             yield UpdateOne("enqueue", room, append, upsert=True)  # Rule 1
             return
@@ -124,14 +158,13 @@ def publish(st: QueueState, group_id: str, event: Event, priority: int = 0) -> F
             pass  # the group exists and has no room (or spills): Rule 2
     yield InsertOne("overflow", {"_id": ObjectId(), "g": group_id, "e": text, PART: part})
     told = {"$inc": {"spilled": 1, "published": 1, "wake": 1}}
+    # `pending` + 1: the extra count the spill holds
+    start = _write(priority, {"spill": True, PART: part}, {"spilled": 1, "published": 1, "wake": 1, "pending": 1})
     for _ in range(3):  # a racing publish may start the spill between the two forms
         if (yield UpdateOne("enqueue", {"_id": group_id, "spill": True}, told)):
             return
-        start = {**told, "$set": {"spill": True}}
-        start["$inc"] = {**told["$inc"], "pending": 1}  # the extra count the spill holds
         try:
-            yield UpdateOne("enqueue", {"_id": group_id, "spill": {"$ne": True}}, {**start, "$setOnInsert": new_group},
-                            upsert=True)  # fmt: skip
+            yield UpdateOne("enqueue", {"_id": group_id, "spill": {"$ne": True}}, start, upsert=True)
             return
         except DuplicateKeyError:
             continue  # another publish set `spill` first: tell it as a spilling group
@@ -151,7 +184,7 @@ def claim(st: QueueState, worker_id: str, visibility: float, min_priority: int =
 
 
 def _claim_scopes(scope: PartitionScope) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-    """The filters a claim tries in turn (Rule 6), each with the fence it sets."""
+    """The filters a claim tries in turn (Rule 7), each with the fence it sets."""
     owned = scope.owned()
     if not scope.sharded:
         scoped = scope.sweep_filter()
@@ -184,7 +217,7 @@ def _claim_in(
         group_id, seq = doc["_id"], int(doc.get("acked") or 0) + 1
         owned, part = st.scope.owned(), doc.get(PART)
         if owned is not None and (0 if part is None else part) not in owned:  # no part: written before them
-            # its partition's lease ended while the claim was on its way (Rule 6): give it back
+            # its partition's lease ended while the claim was on its way (Rule 7): give it back
             yield UpdateOne("queues", {"_id": group_id, "token": token}, {"$set": {"available_at": 0.0, "token": None}})
             return None
         if doc.get("q"):

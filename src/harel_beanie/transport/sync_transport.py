@@ -33,8 +33,9 @@ from harel_beanie.transport.settings import (
 
 class MongoTransport:
     """harel's `Transport` on MongoDB: one queue document per group, each operation one round
-    trip (see `harel_beanie.transport.queues`). `client` is a `pymongo.MongoClient` (or a
-    mongomock one)."""
+    trip while the group's messages fit inline (every path's count:
+    `harel_beanie.transport.queues`). `client` is a `pymongo.MongoClient` (or a mongomock
+    one)."""
 
     _setup_lock = threading.Lock()
 
