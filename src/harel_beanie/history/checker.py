@@ -62,6 +62,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 
 from harel_beanie.history.records import OUTCOMES, Operation, Paired, pair
 from harel_beanie.history.verdict import Anomaly, Verdict
+from harel_beanie.history.wording import diff, listed, ranges, times
 
 #: the counts of the `drain` record; each must be 0
 DRAIN_FIELDS = ("outbox", "spawns", "timers", "queued", "leased")
@@ -156,15 +157,11 @@ def _events(h: _History) -> Iterable[Anomaly]:
             if n > 1:
                 yield Anomaly("doubled", exe, f"event {eid!r} of unknown outcome applied {n} times (sends: {tried})")
         elif n:
-            yield Anomaly("phantom", exe, f"event {eid!r} applied {_times(n)} though every send failed ({tried})")
+            yield Anomaly("phantom", exe, f"event {eid!r} applied {times(n)} though every send failed ({tried})")
     for exe, ids in h.seen.items():
         for eid in dict.fromkeys(ids):
             if (exe, eid) not in h.sends:
-                yield Anomaly("phantom", exe, f"event {eid!r} applied {_times(ids.count(eid))}, never sent")
-
-
-def _times(n: int) -> str:
-    return "once" if n == 1 else f"{n} times"
+                yield Anomaly("phantom", exe, f"event {eid!r} applied {times(ids.count(eid))}, never sent")
 
 
 # --- 2. versions --------------------------------------------------------------------------
@@ -220,17 +217,7 @@ def _versions(h: _History) -> Iterable[Anomaly]:
         missing = [v for v in range(1, version + 1) if v not in claimed]
         if missing:
             yield Anomaly("unaccounted-version", exe, f"no recorded write could have stored version(s) "
-                          f"{_ranges(missing)} of the final {version}")  # fmt: skip
-
-
-def _ranges(numbers: list[int]) -> str:
-    spans: list[list[int]] = []
-    for n in numbers:
-        if spans and n == spans[-1][1] + 1:
-            spans[-1][1] = n
-        else:
-            spans.append([n, n])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+                          f"{ranges(missing)} of the final {version}")  # fmt: skip
 
 
 # --- 3. reads -----------------------------------------------------------------------------
@@ -292,29 +279,9 @@ def _final_states(h: _History, replay: Replay, counted: list[int]) -> Iterable[A
         counted[0] += 1
         got = {key: final.get(key) for key in COMPARED if key != "children"}
         got["children"] = {cid: f.get("status") for cid, f in h.finals.items() if f.get("parent") == exe}
-        differs = _diff(got, want)
+        differs = diff(got, want, COMPARED)
         if differs:
             yield Anomaly("replay-mismatch", exe, f"after {len(events)} events: " + "; ".join(differs))
-
-
-def _diff(got: Mapping[str, Any], want: Mapping[str, Any]) -> list[str]:
-    out = []
-    for key in COMPARED:
-        a, b = got.get(key), want.get(key)
-        if a == b:
-            continue
-        if isinstance(a, Mapping) and isinstance(b, Mapping):
-            for k in sorted(set(a) | set(b), key=str):
-                if a.get(k) != b.get(k):
-                    out.append(f"{key}.{k}: history {_short(a.get(k))}, replay {_short(b.get(k))}")
-        else:
-            out.append(f"{key}: history {_short(a)}, replay {_short(b)}")
-    return out
-
-
-def _short(value: Any, limit: int = 120) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # --- 5. the end ---------------------------------------------------------------------------
@@ -365,19 +332,14 @@ def _order(h: _History) -> Iterable[Anomaly]:
                 h.fifo_pairs += len(earlier)
                 jumped = [eid for eid in earlier if delivered.get(eid, delivered[later] + 1) > delivered[later]]
                 if jumped:
-                    yield Anomaly("reordered", group, f"event {later!r} was delivered before {_listed(jumped)}, "
+                    yield Anomaly("reordered", group, f"event {later!r} was delivered before {listed(jumped)}, "
                                   "whose publish was acknowledged before its own began")  # fmt: skip
             if later in applied:
                 # only events the model lists: a Timeout or a child's Returned is applied unlisted
                 jumped = [eid for eid in earlier if applied.get(eid, -1) > applied[later]]
                 if jumped:
-                    yield Anomaly("reordered", group, f"event {later!r} was applied before {_listed(jumped)}, "
+                    yield Anomaly("reordered", group, f"event {later!r} was applied before {listed(jumped)}, "
                                   "whose publish was acknowledged before its own began")  # fmt: skip
-
-
-def _listed(ids: list[str], shown: int = 3) -> str:
-    named = ", ".join(repr(eid) for eid in ids[:shown])
-    return named + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
 
 
 # --- figures ------------------------------------------------------------------------------
