@@ -339,8 +339,9 @@ def test_a_hidden_tab_stops_listening_and_reads_again_when_shown(shop: dict[str,
 def test_the_statechart_draws_with_nothing_on_the_console(shop: dict[str, Any], browser: Any) -> None:  # noqa: F811
     """The page's policy admits no inline style, and mermaid styles what it draws inline: each
     such style the browser refused was a console error ("Refused to apply inline style ...
-    Content Security Policy"), a dozen per statechart. The drawing is made without them, so
-    an execution page with its statechart drawn leaves the console empty."""
+    Content Security Policy"), hundreds per statechart. The drawing is made without them, so
+    an execution page with its statechart drawn leaves the console empty (the pages name no
+    icon either, so a browser's first page logs no 404 for /favicon.ico)."""
     dash, run_id = shop["dash"], shop["run_id"]
     browser.get(f"{dash.base}/?token={TOKEN}")
     browser.get_log("browser")  # what earlier pages said is not this page's
