@@ -60,6 +60,8 @@ OPERATOR = {
     "purge": "store (purge)",
     "release": "partition leases",
     "close": "shutdown",
+    "migrate-transport up": "harel-beanie migrate-transport",
+    "migrate-transport down": "harel-beanie migrate-transport",
 }
 
 _ORDER = [ONE_SHARD, PARTITION_SCOPED, UNSHARDED, ALL_SHARDS]

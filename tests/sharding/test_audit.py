@@ -147,6 +147,30 @@ async def test_a_worker_running_the_shop(mongo_url: str, audits: Any) -> None:
     assert not audit.problems(), "\n".join(audit.problems())
 
 
+async def test_migrate_transport_both_ways(mongo_url: str, audits: Any) -> None:
+    """`harel-beanie migrate-transport`: harel's transport's messages (a group deep enough to
+    spill) into this package's queues and back, each write naming its group's partition."""
+    from harel_beanie.ops.drivers import open_mongo_transport
+    from harel_beanie.transport import moving
+
+    new, _ = audits
+    db, audit = new("migrate-transport")
+    harels = await open_mongo_transport(mongo_url, db)
+    for n in range(INLINE_MAX + 2):
+        await harels.publish("deep", Event(kind=f"d{n}"))
+    await harels.publish("shallow", Event(kind="s"))
+    client: Any = pymongo.AsyncMongoClient(mongo_url, event_listeners=[audit])
+    for name, move in (("migrate-transport up", moving.up), ("migrate-transport down", moving.down)):
+        token = OP.set(name)
+        try:
+            report = await move(client[db], "harel", say=lambda _: None, sharded=True)
+        finally:
+            OP.reset(token)
+        assert report.messages == INLINE_MAX + 3
+    await client.close()
+    assert not audit.problems(), "\n".join(audit.problems())
+
+
 def test_the_audit_fails_on_the_transport_before_partitions(mongo_url: str, client: Any) -> None:
     """The transport as it was before partitions sent its claim with no shard key: the
     audit flags it (a `findAndModify` needing MongoDB 7.1's broadcast, or refused before)."""
@@ -166,7 +190,7 @@ def test_the_audit_fails_on_the_transport_before_partitions(mongo_url: str, clie
 def test_scaling_md_shows_the_audit(audits: Any) -> None:
     """Runs last in this module: the operation table of docs/SCALING.md is the audits'."""
     _, results = audits
-    assert {"store-outbox", "transport", "worker"} <= set(results), "run the whole module"
+    assert {"store-outbox", "transport", "worker", "migrate-transport"} <= set(results), "run the whole module"
     table = markdown([a.table() for a in results.values()])
     text = SCALING.read_text()
     section = f"{BEGIN}\n{table}{END}"
