@@ -60,6 +60,8 @@ OPERATOR = {
     "purge": "store (purge)",
     "release": "partition leases",
     "close": "shutdown",
+    "dashboard": "dashboard, metrics, status",
+    "prune": "harel-beanie prune",
     "migrate-transport up": "harel-beanie migrate-transport",
     "migrate-transport down": "harel-beanie migrate-transport",
 }

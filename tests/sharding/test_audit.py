@@ -171,6 +171,59 @@ async def test_migrate_transport_both_ways(mongo_url: str, audits: Any) -> None:
     assert not audit.problems(), "\n".join(audit.problems())
 
 
+async def test_the_operators_side(mongo_url: str, audits: Any) -> None:
+    """The dashboard's pages and JSON, its Prometheus figures, `status`'s backlog and prune,
+    on a store routing as behind a mongos: they may read every shard (they are not the hot
+    path), but none may break a rule a cluster enforces."""
+    import time
+
+    import httpx
+    from fastapi import FastAPI
+    from harel.engine.execution import Execution, Status
+    from prometheus_client import CollectorRegistry
+
+    from harel_beanie.dashboard import dashboard_router, no_auth
+    from harel_beanie.ops.retention import prune
+    from harel_beanie.queries import backlog
+    from harel_beanie.telemetry.metrics import StoreMetrics
+
+    new, _ = audits
+    db, audit = new("operator")
+    client: Any = pymongo.AsyncMongoClient(mongo_url, event_listeners=[audit])
+    store = AsyncMongoStore(client, db, sharded=True)
+    await Labelled(store).init()
+    now = time.time()
+    for i in range(6):
+        status = (Status.DONE, Status.FAILED, Status.RUNNING)[i % 3]
+        exe = Execution(id=f"op-{i}", definition_id="Payment", status=status, updated_at=now - 86400 * 30)
+        await store.save(exe)
+    app = FastAPI()
+    app.include_router(dashboard_router(store, auth=no_auth, metrics=StoreMetrics(CollectorRegistry())))
+    token = OP.set("dashboard")
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://app") as http:
+            for path in (
+                "/",
+                "/failed",
+                "/backlog",
+                "/api/executions",
+                "/api/failed",
+                "/metrics",
+                "/execution?id=op-1",
+            ):
+                assert (await http.get(path)).status_code == 200, path
+        await backlog()  # on the Beanie classes the store bound to this database
+    finally:
+        OP.reset(token)
+    token = OP.set("prune")
+    try:
+        await prune(client[db]["harel_executions"], now)
+    finally:
+        OP.reset(token)
+    await client.close()
+    assert not audit.problems(), "\n".join(audit.problems())
+
+
 def test_the_audit_fails_on_the_transport_before_partitions(mongo_url: str, client: Any) -> None:
     """The transport as it was before partitions sent its claim with no shard key: the
     audit flags it (a `findAndModify` needing MongoDB 7.1's broadcast, or refused before)."""
@@ -190,7 +243,7 @@ def test_the_audit_fails_on_the_transport_before_partitions(mongo_url: str, clie
 def test_scaling_md_shows_the_audit(audits: Any) -> None:
     """Runs last in this module: the operation table of docs/SCALING.md is the audits'."""
     _, results = audits
-    assert {"store-outbox", "transport", "worker", "migrate-transport"} <= set(results), "run the whole module"
+    assert {"store-outbox", "transport", "worker", "migrate-transport", "operator"} <= set(results), "run the module"
     table = markdown([a.table() for a in results.values()])
     text = SCALING.read_text()
     section = f"{BEGIN}\n{table}{END}"
