@@ -134,6 +134,10 @@ def _swapped_async_transport() -> Any:
     from harel_beanie.transport import AsyncMongoTransport
 
     class SwappedAsyncMongoTransport(AsyncMongoTransport):
+        def __init__(self, *args: Any, **options: Any) -> None:
+            options.setdefault("partitions", owning_every_partition())
+            super().__init__(*args, **options)
+
         @classmethod
         async def from_url(cls, url: str, db_name: str = "harel", *args: Any, **options: Any) -> Any:
             kept = {k: v for k, v in options.items() if k in ("prefix", "create_schema")}
@@ -177,6 +181,25 @@ def _in_memory_async_store(async_cls: Any) -> Any:
     return InMemoryAsyncStore
 
 
+def owning_every_partition() -> Any:
+    """A partition scope holding every partition by lease, as a lone worker's would: harel's
+    transport tests then run this transport's claims over its owned partitions (the path a
+    `harel-beanie worker` takes), not the unowned claim over all documents."""
+    from harel_beanie.core.partitions import DEFAULT_PARTITIONS, Held, PartitionScope
+
+    return PartitionScope(held={p: Held(1, 4e9) for p in range(DEFAULT_PARTITIONS)})
+
+
+def _owning(cls: Any) -> Any:
+    class Owning(cls):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: Any, **options: Any) -> None:
+            options.setdefault("partitions", owning_every_partition())
+            super().__init__(*args, **options)
+
+    Owning.__name__ = cls.__name__
+    return Owning
+
+
 def _swap_transports(async_store_cls: Any) -> Any:
     """Put this package's transports where harel's suite imports its own; returns the async
     store class to put in harel's place."""
@@ -186,8 +209,9 @@ def _swap_transports(async_store_cls: Any) -> Any:
 
     from harel_beanie.transport import MongoTransport
 
-    transport.MongoTransport = MongoTransport  # type: ignore[misc,assignment]
-    worker.MongoTransport = MongoTransport  # type: ignore[attr-defined]
+    owning = _owning(MongoTransport)
+    transport.MongoTransport = owning  # type: ignore[misc,assignment]
+    worker.MongoTransport = owning  # type: ignore[attr-defined]
     aio_transport.AsyncMongoTransport = _swapped_async_transport()  # type: ignore[misc]
     return async_store_cls if REAL else _in_memory_async_store(async_store_cls)
 

@@ -52,7 +52,8 @@ def test_harels_whole_engine_suite_side_by_side(mongo_url: str) -> None:
 
 def test_harels_transport_tests_on_this_transport(mongo_url: str) -> None:
     """harel's tests of its MongoTransport and AsyncMongoTransport, this package's transport
-    swapped in. Its priority-on-drain tests (sync and async) failed on both backends while a
+    swapped in, holding every partition by lease as a lone worker does (`tests/harel_swap.py`:
+    its claims take the owned-partitions path). Its priority-on-drain tests (sync and async) failed on both backends while a
     drained group kept its first priority."""
     runs = transport_runs(mongo_url)
     report(transport_table(runs))

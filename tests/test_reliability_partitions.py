@@ -159,3 +159,18 @@ def test_the_takeover_reading_can_fail(owner_prefix: str) -> None:
     run.events = {"kill": 1.0}
     run.watched = [(0.5, {0: {"owner": "w1-1:a", "epoch": 1}}), (20.0, {0: {"owner": "w1-1:a", "epoch": 1}})]
     assert _taken_over(run, "kill", [0], owner_prefix) == {}
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("seed", [2, 3, 4, 5])
+def test_partition_takeovers_soak(tmp_path: Path, seed: int, figures: Any) -> None:
+    """The same run again with other draws of the client's events (seeds), longer sends."""
+    scenario = Scenario("partitions", faults=(), kills=0, workers=4, executions=12, seconds=40, echo_share=0.2)
+    run = PartitionRun(scenario, tmp_path, transport="beanie", layer="loopback", seed=seed)
+    outcome = asyncio.run(run.go())
+    assert outcome.verdict is not None and outcome.settled and outcome.verdict.ok, outcome.verdict
+    killed = _taken_over(run, "kill", run.owners_at["kill"], "w1-")
+    frozen = _taken_over(run, "freeze", run.owners_at["freeze"], "w2-")
+    assert set(killed) == set(run.owners_at["kill"]) and set(frozen) == set(run.owners_at["freeze"])
+    assert max([*killed.values(), *frozen.values()]) <= TAKEOVER_BOUND + WATCH + ALLOWANCE
+    figures.set(seed=seed, takeover_s=round(max([*killed.values(), *frozen.values()]), 1))
