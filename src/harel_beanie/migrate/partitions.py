@@ -19,7 +19,7 @@ this step runs alongside the workers.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, AsyncIterator, Optional
 
 from pymongo import UpdateMany, UpdateOne
 
@@ -61,16 +61,20 @@ class Partitions(Step):
 
     async def after_up(self, m: Migration) -> None:
         parts = await _recorded_parts(m)
-        await _set_queue_parts(m, parts)
-        await _set_overflow_parts(m, parts)
+        queues, overflow = _queues(m), _overflow(m)
+        # the queues hold only waiting work: a pass each, by group
+        async for batch in _batches(queues.find(_UNPARTITIONED, {"_id": 1}), m.batch_size):
+            queued = [
+                UpdateOne({"_id": d["_id"], **_UNPARTITIONED}, {"$set": {PART: part_of(d["_id"], parts)}})
+                for d in batch
+            ]
+            await queues.bulk_write(queued, ordered=False)
+        async for batch in _batches(overflow.find(_UNPARTITIONED, {"g": 1}), m.batch_size):
+            groups = sorted({d["g"] for d in batch})
+            spilled = [UpdateMany({"g": g, **_UNPARTITIONED}, {"$set": {PART: part_of(g, parts)}}) for g in groups]
+            await overflow.bulk_write(spilled, ordered=False)
         # executions a worker of an older version created behind the cursor
-        batch: list[dict[str, Any]] = []
-        async for doc in m.exes.find(_UNPARTITIONED, self.up_projection).batch_size(m.batch_size):
-            batch.append(doc)
-            if len(batch) == m.batch_size:
-                await m.write_guarded(batch, lambda d: part_update(d, parts), self.up_projection)
-                batch = []
-        if batch:
+        async for batch in _batches(m.exes.find(_UNPARTITIONED, self.up_projection), m.batch_size):
             await m.write_guarded(batch, lambda d: part_update(d, parts), self.up_projection)
         await m.counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": self.version}}, upsert=True)
 
@@ -121,38 +125,16 @@ def _overflow(m: Migration) -> Any:
     return m.exes.database.get_collection(queue_names(m.prefix)[1], write_concern=m.exes.write_concern)
 
 
-async def _set_queue_parts(m: Migration, parts: int) -> int:
-    """`part` on every queue document without one (by its `_id`, the group), in batches."""
-    coll, updated = _queues(m), 0
-    ids: list[str] = []
-
-    async def flush() -> int:
-        ops = [UpdateOne({"_id": g, **_UNPARTITIONED}, {"$set": {PART: part_of(g, parts)}}) for g in ids]
-        return (await coll.bulk_write(ops, ordered=False)).modified_count if ops else 0
-
-    async for doc in coll.find(_UNPARTITIONED, {"_id": 1}).batch_size(m.batch_size):
-        ids.append(doc["_id"])
-        if len(ids) == m.batch_size:
-            updated, ids = updated + await flush(), []
-    return updated + await flush()
-
-
-async def _set_overflow_parts(m: Migration, parts: int) -> int:
-    """`part` on every overflow document without one (from its group `g`): one update per
-    group met in each batch read."""
-    coll, updated, read = _overflow(m), 0, 0
-    groups: set[str] = set()
-
-    async def flush() -> int:
-        ops = [UpdateMany({"g": g, **_UNPARTITIONED}, {"$set": {PART: part_of(g, parts)}}) for g in sorted(groups)]
-        return (await coll.bulk_write(ops, ordered=False)).modified_count if ops else 0
-
-    async for doc in coll.find(_UNPARTITIONED, {"g": 1}).batch_size(m.batch_size):
-        groups.add(doc["g"])
-        read += 1
-        if read % m.batch_size == 0:
-            updated, groups = updated + await flush(), set()
-    return updated + await flush()
+async def _batches(cursor: Any, size: int) -> AsyncIterator[list[dict[str, Any]]]:
+    """The documents of `cursor` in lists of `size` (the last one shorter)."""
+    batch: list[dict[str, Any]] = []
+    async for doc in cursor.batch_size(size):
+        batch.append(doc)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 async def _drop_named(coll: Any, names: list[str]) -> None:
