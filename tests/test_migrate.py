@@ -28,7 +28,8 @@ from harel.engine.schema import DEFAULT_PREFIX, Names
 from harel.engine.store import MongoStore as HarelMongoStore
 
 from harel_beanie import MongoStore, SchemaMismatch
-from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION, bind, index_models
+from harel_beanie.core.documents import PARTITION_INDEXES, SCHEMA_MARKER_ID, SCHEMA_VERSION, bind, index_models
+from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
 from harel_beanie.migrate import (
     ADDED_FIELDS,
     PROGRESS_ID,
@@ -281,7 +282,7 @@ def test_up_then_this_store_finishes_what_harels_store_left(world: World, refere
     assert before["outbox"] and before["spawns"] and before["timers"]
     assert world.harel().load("p1").status.value == "SUSPENDED"
 
-    [report, indexes] = world.migrate("up")
+    [report, indexes, parts] = world.migrate("up")
     assert (report.version, report.direction, report.read) == (1, "up", 6)
     # step 2 flags exactly the documents holding entries, and swaps the indexes
     holding = {d["_id"] for d in world.executions.find() if d.get("outbox") or d.get("spawns")}
@@ -289,6 +290,10 @@ def test_up_then_this_store_finishes_what_harels_store_left(world: World, refere
     assert {d["_id"] for d in world.executions.find({"pending": True})} == holding
     names = {ix["name"] for ix in world.executions.list_indexes()}
     assert {"hb_pending", "hb_timer_pending"} <= names and not names & {"hb_outbox_seq", "hb_spawn_seq", "hb_next_fire"}
+    # step 3 gives every document its partition
+    assert (parts.version, parts.direction, parts.updated) == (3, "up", 6)
+    assert all(d["part"] == part_of(d["_id"], DEFAULT_PARTITIONS) for d in world.executions.find())
+    assert world.counters.find_one({"_id": SCHEMA_MARKER_ID})["parts"] == DEFAULT_PARTITIONS
 
     ours = world.ours()
     assert pending(ours) == before  # every entry, seq and timer carried over as it was
@@ -321,8 +326,10 @@ def test_down_leaves_a_database_harels_store_finishes(world: World, reference: d
     world.ours().commit(gone, [])
     assert world.ours().purge(gone.id, 1) and world.executions.find_one({"_id": gone.id})["tomb"]
 
-    [indexes, report] = world.migrate("down", to=0)
+    [parts, indexes, report] = world.migrate("down", to=0)
+    assert (parts.version, parts.direction) == (3, "down") and parts.updated == parts.read
     assert (indexes.version, indexes.direction) == (2, "down") and indexes.updated > 0
+    assert world.executions.count_documents({"part": {"$exists": True}}) == 0
     assert world.executions.count_documents({"pending": {"$exists": True}}) == 0
     assert world.executions.find_one({"_id": gone.id}) is None
     assert world.counters.count_documents({"_id": {"$regex": "^harel_beanie:node:"}}) == 0  # the seq leases
@@ -361,13 +368,13 @@ def test_an_interrupted_step_finishes_when_run_again(world: World, reference: di
     assert world.counters.find_one({"_id": SCHEMA_MARKER_ID}) is None  # not at version 1 yet
     assert world.executions.count_documents({"status": {"$exists": True}}) == 4
 
-    [report, _] = world.migrate("up", batch_size=2)
+    [report, _, _] = world.migrate("up", batch_size=2)
     assert report.resumed_after == progress["after"] and report.read == 2
     assert world.counters.find_one({"_id": PROGRESS_ID}) is None
     assert world.migrate("up") == []  # at version 1: nothing to do
 
     advance(world, world.ours())
-    world.migrate("down", to=1)  # the index step, then step 1 interrupted
+    world.migrate("down", to=1)  # the partition and index steps, then step 1 interrupted
     with pytest.raises(KeyboardInterrupt):
         world.migrate("down", batch_size=3, on_batch=stop_after(1))
     assert world.counters.find_one({"_id": SCHEMA_MARKER_ID}) is None  # the store reads both layouts meanwhile
@@ -398,7 +405,7 @@ def test_running_a_step_again_changes_nothing(world: World) -> None:
     after_up = _raw(world)
     # as if the first run stopped just before recording the version: the whole pass again
     world.counters.delete_one({"_id": SCHEMA_MARKER_ID})
-    [again, _] = world.migrate("up", batch_size=4)
+    [again, _, _] = world.migrate("up", batch_size=4)
     assert again.read == 13 and again.updated == 0
     assert _raw(world) == after_up
 
@@ -469,7 +476,7 @@ def test_migrate_command(world: World, capsys: pytest.CaptureFixture[str]) -> No
     assert "layout version 0" in capsys.readouterr().out
     assert main(["up", *args, "--batch-size", "2"]) == 0
     out = capsys.readouterr().out
-    assert "6 executions read in 3 batches" in out and "at layout version 2" in out
+    assert "6 executions read in 3 batches" in out and f"at layout version {SCHEMA_VERSION}" in out
     assert main(["status", *args]) == 0
     assert "up to date" in capsys.readouterr().out
     assert main(["down", *args, "--to", "0"]) == 0
@@ -535,7 +542,7 @@ def test_beanies_cli_runs_the_migration_files(client: pymongo.MongoClient[Any], 
     assert world.counters.find_one({"_id": SCHEMA_MARKER_ID})["n"] == SCHEMA_VERSION
     assert world.executions.count_documents({"status": {"$exists": True}}) == 6
     assert client[db_name][Names(PREFIX).counters].find_one({"_id": SCHEMA_MARKER_ID}) is None  # only that prefix
-    beanie_migrate("--backward", "-d", "2")
+    beanie_migrate("--backward", "-d", str(SCHEMA_VERSION))
     assert world.counters.find_one({"_id": SCHEMA_MARKER_ID}) is None
     assert world.executions.count_documents({"status": {"$exists": True}}) == 0
     finish_part = world.runner(world.harel())
@@ -582,8 +589,10 @@ def test_layout_1_with_pending_work_goes_up_to_2(
     with pytest.raises(SchemaMismatch):
         MongoStore(pymongo.MongoClient(mongo_url), db_name).pending_outbox()
 
-    [report] = asyncio.run(_migrate(mongo_url, db_name, PREFIX, "up"))
+    [report] = asyncio.run(_migrate(mongo_url, db_name, PREFIX, "up", to=2))
     assert (report.version, report.updated) == (2, 1)
+    # version 2's indexes, without those led by `part` that version 3 adds
+    assert not set(PARTITION_INDEXES) & {ix["name"] for ix in exes.list_indexes()}
     ours = MongoStore(pymongo.MongoClient(mongo_url), db_name)
     assert [s.child_id for s in ours.pending_spawns()] == ["v1:c"]
     assert [e.event.kind for e in ours.pending_outbox()] == ["Hi"]

@@ -4,8 +4,8 @@ The pieces, each in a module of its own:
 
 - `engine`: the `Migrator` that runs steps safely with no transactions (batches, a progress
   record to resume from, writes guarded on each document's version, the version checks);
-- one module per step (`adopt_harel_mongostore`: version 1 over harel's layout), listed in
-  `steps.STEPS`;
+- one module per step (`adopt_harel_mongostore`: version 1 over harel's layout;
+  `pending_flag`: 2; `partitions`: 3), listed in `steps.STEPS`;
 - `command`: `harel-beanie migrate up|down|status`, parsed by the package's one command
   line (`harel_beanie.ops.cli`) with the same `--url`/`--db`/`--prefix` rules as every command;
   `python -m harel_beanie.migrate ...` and `main(argv)` below run the same.

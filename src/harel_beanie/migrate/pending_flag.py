@@ -11,10 +11,17 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from harel_beanie.core.documents import LAYOUT_1_INDEXES, SCHEMA_MARKER_ID, ExecutionDocument, index_models
+from harel_beanie.core.documents import (
+    LAYOUT_1_INDEXES,
+    PARTITION_INDEXES,
+    SCHEMA_MARKER_ID,
+    ExecutionDocument,
+    index_models,
+)
 from harel_beanie.migrate.step import Migration, Step
 
-_INDEXES = index_models(ExecutionDocument)
+# version 2's indexes: today's, without those version 3 added
+_INDEXES = [ix for ix in index_models(ExecutionDocument) if ix.document["name"] not in PARTITION_INDEXES]
 
 
 class PendingFlag(Step):

@@ -18,11 +18,14 @@ class MigrationError(RuntimeError):
 
 class Migration(Protocol):
     """What a step uses of the `Migrator` running it: the two collections, where they are,
-    the clock, and the guarded write every step writes with."""
+    the prefix (a step reaches other collections of the same prefix through the executions'
+    database), the batch size, the clock, and the guarded write every step writes with."""
 
     exes: Any
     counters: Any
     where: str
+    prefix: str
+    batch_size: int
     clock_ms: Callable[[], int]
 
     async def write_guarded(

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from harel_beanie.core.documents import SCHEMA_VERSION
 from harel_beanie.migrate.adopt_harel_mongostore import AdoptHarelLayout
+from harel_beanie.migrate.partitions import Partitions
 from harel_beanie.migrate.pending_flag import PendingFlag
 from harel_beanie.migrate.step import Step
 
-STEPS: dict[int, Step] = {s.version: s for s in (AdoptHarelLayout(), PendingFlag())}
+STEPS: dict[int, Step] = {s.version: s for s in (AdoptHarelLayout(), PendingFlag(), Partitions())}
 assert sorted(STEPS) == list(range(1, SCHEMA_VERSION + 1)), "one step per layout version"
