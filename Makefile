@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test soak reliability reliability-soak bench typecheck clean browser netfaults screenshots format
+.PHONY: setup demo test test-sharded soak reliability reliability-soak bench typecheck clean browser netfaults screenshots format
 
 # what `make test` checks first: the formatter and the linter (ruff), applied
 format: $(STAMP)
@@ -52,6 +52,15 @@ test: $(STAMP) browser netfaults
 	$(BIN)/python -m mypy bench/*.py
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadfile
+
+# the opt-in run on a real sharded cluster, through its mongos (tests/sharding; without the
+# variable its cluster tests are skipped, as in `make test`):
+#   MONGODB_SHARDED_URL=mongodb://mongos:27017 make test-sharded
+test-sharded: $(STAMP)
+	@if [ -z "$$MONGODB_SHARDED_URL" ]; then \
+		echo "set MONGODB_SHARDED_URL to a mongos: MONGODB_SHARDED_URL=mongodb://mongos:27017 make test-sharded"; \
+		exit 2; fi
+	MONGODB_SHARDED_URL="$$MONGODB_SHARDED_URL" $(BIN)/python -m pytest tests/sharding -q
 
 # the long soaks (crash loops, large fuzz budgets)
 soak: $(STAMP) netfaults

@@ -47,6 +47,8 @@ def chrome(profile: Path) -> Any:
     for flag in FLAGS:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={profile}")
+    # the console's messages, for `driver.get_log("browser")`: a policy violation shows there
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
 
 

@@ -1,4 +1,5 @@
-"""`harel-beanie prune --archive` that kills itself (SIGKILL) at one step of one batch.
+"""`harel-beanie prune --archive` (or `--archive-collection`) that kills itself (SIGKILL) at one
+step of one batch.
 
     python -m tests.crash_prune POINT BATCH [harel-beanie prune flags...]
 
@@ -7,12 +8,14 @@ journal writes) the process sends itself SIGKILL, so no `finally`, no flush and 
 handler runs, as when the machine or an operator kills it. The steps of a batch, in order:
 
 - `begin-before`: before the batch's journal is written;
-- `begin-torn`: half-way through writing the journal (its last line cut);
-- `begin-after`: the journal on disk, nothing deleted yet;
+- `begin-torn`: half-way through writing the journal (a file's last line cut; half of the
+  records inserted in the journal collection);
+- `begin-after`: the journal written, nothing deleted yet;
 - `delete-after`: the deletes done, before the run learns which landed;
-- `append-torn`: half-way through appending to the archive (its last line cut);
-- `append-after`: the archive appended, before the journal is removed;
-- `finish-after`: the journal removed, before the next batch;
+- `append-torn`: half-way through appending to the archive (a file's last line cut; half of
+  the records copied to the collection);
+- `append-after`: the archive appended, before the journal is cleared;
+- `finish-after`: the journal cleared, before the next batch;
 - `recover-torn`: half-way through the append of a later run's recovery (BATCH ignored).
 
 Before dying it prints `KILLED POINT` on stderr, so the test can tell that the fault fired.
@@ -54,54 +57,82 @@ def install(point: str, batch: int) -> None:
         print(f"KILLED {name}", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
 
-    write, begin, finish, recover = archive._write, archive.JsonlArchive.begin, archive.JsonlArchive.finish, archive.JsonlArchive.recover  # fmt: skip
+    def torn_now(journal: bool) -> bool:
+        if journal:
+            return here("begin-torn")
+        return here("recover-torn") if state["recovering"] else here("append-torn")
+
+    def appended_now() -> bool:
+        return not state["recovering"] and here("append-after")
+
+    write = archive._write
 
     def torn_write(path: Path, text: str, mode: str) -> None:
         journal = path.name.endswith(".pending")
-        torn = (journal and here("begin-torn")) or (not journal and (
-            (here("append-torn") and not state["recovering"]) or (state["recovering"] and here("recover-torn"))))  # fmt: skip
-        if torn:
+        if torn_now(journal):
             with open(path, mode, encoding="utf-8") as f:
                 f.write(text[: max(1, len(text) // 2 + 3)])  # a whole line or more, then a cut one
                 f.flush()
                 os.fsync(f.fileno())
             die(point)
         write(path, text, mode)
-        if not journal and here("append-after") and not state["recovering"]:
+        if not journal and appended_now():
             die(point)
 
-    async def counted_begin(self: Any, docs: list[dict[str, Any]]) -> None:
-        state["batch"] += 1
-        if here("begin-before"):
+    log, copy = archive.CollectionArchive._log, archive.CollectionArchive._copy
+
+    async def torn_log(self: Any, records: list[dict[str, Any]]) -> None:
+        if torn_now(True):
+            await log(self, records[: len(records) // 2])
             die(point)
-        await begin(self, docs)
-        if here("begin-after"):
+        await log(self, records)
+
+    async def torn_copy(self: Any, records: list[dict[str, Any]]) -> None:
+        if records and torn_now(False):
+            await copy(self, records[: len(records) // 2])
+            die(point)
+        await copy(self, records)
+        if records and appended_now():
             die(point)
 
-    async def killed_finish(self: Any, removed: list[dict[str, Any]]) -> None:
-        await finish(self, removed)
-        if here("finish-after"):
-            die(point)
+    def watch(kind: Any) -> None:
+        begin, finish, recover = kind.begin, kind.finish, kind.recover
 
-    async def watched_recover(self: Any, executions: Any) -> int:
-        state["recovering"] = True
-        try:
-            return await recover(self, executions)
-        finally:
-            state["recovering"] = False
+        async def counted_begin(self: Any, docs: list[dict[str, Any]]) -> None:
+            state["batch"] += 1
+            if here("begin-before"):
+                die(point)
+            await begin(self, docs)
+            if here("begin-after"):
+                die(point)
+
+        async def killed_finish(self: Any, removed: list[dict[str, Any]]) -> None:
+            await finish(self, removed)
+            if here("finish-after"):
+                die(point)
+
+        async def watched_recover(self: Any, executions: Any) -> int:
+            state["recovering"] = True
+            try:
+                return await recover(self, executions)
+            finally:
+                state["recovering"] = False
+
+        kind.begin, kind.finish, kind.recover = counted_begin, killed_finish, watched_recover
 
     bulk_write = AsyncCollection.bulk_write
 
     async def killed_bulk_write(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = await bulk_write(self, *args, **kwargs)
-        if here("delete-after"):
+        if here("delete-after") and self.name.endswith("_executions"):  # not the archive's copy
             die(point)
         return result
 
     archive._write = torn_write  # type: ignore[assignment]
-    archive.JsonlArchive.begin = counted_begin  # type: ignore[method-assign]
-    archive.JsonlArchive.finish = killed_finish  # type: ignore[method-assign]
-    archive.JsonlArchive.recover = watched_recover  # type: ignore[method-assign]
+    archive.CollectionArchive._log = torn_log  # type: ignore[method-assign]
+    archive.CollectionArchive._copy = torn_copy  # type: ignore[method-assign]
+    watch(archive.JsonlArchive)
+    watch(archive.CollectionArchive)
     AsyncCollection.bulk_write = killed_bulk_write  # type: ignore[method-assign]
 
 

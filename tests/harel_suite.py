@@ -71,23 +71,34 @@ def run_suite(
     server: str,
     targets: list[str],
     *,
+    transport: str = "harel",
     deselect: tuple[str, ...] = (),
     timeout: float = 1800,
     keyword: Optional[str] = None,
 ) -> dict[str, str]:
     """Run `targets` (paths relative to the sdist) of harel's suite with `store` ("ours" or
-    "harel") on `server` ("mongomock" or a URL). Returns test id -> passed/failed/skipped."""
+    "harel") and `transport` (the same) on `server` ("mongomock" or a URL). Returns test id ->
+    passed/failed/skipped."""
     root = suite_root()
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.xml"
-        env = {**os.environ, "HB_SWAP_STORE": store, "HB_SWAP_SERVER": server,
+        env = {**os.environ, "HB_SWAP_STORE": store, "HB_SWAP_SERVER": server, "HB_SWAP_TRANSPORT": transport,
                "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
-        if server != "mongomock":  # harel's `stack` tests for its Mongo stores
+        for var in ("HAREL_STORE_BACKEND", "HAREL_TRANSPORT_BACKEND", "HAREL_MONGO_URL", "HAREL_MONGO_DB"):
+            env.pop(var, None)
+        if server != "mongomock":  # harel's `stack` tests for its Mongo stores (and transports)
             env.update(
                 HAREL_STORE_BACKEND="mongo", HAREL_MONGO_URL=server, HAREL_MONGO_DB="hbx_" + uuid.uuid4().hex[:12]
             )
-        else:
-            env.pop("HAREL_STORE_BACKEND", None)
+            if transport == "ours":
+                env.update(HAREL_TRANSPORT_BACKEND="mongo")
+        elif transport == "ours":
+            # harel's async transport tests need a server, and skip without one: this
+            # transport's `from_url` makes a mongomock-motor client instead (tests/harel_swap.py),
+            # so the URL is never dialled
+            env.update(
+                HAREL_STORE_BACKEND="mongo", HAREL_MONGO_URL="mongodb://in-memory.invalid", HAREL_MONGO_DB="harel"
+            )
         cmd = [
             sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.harel_swap",
             # the installed harel, not the sdist's src/: the one this store is built against
@@ -163,4 +174,97 @@ def table(title: str, runs: dict[tuple[str, str], dict[str, str]]) -> list[str]:
         who = f"{'harel MongoStore' if store == 'harel' else 'harel_beanie'}, {backend}"
         counts = [sum(1 for v in results.values() if v == k) for k in ("passed", "failed", "skipped")]
         lines.append(f"  {who:<34}{counts[0]:>8}{counts[1]:>8}{counts[2]:>9}")
+    return lines
+
+
+# harel's tests of its Mongo transports, run on this package's (tests/harel_swap.py,
+# HB_SWAP_TRANSPORT=ours) beside this package's store. Node ids: the other tests of these
+# files are of other backends, or of the stores (run by the side-by-side table above).
+_ASYNC_MONGO = "test/integration/test_async_mongo.py::"
+TRANSPORT_TESTS = [
+    "test/unit/engine/test_mongo_transport.py",
+    "test/unit/engine/test_transport_race.py",
+    "test/unit/engine/test_transport_contract.py::test_mongo",
+    "test/unit/engine/test_schema.py::test_mongo_contracts_under_a_prefix",
+    "test/unit/engine/test_schema.py::test_two_prefixes_share_one_mongo_database",
+    "test/unit/engine/test_schema.py::test_mongo_without_create_schema_creates_no_index",
+    "test/unit/engine/test_schema.py::test_the_mongo_upgrade_renames_reach_the_new_names",
+    "test/unit/engine/test_mongo_store.py::test_pipeline_flat_pure_mongo",
+    "test/unit/engine/test_mongo_store.py::test_pipeline_orthogonal_pure_mongo",
+    "test/integration/test_transport_contract.py::test_mongo_transport_contract",
+    *(
+        _ASYNC_MONGO + name
+        for name in (
+            "test_fifo_within_a_group",
+            "test_one_in_flight_per_group_but_other_groups_proceed",
+            "test_ack_removes_the_message",
+            "test_nack_returns_the_message_immediately",
+            "test_a_held_lease_blocks_other_claims",
+            "test_ack_by_a_stale_owner_is_a_noop",
+            "test_lease_expiry_makes_a_message_claimable_again",
+            "test_async_mongo_transport_round_robin",
+            "test_async_mongo_transport_min_priority_filters",
+            "test_async_mongo_transport_priority_reset_on_drain",
+            "test_pipeline_flat_async_mongo",
+            "test_pipeline_orthogonal_async_mongo",
+        )
+    ),
+]
+
+#: harel's transport tests not run on this transport: each reaches into harel's own
+#: collections, which this transport does not have
+TRANSPORT_EXCLUDED = {
+    "test/unit/engine/test_transport_race.py::test_a_publish_between_acks_check_and_delete_keeps_its_group": (
+        "replaces harel's private messages collection (`_msgs`) to land a publish between two of "
+        "harel's ack commands; this transport's ack is one conditional write to the group's queue "
+        "document, with no such window"
+    ),
+    "test/unit/engine/test_transport_race.py::test_a_publish_while_claim_drops_an_empty_group_keeps_it": (
+        "deletes a group's messages from harel's private messages collection to leave an empty group; "
+        "this transport keeps them in the queue document (its empty-group reset: Rule 5 of "
+        "transport/queues.py)"
+    ),
+    "test/unit/engine/test_schema.py::test_mongo_without_create_schema_creates_no_index": (
+        "reads the index of harel's `<prefix>_transport_locks` collection; this transport's "
+        "collections are `<prefix>_hb_queues` and `<prefix>_hb_overflow`"
+    ),
+    "test/unit/engine/test_schema.py::test_the_mongo_upgrade_renames_reach_the_new_names": (
+        "renames harel's transport collections from their 0.6 names; this transport never had them "
+        "(messages move from harel's transport with `harel-beanie migrate-transport`)"
+    ),
+}
+
+#: harel's transport tests that skip themselves, by backend, and why
+TRANSPORT_SKIPPED = {
+    "mongomock": {
+        "test/integration/test_transport_contract.py::test_mongo_transport_contract": (
+            "builds `pymongo.MongoClient(url)` itself, so needs a server; the same contract runs on "
+            "mongomock in test/unit/engine/test_transport_contract.py::test_mongo"
+        ),
+    },
+    "server": {},
+}
+
+
+def transport_runs(url: str) -> dict[str, dict[str, str]]:
+    """harel's transport tests on this package's transport and store: backend -> outcomes."""
+    deselect = tuple(TRANSPORT_EXCLUDED)
+    return {
+        backend: run_suite("ours", server, TRANSPORT_TESTS, transport="ours", deselect=deselect)
+        for backend, server in (("mongomock", "mongomock"), ("server", url))
+    }
+
+
+def transport_table(runs: dict[str, dict[str, str]]) -> list[str]:
+    lines = ["harel's Mongo-transport tests on harel_beanie's transport:"]
+    lines.append(f"  {'backend':<12}{'passed':>8}{'failed':>8}{'skipped':>9}{'excluded':>10}")
+    for backend, results in runs.items():
+        counts = [sum(1 for v in results.values() if v == k) for k in ("passed", "failed", "skipped")]
+        lines.append(f"  {backend:<12}{counts[0]:>8}{counts[1]:>8}{counts[2]:>9}{len(TRANSPORT_EXCLUDED):>10}")
+    for backend, results in runs.items():
+        lines += [f"  failed on {backend}: {t}" for t, o in sorted(results.items()) if o == "failed"]
+    lines.append("  excluded on both backends:")
+    lines += [f"    {test}: {why}" for test, why in TRANSPORT_EXCLUDED.items()]
+    for backend, skips in TRANSPORT_SKIPPED.items():
+        lines += [f"  skipped on {backend}: {test}: {why}" for test, why in skips.items()]
     return lines

@@ -7,11 +7,15 @@ each of those build the store under test instead, so the same test files measure
 store on either backend. Chosen by two environment variables:
 
 - `HB_SWAP_STORE`: `ours` (harel_beanie's stores) or `harel` (harel's own Mongo stores);
-- `HB_SWAP_SERVER`: `mongomock` (mongomock / mongomock-motor clients) or a `mongodb://` URL.
+- `HB_SWAP_SERVER`: `mongomock` (mongomock / mongomock-motor clients) or a `mongodb://` URL;
+- `HB_SWAP_TRANSPORT`: `ours` puts this package's `MongoTransport` / `AsyncMongoTransport`
+  where harel's suite builds its own (`harel`, the default, leaves them).
 
 On a real server every swapped-in in-memory store gets a fresh database, dropped when its
 test ends, and `mongomock.MongoClient()` (what harel's Mongo unit tests inject) becomes a
-client of that server that gives each test databases of its own.
+client of that server that gives each test databases of its own. The other way round, on
+mongomock with this package's transport, `from_url` of the swapped-in async transport and
+store (what harel's server tests build) makes an in-memory client instead of dialling.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import pytest
 STORE = os.environ.get("HB_SWAP_STORE", "ours")
 SERVER = os.environ.get("HB_SWAP_SERVER", "mongomock")
 REAL = SERVER != "mongomock"
+TRANSPORT = os.environ.get("HB_SWAP_TRANSPORT", "harel")
 
 _databases: list[str] = []  # fresh databases made during the current test
 _shared: dict[str, Any] = {}
@@ -122,6 +127,95 @@ def _mock_client(*args: Any, **kwargs: Any) -> Any:
     return _Unclosable(_real_client(), rename=True)
 
 
+def _swapped_async_transport() -> Any:
+    """This package's `AsyncMongoTransport` as harel's server tests build theirs: `from_url`
+    gives each transport a fresh database (on mongomock, a client of its own), as the reset
+    of harel's fixture gives it empty collections."""
+    from harel_beanie.transport import AsyncMongoTransport
+
+    class SwappedAsyncMongoTransport(AsyncMongoTransport):
+        def __init__(self, *args: Any, **options: Any) -> None:
+            options.setdefault("partitions", owning_every_partition())
+            super().__init__(*args, **options)
+
+        @classmethod
+        async def from_url(cls, url: str, db_name: str = "harel", *args: Any, **options: Any) -> Any:
+            kept = {k: v for k, v in options.items() if k in ("prefix", "create_schema")}
+            if not REAL:
+                from mongomock_motor import AsyncMongoMockClient
+
+                return cls(AsyncMongoMockClient(), db_name, **kept)
+            import pymongo
+
+            return cls(pymongo.AsyncMongoClient(SERVER), _fresh_db(), **kept)
+
+        # harel's fixture drops its transport's collections by their private names before
+        # each test (and makes its lock index): here they name harel's collections in this
+        # transport's fresh database, so that reset runs and touches nothing of ours
+        def _harels(self, name: str) -> Any:
+            return self._client[self.settings.db_name][f"{self.settings.prefix}_transport_{name}"]
+
+        @property
+        def _msgs(self) -> Any:
+            return self._harels("messages")
+
+        @property
+        def _locks(self) -> Any:
+            return self._harels("locks")
+
+        @property
+        def _counters(self) -> Any:
+            return self._harels("counters")
+
+    return SwappedAsyncMongoTransport
+
+
+def _in_memory_async_store(async_cls: Any) -> Any:
+    """The async store class with a `from_url` that builds it on mongomock-motor."""
+
+    class InMemoryAsyncStore(async_cls):  # type: ignore[misc,valid-type]
+        @classmethod
+        async def from_url(cls, *args: Any, **kwargs: Any) -> Any:
+            return _async_store()
+
+    return InMemoryAsyncStore
+
+
+def owning_every_partition() -> Any:
+    """A partition scope holding every partition by lease, as a lone worker's would: harel's
+    transport tests then run this transport's claims over its owned partitions (the path a
+    `harel-beanie worker` takes), not the unowned claim over all documents."""
+    from harel_beanie.core.partitions import DEFAULT_PARTITIONS, Held, PartitionScope
+
+    return PartitionScope(held={p: Held(1, 4e9) for p in range(DEFAULT_PARTITIONS)})
+
+
+def _owning(cls: Any) -> Any:
+    class Owning(cls):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: Any, **options: Any) -> None:
+            options.setdefault("partitions", owning_every_partition())
+            super().__init__(*args, **options)
+
+    Owning.__name__ = cls.__name__
+    return Owning
+
+
+def _swap_transports(async_store_cls: Any) -> Any:
+    """Put this package's transports where harel's suite imports its own; returns the async
+    store class to put in harel's place."""
+    import harel.engine.aio_transport as aio_transport
+    import harel.engine.transport as transport
+    import harel.worker as worker
+
+    from harel_beanie.transport import MongoTransport
+
+    owning = _owning(MongoTransport)
+    transport.MongoTransport = owning  # type: ignore[misc,assignment]
+    worker.MongoTransport = owning  # type: ignore[attr-defined]
+    aio_transport.AsyncMongoTransport = _swapped_async_transport()  # type: ignore[misc]
+    return async_store_cls if REAL else _in_memory_async_store(async_store_cls)
+
+
 _ORIGINAL: dict[str, Any] = {}
 
 
@@ -140,6 +234,8 @@ def pytest_configure(config: pytest.Config) -> None:
     aio_store.AsyncDictStore = SwappedAsyncDictStore  # type: ignore[misc,assignment]
     for module in (store, worker):
         setattr(module, "MongoStore", sync_cls)
+    if TRANSPORT == "ours":
+        async_cls = _swap_transports(async_cls)
     aio_store.AsyncMongoStore = async_cls  # type: ignore[misc]
     if REAL:
         mongomock.MongoClient = _mock_client  # type: ignore[misc,assignment]

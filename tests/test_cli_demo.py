@@ -4,9 +4,12 @@ keeps its data in the embedded server's folder, so a second run finds the first 
 from __future__ import annotations
 
 import re
+import shlex
+from pathlib import Path
 
 import pymongo
 
+from harel_beanie.store.connect import mask_url
 from tests.test_cli import run_cli
 
 
@@ -26,6 +29,7 @@ def test_demo_runs_the_models_on_a_given_server_and_summarises(tmp_path, mongo_u
     for ending in ("Completed", "PaymentFailed", "Unfulfilled", "Cancelled", "Lost", "GaveUp"):
         assert ending in out
     assert "embedded" not in out  # it used the URL it was given
+    _names_the_views(out, tmp_path, f" --url {shlex.quote(mask_url(mongo_url))} --db {db_name}")
     # what it reports is what the store holds
     client: pymongo.MongoClient = pymongo.MongoClient(mongo_url)
     try:
@@ -37,6 +41,31 @@ def test_demo_runs_the_models_on_a_given_server_and_summarises(tmp_path, mongo_u
         client.close()
 
 
+def _names_the_views(out: str, cwd: Path, flags: str) -> None:
+    """The closing lines, as a new user reads them in the empty folder the demo ran in. They
+    used to end with `monitor --definitions models`, naming a folder that is not there (the
+    models ship in the package), without the `tui` extra the monitor needs, and without the
+    dashboard. Now the dashboard comes first, with its extra; the monitor gets a definitions
+    path that exists from here, and its extra."""
+    closing = [line.strip() for line in out[out.index("Look at them") :].splitlines()[1:]]
+    commands = {}  # each command named, without the way this machine runs harel-beanie, and its note
+    for line, note in zip(closing, closing[1:]):
+        found = re.match(r".*?harel[-_]beanie ((dashboard|status|monitor)\b.*)", line)
+        if found:
+            commands[found.group(2)] = (found.group(1), note)
+    assert list(commands) == ["dashboard", "status", "monitor"], closing
+    dashboard, note = commands["dashboard"]
+    assert dashboard == f"dashboard{flags}"  # the shop models are the dashboard's own default
+    assert "pip install 'harel-beanie[dashboard]'" in note
+    monitor, note = commands["monitor"]
+    named = re.fullmatch(rf"monitor{re.escape(flags)} --definitions (\S+)", monitor)
+    assert named, monitor
+    definitions = cwd / named.group(1)  # an absolute path stays itself
+    assert definitions.is_dir() and (definitions / "order.stm").is_file(), definitions
+    assert "pip install 'harel-beanie[tui]'" in note
+    assert not (cwd / "models").exists()
+
+
 def test_a_second_demo_run_finds_the_first_runs_executions(tmp_path):
     """No URL: the embedded server, data in ./harel-beanie-data, stopped on exit."""
     first = run_cli("demo", "-n", "12", cwd=tmp_path)
@@ -46,6 +75,7 @@ def test_a_second_demo_run_finds_the_first_runs_executions(tmp_path):
     assert "embedded SecantusDB" in first.stdout and "Stopping the embedded server" in first.stdout
     run1, n1 = re.search(r"Run (demo-[0-9a-f]{6}): (\d+) executions", first.stdout).groups()  # type: ignore[union-attr]
     assert (tmp_path / "harel-beanie-data" / "db").is_dir()
+    _names_the_views(first.stdout, tmp_path, "")  # the embedded server and the default database: no flags
     assert not (tmp_path / "harel-beanie-data" / "server.json").exists()
 
     second = run_cli("demo", "-n", "12", cwd=tmp_path)

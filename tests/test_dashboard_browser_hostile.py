@@ -6,7 +6,8 @@ Every page and every execution's page is opened through the links the pages buil
 action form is opened: no dialog opens, no injected script runs (a payload would set
 `window.__pwned` or open an alert), no element carries an inline handler, and each page shows
 exactly the execution its link named. Then an action is sent on the script-shaped id: the one
-dialog is the dashboard's own question, showing the id as plain text.
+dialog is the dashboard's own question, showing the id as plain text. The empty id's link on
+the list is seen (a placeholder for its text) and, clicked, opens the empty id's page.
 """
 
 from __future__ import annotations
@@ -146,3 +147,25 @@ def test_the_only_dialog_is_the_dashboards_own_question(browser: Any, hostile_da
     assert f"id={quote(XSS, safe='')}" in browser.current_url
     assert browser.find_element(By.ID, "execution-id").get_attribute("data-id") == XSS
     _clean(browser, "after the action")
+
+
+def test_the_empty_ids_link_is_seen_clicked_and_opens_it(browser: Any, hostile_dashboard: Any) -> None:
+    """The empty id's link on the list had no text: a browser drew it zero pixels wide, and a
+    person could not click it. Now it shows a placeholder, and a click opens the empty id's page."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    dash, _ = hostile_dashboard
+    browser.get(f"{dash.base}/?token={TOKEN}")
+    browser.get(f"{dash.base}/?limit=500")
+    link = browser.find_element(By.CSS_SELECTOR, '#executions tbody tr[data-id=""] td:first-child a')
+    assert link.is_displayed() and link.size["width"] > 0 and link.text == "(empty id)"
+    blank = browser.find_element(By.CSS_SELECTOR, '#executions tbody tr[data-id="   "] td:first-child a')
+    assert blank.is_displayed() and blank.text == "(blank id)"
+    before = browser.current_url
+    link.click()
+    WebDriverWait(browser, 20).until(lambda d: d.current_url != before)
+    assert browser.current_url == f"{dash.base}/execution?id="
+    assert browser.find_element(By.ID, "execution-id").get_attribute("data-id") == ""
+    assert "(empty id)" in browser.find_element(By.TAG_NAME, "h1").text
+    _clean(browser, "the empty id's page")

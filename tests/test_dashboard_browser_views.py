@@ -5,6 +5,7 @@ the standalone `harel-beanie dashboard` serving a demo run:
   are exactly the order's active configuration (a completed one: its final state; one in its
   fork: its regions' states, read from its child executions); the states it passed through
   are marked, the last transition named, each child linked from the state that started it;
+  it is drawn without one inline style for the page's policy to refuse: the console stays empty;
 - live pages: a commit the test makes appears without a reload on an open executions list,
   execution page, failed queue and backlog, and each says when it read again; a hidden tab
   closes its connection, reads nothing while hidden, and reads again when shown;
@@ -333,3 +334,18 @@ def test_a_hidden_tab_stops_listening_and_reads_again_when_shown(shop: dict[str,
     _wait(browser, lambda d: [r["id"] for r in _rows(d)] == [new_id], timeout=20)  # read again when shown
     assert browser.execute_script("return window.liveSource !== null")
     assert browser.execute_script("return window.__notReloaded") is True
+
+
+def test_the_statechart_draws_with_nothing_on_the_console(shop: dict[str, Any], browser: Any) -> None:  # noqa: F811
+    """The page's policy admits no inline style, and mermaid styles what it draws inline: each
+    such style the browser refused was a console error ("Refused to apply inline style ...
+    Content Security Policy"), hundreds per statechart. The drawing is made without them, so
+    an execution page with its statechart drawn leaves the console empty (the pages name no
+    icon either, so a browser's first page logs no 404 for /favicon.ico)."""
+    dash, run_id = shop["dash"], shop["run_id"]
+    browser.get(f"{dash.base}/?token={TOKEN}")
+    browser.get_log("browser")  # what earlier pages said is not this page's
+    browser.get(f"{dash.base}/execution?id={run_id}-order-0000")
+    _drawn(browser)
+    console = [entry["message"] for entry in browser.get_log("browser")]
+    assert console == [], console

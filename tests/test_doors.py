@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from html import unescape
 from pathlib import Path
 from typing import Any, Callable
@@ -22,6 +23,7 @@ from beanie import Document
 from bson import json_util
 from fastapi import FastAPI
 from harel.engine.execution import Execution, Status
+from harel.engine.store.base import TimerOp
 
 from harel_beanie import queries, retention
 from harel_beanie.dashboard import DashboardActions, dashboard_router, no_auth
@@ -122,6 +124,40 @@ async def test_an_id_holding_a_slash_or_nothing_is_listed_and_opened(astore: Any
             assert (await http.get(link)).status_code == 200, i
             r = await http.get(link.replace("/ops/execution?", "/ops/api/execution?"))
             assert r.status_code == 200 and r.json()["execution"]["id"] == i
+
+
+async def test_an_id_that_shows_as_nothing_has_a_link_to_see_and_click(astore: Any) -> None:
+    """The empty id (and one of only blanks) made a link with no text on the list pages: there,
+    but nothing to see or click. Every page that lists executions (the list, a search, the
+    failed queue, the silent list, the backlog's timers, an execution's children and parent)
+    now shows a placeholder in its link, and the link still names the id exactly."""
+    now = time.time()
+    blank, unseen = "   ", "\t\u200b"
+    await astore.commit(Execution(id="", definition_id="Blank", status=Status.RUNNING, updated_at=now), [],
+                        timers=(TimerOp("schedule", "Wait", now + 600),))  # fmt: skip
+    await astore.save(Execution(id=blank, definition_id="Blank", status=Status.FAILED, updated_at=now))
+    await astore.save(Execution(id=unseen, definition_id="Blank", status=Status.RUNNING, updated_at=now - 3600))
+    await astore.save(Execution(id="kid", definition_id="Blank", status=Status.RUNNING, parent_id="", updated_at=now))
+    expected = {"": "(empty id)", blank: "(blank id)", unseen: "(blank id)"}
+    pages = {  # page: the invisible ids it links to
+        "/ops/": {"", blank, unseen},
+        "/ops/?definition=Blank&status=RUNNING": {"", unseen},
+        "/ops/failed": {blank, unseen},
+        "/ops/backlog": {""},
+        "/ops/execution?id=": {""},  # the children table's parent column
+        "/ops/execution?id=kid": {""},  # its parent
+    }
+    async with _app(astore) as http:
+        for path, ids in pages.items():
+            html = (await http.get(path)).text
+            shown: dict[str, set[str]] = {}
+            for href, inner in re.findall(r'<a href="([^"]*/ops/execution\?id=[^"]*)"[^>]*>(.*?)</a>', html, re.S):
+                text = unescape(re.sub(r"<[^>]+>", "", inner)).strip()
+                shown.setdefault(unescape(href), set()).add(text)
+            for i in ids:
+                assert shown.get(_q(i)) == {expected[i]}, (path, i, shown)
+        heading = re.search(r"<h1>(.*?)</h1>", (await http.get("/ops/execution?id=")).text, re.S)
+        assert heading and "(empty id)" in heading.group(1)  # the empty id's own page names it too
 
 
 def _q(execution_id: str) -> str:

@@ -59,6 +59,7 @@ from harel_beanie.core.documents import (
 from harel_beanie.core.errors import CommitOutcomeUnknown, ExecutionTooLarge, SchemaMismatch
 from harel_beanie.core.flows import StoreState
 from harel_beanie.core.keys import ANY_SEQ, ANY_TIME
+from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
 from harel_beanie.core.seqs import (
     HAREL_SEQ_COUNTERS,
     LEASE_SPAN_MS,
@@ -920,14 +921,24 @@ def test_release_gives_the_node_back_under_an_owner_guard() -> None:
 MARKER = on(FindOne, "counters", filter={"_id": SCHEMA_MARKER_ID})
 ANY_EXECUTION = on(FindOne, "executions", filter={}, projection={"_id": 1})
 WRITE_MARKER = on(
-    UpdateOne, "counters", filter={"_id": SCHEMA_MARKER_ID}, update={"$setOnInsert": {"n": SCHEMA_VERSION}}, upsert=True
+    UpdateOne,
+    "counters",
+    filter={"_id": SCHEMA_MARKER_ID},
+    update={"$setOnInsert": {"n": SCHEMA_VERSION, "parts": DEFAULT_PARTITIONS}},
+    upsert=True,
 )
 
 THIS_LAYOUT = {"_id": SCHEMA_MARKER_ID, "n": SCHEMA_VERSION}
 
 # the marker read's reply, then the steps after the index build (when create_schema)
 SETUPS = [
-    ("a fresh database gets its marker", True, None, [(ANY_EXECUTION, None), (WRITE_MARKER, None)], False),
+    (
+        "a fresh database gets its marker, and the count of partitions it records",
+        True,
+        None,
+        [(ANY_EXECUTION, None), (WRITE_MARKER, None), (MARKER, {**THIS_LAYOUT, "parts": DEFAULT_PARTITIONS})],
+        False,
+    ),
     ("harel's layout: compat, no marker", True, None, [(ANY_EXECUTION, {"_id": "old"})], True),
     ("this layout: nothing more to do", True, THIS_LAYOUT, [], False),
     ("create_schema=False: no indexes, no marker", False, None, [(ANY_EXECUTION, None)], False),
@@ -946,6 +957,29 @@ def test_setup(
     assert st.ready and st.compat == compat
     assert ("harel's MongoStore layout" in caplog.text) == compat
     assert st.mint.lease is None  # the lease waits for the first mint
+    assert st.scope.parts == DEFAULT_PARTITIONS and not st.unpartitioned
+
+
+@pytest.mark.parametrize(
+    "marker, parts, unpartitioned",
+    [
+        ({"n": SCHEMA_VERSION, "parts": 4}, 4, False),  # the recorded count decides, not the default
+        ({"n": SCHEMA_VERSION - 1}, DEFAULT_PARTITIONS, True),  # the layout `migrate up` brings up live
+    ],
+)
+def test_setup_takes_the_partitions_the_marker_records(
+    marker: dict[str, Any], parts: int, unpartitioned: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    st = state(lease=False, create_schema=True)
+    run(flows.setup(st), (MARKER, {"_id": SCHEMA_MARKER_ID, **marker}), (on(CreateIndexes, "executions"), None))
+    assert (st.scope.parts, st.unpartitioned) == (parts, unpartitioned)
+
+
+@pytest.mark.parametrize("parts", [0, -1, True, "16", 10**6])
+def test_setup_refuses_a_marker_with_a_bad_count_of_partitions(parts: Any) -> None:
+    st = state(lease=False, create_schema=True)
+    with pytest.raises(SchemaMismatch):
+        run(flows.setup(st), (MARKER, {"_id": SCHEMA_MARKER_ID, "n": SCHEMA_VERSION, "parts": parts}))
 
 
 @pytest.mark.parametrize(
@@ -1093,7 +1127,8 @@ def bury(born: Optional[str], buried: list[str]) -> Step:
         # `by` is the purge's own random token (see flows.purge)
         by = replacement.get("tomb", {}).get("by")
         return (
-            replacement == {"_id": ID, "tomb": {"at": WALL, "buried": buried, "by": by}}
+            replacement
+            == {"_id": ID, "tomb": {"at": WALL, "buried": buried, "by": by}, "part": part_of(ID, DEFAULT_PARTITIONS)}
             and isinstance(by, str)
             and len(by) == 16
         )

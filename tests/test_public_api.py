@@ -17,8 +17,8 @@ PUBLIC: dict[str, set[str]] = {
         "HistoryWriter", "RecordingStore", "check", "Verdict", "Anomaly", "CommitOutcomeUnknown",
     },
     "harel_beanie.history": {
-        "KINDS", "Anomaly", "HistoryWriter", "Operation", "RecordingStore", "Replay", "ReplayCase", "Verdict", "check", "pair",
-        "read_history",
+        "KINDS", "Anomaly", "HistoryWriter", "Operation", "RecordingStore", "RecordingTransport", "Replay",
+        "ReplayCase", "Verdict", "check", "pair", "read_history",
     },
     "harel_beanie.transport": {
         "AsyncMongoTransport", "MongoTransport", "QueueDocument", "OverflowDocument", "QueueLease", "bind_queues",
@@ -41,7 +41,7 @@ PUBLIC: dict[str, set[str]] = {
     },
     "harel_beanie.retention": {
         "FINISHED", "TTL_INDEX", "parse_age", "parse_before", "PruneReport", "Archive", "JsonlArchive",
-        "CollectionArchive", "candidates_filter", "prune", "ensure_ttl", "dumps_report",
+        "CollectionArchive", "Removal", "candidates_filter", "prune", "ensure_ttl", "dumps_report",
     },
     "harel_beanie.metrics": {"COMMIT_BUCKETS", "StoreMetrics", "new_registry"},
     "harel_beanie.instrument": {"OPERATIONS", "otel_tracer", "InstrumentedStore"},

@@ -26,7 +26,7 @@ from harel.spec.states import Event
 
 from harel_beanie import Anomaly, HistoryWriter, RecordingStore, Verdict, check
 from harel_beanie.core.queue_documents import queue_names
-from harel_beanie.history import pair, read_history
+from harel_beanie.history import RecordingTransport, pair, read_history
 from harel_beanie.ops.drivers import AsyncWorkerDriver, ManualClock, open_mongo_transport
 from harel_beanie.ops.loader import load_models
 from harel_beanie.ops.replay import replay
@@ -86,6 +86,12 @@ class Story:
 
     def send(self, exe: str, eid: str, outcome: str = "ok", kind: str = "Bump", p: str = "client") -> None:
         self.op(p, "send", outcome, {"exe": exe, "event": eid, "kind": kind, "data": {}}, {"error": "lost"})
+
+    def publish(self, group: str, eid: str, outcome: str = "ok", p: str = "client") -> None:
+        self.op(p, "publish", outcome, {"group": group, "event": eid, "kind": "Bump"}, {"error": "lost"})
+
+    def deliver(self, group: str, eid: str, outcome: str = "ok", p: str = "worker") -> None:
+        self.op(p, "deliver", outcome, {"group": group, "event": eid, "kind": "Bump"})
 
     def final(self, exe: str, version: int, seen: list[str], **overrides: Any) -> None:
         rec = {"exe": exe, "definition": "Tally", "parent": None, "version": version, "status": "RUNNING",
@@ -239,6 +245,57 @@ def missing_drain(s: Story) -> None:
     s.final("t1", v, ["b1"])
 
 
+def queued(s: Story, published: tuple[str, ...], delivered: tuple[str, ...]) -> None:
+    """Events sent and published one after the other (each publish acknowledged before the
+    next began), then delivered and applied in the order `delivered`."""
+    s.create("t1")
+    s.commit("t1", 1)
+    s.commit("t1", 2)
+    for eid in published:
+        s.send("t1", eid)
+        s.publish("t1", eid)
+    v = 3
+    for eid in delivered:
+        s.deliver("t1", eid)
+        s.read("t1", v, p="worker")
+        s.commit("t1", v, event=eid)
+        s.commit("t1", v + 1)
+        v += 2
+    s.final("t1", v, list(delivered))
+    s.drain()
+
+
+def reordered(s: Story) -> None:
+    """FIFO broken: b2, published after b1's publish was acknowledged, delivered and applied
+    first (as a transport that let a later message overtake would)."""
+    queued(s, ("b1", "b2", "b3"), ("b2", "b1", "b3"))
+
+
+def in_order(s: Story) -> None:
+    queued(s, ("b1", "b2", "b3"), ("b1", "b2", "b3"))
+
+
+def overlapping_publishes(s: Story) -> None:
+    """Two publishes in flight at once have no order to keep: delivered either way round."""
+    s.create("t1")
+    s.commit("t1", 1)
+    s.commit("t1", 2)
+    s.send("t1", "b1")
+    s.send("t1", "b2")
+    for eid in ("b1", "b2"):
+        s._record("client", 100 + int(eid[1]), "invoke", "publish", {"group": "t1", "event": eid, "kind": "Bump"})
+    for eid in ("b1", "b2"):
+        s._record("client", 100 + int(eid[1]), "ok", "publish", {})
+    v = 3
+    for eid in ("b2", "b1"):
+        s.deliver("t1", eid)
+        s.commit("t1", v, event=eid)
+        s.commit("t1", v + 1)
+        v += 2
+    s.final("t1", v, ["b2", "b1"])
+    s.drain()
+
+
 def replay_mismatch_too(s: Story) -> None:
     replay_mismatch(s)
     s.drain()
@@ -262,6 +319,7 @@ BAD = [
     (deferred_left, "not-drained"),
     (missing_final, "no-final"),
     (missing_drain, "no-final"),
+    (reordered, "reordered"),
 ]
 
 
@@ -275,7 +333,14 @@ def test_each_bad_history_is_flagged_with_its_anomaly(
     assert not verdict.ok and kind in verdict.summary()
 
 
-GOOD = [good, uncertain_send("unknown", 0), uncertain_send("unknown", 1), uncertain_send("incomplete", 1)]
+GOOD = [
+    good,
+    uncertain_send("unknown", 0),
+    uncertain_send("unknown", 1),
+    uncertain_send("incomplete", 1),
+    in_order,
+    overlapping_publishes,
+]
 
 
 @pytest.mark.parametrize("build", GOOD, ids=[b.__name__ for b in GOOD])
@@ -297,6 +362,19 @@ def test_an_incomplete_write_may_have_landed() -> None:
     verdict = judge(s.records)
     assert verdict.ok, [str(a) for a in verdict.anomalies]
     assert verdict.figures["incomplete"] == 2 and verdict.figures["operations"]["create"] == {"incomplete": 1}
+
+
+def test_a_reordered_group_is_named_with_the_events_that_overtook(definitions: Any) -> None:
+    """The FIFO rule names the event delivered (and applied) too early and the one it
+    overtook; the events that kept their order are not named."""
+    verdict = judge(story(reordered), definitions)
+    assert [a.detail.split(" was ")[1].split(",")[0] for a in verdict.anomalies] == [
+        "delivered before 'b1'",
+        "applied before 'b1'",
+    ], [str(a) for a in verdict.anomalies]
+    assert all(a.detail.startswith("event 'b2'") for a in verdict.anomalies)
+    # b1 before b2 and b3, b2 before b3: three ordered pairs, each compared
+    assert verdict.figures["fifo_pairs"] == 3 and verdict.figures["deliveries"] == 3
 
 
 def test_the_replay_comparison_names_what_differs(definitions: Any) -> None:
@@ -430,7 +508,10 @@ async def record_a_run(
     worker_log = HistoryWriter(folder / "worker.jsonl", "worker")
     client_log = HistoryWriter(folder / "client.jsonl", "client")
     clock = ManualClock()
-    transport = await open_mongo_transport(mongo_url, db_name, clock=clock, kind="beanie", idle_wait=0.0)
+    # the client's publishes and the worker's deliveries go through one transport here
+    transport = RecordingTransport(
+        await open_mongo_transport(mongo_url, db_name, clock=clock, kind="beanie", idle_wait=0.0), worker_log
+    )
     driver = AsyncWorkerDriver(RecordingStore(astore, worker_log), transport, definitions, clock)
     exes = [f"tally-{k}" for k in range(4)]
     sent: Counter[str] = Counter()
@@ -488,6 +569,8 @@ async def test_a_history_recorded_on_the_store_passes_and_one_lost_event_is_flag
     assert f["operations"]["create"]["ok"] + f["operations"]["commit"]["ok"] == versions
     assert f["operations"]["read"]["ok"] > sent.total()  # at least the worker's read of each event
     assert f["executions"] == 4 + sent["Echo"] and f["unknown"] == f["incomplete"] == 0
+    # every event was published and delivered through the recorded transport, in order
+    assert f["fifo_pairs"] > sent.total() and f["deliveries"] >= f["publishes"] > sent.total()
 
     corrupt = copy.deepcopy(records)
     final = next(r for r in corrupt if r["f"] == "final" and r["exe"] == "tally-1")

@@ -60,7 +60,11 @@ def test_a_purged_execution_is_not_resurrected_by_a_stale_copy(either, client, d
     assert either.purge("gone", 1) is True
     with pytest.raises(StoreConflict) as err:
         either.commit(stale, [])
-    assert err.value.found is None and set(raw(client, db_name, "gone")) == {"_id", "tomb"}  # only its tombstone
+    assert err.value.found is None and set(raw(client, db_name, "gone")) == {
+        "_id",
+        "tomb",
+        "part",
+    }  # only its tombstone
     either.commit(Execution(id="gone", definition_id="d"), [])  # a brand-new one may reuse the id
     assert either.load("gone").version == 1
 
@@ -194,13 +198,19 @@ def test_schema_version_is_checked(mongo_url, db_name, client):
     counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": 0}})
     with pytest.raises(SchemaMismatch, match="harel-beanie migrate up"):
         MongoStore(pymongo.MongoClient(mongo_url), db_name).load("x")
-    # a database at the previous layout: refused before any of this layout's indexes is made
-    counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": SCHEMA_VERSION - 1}})
+    # a database two layouts back: refused before any of this layout's indexes is made
+    counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": SCHEMA_VERSION - 2}})
     before = {ix["name"] for ix in client[db_name]["harel_executions"].list_indexes()}
     client[db_name]["harel_executions"].drop_indexes()
     with pytest.raises(SchemaMismatch, match="harel-beanie migrate up"):
         MongoStore(pymongo.MongoClient(mongo_url), db_name).load("x")
     assert {ix["name"] for ix in client[db_name]["harel_executions"].list_indexes()} == {"_id_"} < before
+    # the layout just before is the one `migrate up` brings up live: it runs, but never
+    # through a mongos, where its documents without a partition could not be routed
+    counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": SCHEMA_VERSION - 1}})
+    assert MongoStore(pymongo.MongoClient(mongo_url), db_name).load("x") is None
+    with pytest.raises(SchemaMismatch, match="harel-beanie migrate up"):
+        MongoStore(pymongo.MongoClient(mongo_url), db_name, sharded=True).load("x")
 
 
 def test_a_database_written_by_harels_mongostore_opens_as_it_is(mongo_url, db_name, client):

@@ -3,7 +3,15 @@ from their own code. It lives in `harel_beanie.ops.retention`; this module is th
 to it.
 """
 
-from harel_beanie.ops.archive import Archive, ArchiveContents, CollectionArchive, CorruptLine, JsonlArchive, read_jsonl
+from harel_beanie.ops.archive import (
+    Archive,
+    ArchiveContents,
+    CollectionArchive,
+    CorruptLine,
+    JsonlArchive,
+    Removal,
+    read_jsonl,
+)
 from harel_beanie.ops.retention import (
     FINISHED,
     TTL_INDEX,
@@ -27,6 +35,7 @@ __all__ = [
     "CollectionArchive",
     "ArchiveContents",
     "CorruptLine",
+    "Removal",
     "read_jsonl",
     "candidates_filter",
     "prune",

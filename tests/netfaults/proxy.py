@@ -33,12 +33,15 @@ import random
 import socket
 import struct
 import threading
+import time
+from collections import deque
 from dataclasses import dataclass, field, fields
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 OP_MSG = 2013
 WRITES = frozenset({b"insert", b"update", b"delete", b"findAndModify"})
 SLOW = 1.0  # seconds: a reply this late counts in `slow_replies`
+WRITES_KEPT = 200_000  # a route's writes remembered for `stalled`, far more than a run sends
 HEADER = struct.Struct("<iiii")  # messageLength, requestID, responseTo, opCode
 # OP_MSG flag bits after which a reply is not one-for-one with its request
 MORE_TO_COME, EXHAUST_ALLOWED = 1 << 1, 1 << 16
@@ -63,7 +66,8 @@ class Counters:
     connections: int = 0
     requests: int = 0
     replies: int = 0
-    delayed: int = 0  # messages the proxy itself made late
+    delayed: int = 0  # messages the proxy made late by its `delay`
+    reordered: int = 0  # requests forwarded after one that reached the proxy later (the jitter)
     held: int = 0
     duplicated: int = 0
     duplicate_replies_dropped: int = 0
@@ -93,6 +97,10 @@ class Route:
     replies_released: Optional[asyncio.Event] = None
     server: Optional[asyncio.base_events.Server] = None
     links: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = field(default_factory=set)
+    arrived: int = 0  # requests read from the route's clients so far, all connections
+    forwarded: int = -1  # the latest arrival number forwarded so far
+    #: every write forwarded: [when it went to the server, when its reply came (None: not yet)]
+    writes: deque[list[Optional[float]]] = field(default_factory=lambda: deque(maxlen=WRITES_KEPT))
 
 
 def command_name(message: bytes) -> Optional[bytes]:
@@ -150,12 +158,22 @@ class FaultProxy:
     def counters(self, name: str) -> dict[str, int]:
         return self.routes[name].counters.as_dict()
 
-    def totals(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for route in self.routes.values():
-            for key, value in route.counters.as_dict().items():
-                out[key] = out.get(key, 0) + value
-        return out
+    def growth(self, name: str, counter: str) -> Callable[[], int]:
+        """A reader of how much `counter` of route `name` has grown since this call."""
+        before = self.counters(name)[counter]
+        return lambda: self.counters(name)[counter] - before
+
+    def unset(self, name: str, *keys: str) -> None:
+        """Turn the faults `keys` of a route off, leaving its others as they are."""
+        defaults = {f.name: f.default for f in fields(Faults)}
+        self._call(self._set(name, {key: defaults[key] for key in keys}))
+
+    def stalled(self, name: str, since: float, until: float, slow: float = SLOW) -> int:
+        """Writes route `name` forwarded between `since` and `until - slow` (`time.monotonic()`)
+        that had no reply by `until`: a server that answers in milliseconds held them `slow`
+        seconds or more. Read at `until`, this is what a stall in that window did to the
+        route's own traffic."""
+        return self._call(self._stalled(name, since, until, slow))  # type: ignore[no-any-return]
 
     def drop_connections(self, name: str) -> int:
         """Close every connection of a route at once (a link taken down, on loopback)."""
@@ -190,6 +208,11 @@ class FaultProxy:
         assert route.released is not None and route.replies_released is not None
         (route.released.clear if route.faults.hold else route.released.set)()
         (route.replies_released.clear if route.faults.hold_replies else route.replies_released.set)()
+
+    async def _stalled(self, name: str, since: float, until: float, slow: float) -> int:
+        writes = self.routes[name].writes
+        return sum(1 for sent, answered in writes
+                   if sent is not None and since <= sent <= until - slow and (answered is None or answered > until))  # fmt: skip
 
     async def _drop(self, name: str) -> int:
         route = self.routes[name]
@@ -227,9 +250,10 @@ class FaultProxy:
         route.links.add(pair)
         duplicated: dict[int, str] = {}  # requestID -> which reply the caller gets ("first" / "last")
         sent: dict[int, float] = {}  # requestID -> when it went to the server
+        spans: dict[int, list[Optional[float]]] = {}  # requestID -> its entry in `route.writes`
         try:
-            requests = asyncio.create_task(self._requests(route, reader, up_writer, duplicated, pair, sent))
-            replies = asyncio.create_task(self._replies(route, up_reader, writer, duplicated, pair, sent))
+            requests = asyncio.create_task(self._requests(route, reader, up_writer, duplicated, pair, sent, spans))
+            replies = asyncio.create_task(self._replies(route, up_reader, writer, duplicated, pair, sent, spans))
             await asyncio.wait({requests, replies}, return_when=asyncio.FIRST_COMPLETED)
             if replies.done() and not requests.done() and not writer.is_closing():
                 route.counters.server_closed += 1  # the server hung up on a client still there
@@ -256,8 +280,9 @@ class FaultProxy:
 
     async def _pace(self, route: Route) -> None:
         pause = route.faults.delay + (self.rng.uniform(0, route.faults.jitter) if route.faults.jitter else 0.0)
-        if pause > 0:
+        if route.faults.delay > 0:
             route.counters.delayed += 1
+        if pause > 0:
             await asyncio.sleep(pause)
 
     def _cut(self, route: Route, message: bytes, out: asyncio.StreamWriter, pair: tuple[Any, Any]) -> bool:
@@ -271,20 +296,29 @@ class FaultProxy:
         return True
 
     async def _requests(self, route: Route, reader: asyncio.StreamReader, out: asyncio.StreamWriter,
-                        duplicated: dict[int, str], pair: tuple[Any, Any], sent: dict[int, float]) -> None:  # fmt: skip
+                        duplicated: dict[int, str], pair: tuple[Any, Any], sent: dict[int, float],
+                        spans: dict[int, list[Optional[float]]]) -> None:  # fmt: skip
         while True:
             message = await read_message(reader)
             if message is None:
                 return
+            arrival = route.arrived
+            route.arrived += 1
             await self._wait(route, replies=False)
             await self._pace(route)
+            if arrival < route.forwarded:
+                route.counters.reordered += 1  # a later request, on another connection, went first
+            route.forwarded = max(route.forwarded, arrival)
             route.counters.requests += 1
             if self._cut(route, message, out, pair):
                 route.counters.cut_requests += 1
                 return
             out.write(message)
             if command_name(message) in WRITES:  # not hello or getMore: those wait on purpose
-                sent[HEADER.unpack_from(message)[1]] = self.loop.time()
+                request_id = HEADER.unpack_from(message)[1]
+                sent[request_id] = self.loop.time()
+                spans[request_id] = span = [time.monotonic(), None]
+                route.writes.append(span)
             if (
                 route.faults.duplicate
                 and command_name(message) in WRITES
@@ -306,7 +340,8 @@ class FaultProxy:
         c.not_primary += b"NotWritablePrimary" in message or b"not primary" in message
 
     async def _replies(self, route: Route, reader: asyncio.StreamReader, out: asyncio.StreamWriter,
-                       duplicated: dict[int, str], pair: tuple[Any, Any], sent: dict[int, float]) -> None:  # fmt: skip
+                       duplicated: dict[int, str], pair: tuple[Any, Any], sent: dict[int, float],
+                       spans: dict[int, list[Optional[float]]]) -> None:  # fmt: skip
         seen: dict[int, bytes] = {}  # the first reply to a duplicated request, while the second is due
         while True:
             message = await read_message(reader)
@@ -314,6 +349,9 @@ class FaultProxy:
                 return
             response_to = HEADER.unpack_from(message)[2]
             self._observe(route, message, sent.pop(response_to, None))
+            span = spans.pop(response_to, None)
+            if span is not None:
+                span[1] = time.monotonic()
             if response_to in duplicated:
                 if response_to not in seen:  # the first of two replies
                     seen[response_to] = message

@@ -18,7 +18,9 @@ execution settled, no outbox entry, spawn, timer or transport message. The final
 every execution and what is left pending go into the history, the workers stop, and the
 checker (`harel_beanie.history`) reads all the files: nothing lost, nothing doubled, one
 version chain per execution, no stale read, the final states equal harel's in-memory run of
-the accepted events, everything drained.
+the accepted events, everything drained, and each group's messages delivered and applied in
+the order they were published (every publish and delivery is recorded, the client's and the
+workers').
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from harel.engine.aio.distributed import AsyncDistributedRunner
 from harel.spec.states import Event
 
 from harel_beanie.history.checker import Verdict, check
-from harel_beanie.history.recording import RecordingStore
+from harel_beanie.history.recording import RecordingStore, RecordingTransport
 from harel_beanie.history.records import HistoryWriter, read_history
 from harel_beanie.ops.embedded import EmbeddedServer, free_port
 from harel_beanie.ops.loader import load_models
@@ -50,7 +52,7 @@ from harel_beanie.ops.stack import open_transport, queued
 from harel_beanie.ops.where import Target
 from harel_beanie.store.async_store import AsyncMongoStore
 from harel_beanie.store.connect import RetryPolicy
-from tests.netfaults.faults import Fault, Injector
+from tests.netfaults.faults import LINK, PROXY, Fault, Injector
 from tests.netfaults.proxy import FaultProxy
 from tests.netfaults.topology import Network, make_network
 from tests.processes import terminate
@@ -63,6 +65,7 @@ DB = "netfaults"
 SOCKET_MS, CONNECT_MS, SELECT_S = 2000, 2000, 3.0
 VISIBILITY = 4.0  # a worker's lease on an event in flight, seconds
 SETTLE_TIMEOUT = 150.0  # the longest the run waits for the work to drain after the faults
+RESTART = 15.0  # seconds a SIGKILLed worker may take to be back at work, on a loaded machine
 
 
 @dataclass(frozen=True)
@@ -256,7 +259,7 @@ class Run:
             await base.init()
             transport = await open_transport(target, kind=self.transport)
             definitions = load_models(MODELS)
-            runner = AsyncDistributedRunner(store, transport, dict(definitions))
+            runner = AsyncDistributedRunner(store, RecordingTransport(transport, writer), dict(definitions))
             for host in self.network.hosts:
                 self.workers[host] = WorkerProcess(self, host)
                 await self.workers[host].start()
@@ -368,11 +371,11 @@ class Run:
     async def _kills(self) -> None:
         """SIGKILL a random worker at random moments of the window; start it again soon after."""
         sc = self.scenario
-        moments = sorted(self.rng.uniform(0.1, 0.9) * sc.seconds for _ in range(sc.kills))
+        kills = sorted(self._kill() for _ in range(sc.kills))
         begun = time.monotonic()
-        for at in moments:
+        for at, victim in kills:
             await asyncio.sleep(max(0.0, begun + at - time.monotonic()))
-            worker = self.workers[self.rng.choice(sorted(self.workers))]
+            worker = self.workers[victim]
             if not worker.alive:
                 self._exited(worker)
             else:
@@ -380,6 +383,21 @@ class Run:
                 self.outcome.kills += 1
             await asyncio.sleep(self.rng.uniform(0.3, 1.5))
             await worker.start()
+
+    def _kill(self) -> tuple[float, str]:
+        """A moment of the window and a worker to SIGKILL then: one that no fault on hosts
+        targets from then until RESTART seconds later where the draws find one (a fault on a
+        worker that is not running acts on nothing, and its evidence, read on that worker's
+        own traffic, would rightly say so), else any."""
+        sc = self.scenario
+        for _ in range(100):
+            at = self.rng.uniform(0.1, 0.9) * sc.seconds
+            busy = {h for f in sc.faults if f.kind in LINK + PROXY and f.at < at + RESTART and at < f.at + f.hold
+                    for h in f.hosts}  # fmt: skip
+            free = sorted(set(self.workers) - busy)
+            if free:
+                return at, self.rng.choice(free)
+        return at, self.rng.choice(sorted(self.workers))
 
     def _exited(self, worker: WorkerProcess) -> None:
         gone = worker.ended_by_itself()

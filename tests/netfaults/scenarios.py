@@ -1,6 +1,8 @@
 """The network-fault scenarios: the short run the default suite makes, and the soak's.
 
-Times are seconds into the client's send window. Every scenario also SIGKILLs workers at
+Times are seconds into the client's send window. A fault on several hosts must act on
+each of them (tests/netfaults/faults.py), so the short runs' random shares are set high
+enough for a few seconds of one worker's writes to meet them. Every scenario also SIGKILLs workers at
 random moments and starts them again (`kills`). The leases the workers take last
 `run.VISIBILITY` (4 s): the partitions and the pause outlast them, so another worker takes
 over events whose holder is cut off, and the holder's late commits must lose.
@@ -22,7 +24,7 @@ SHORT = Scenario(
         Fault("partition", 1, 5, ("w1",)),
         Fault("slow", 7, 3, ("w2", "client"), (("delay", 2.5),)),
         Fault("half_open", 11, 3, ("w3",)),
-        Fault("duplicate", 15, 4, EVERYONE, (("share", 0.3), ("jitter", 0.3))),
+        Fault("duplicate", 15, 4, EVERYONE, (("share", 0.5), ("jitter", 0.3))),
         Fault("pause", 20, 5.5, SERVER),
         Fault("lossy", 26.5, 3, ("w2",), (("percent", 30),)),
         Fault("failpoint", 30.5, 3, SERVER, (("mode", "close"), ("times", 8))),
@@ -51,11 +53,11 @@ LOOPBACK_SHORT = Scenario(
     faults=(
         Fault("partition", 1, 5, ("w1",)),
         Fault("half_open", 7, 3, ("w2",)),
-        Fault("duplicate", 11, 3, EVERYONE),
-        Fault("cut", 15, 3, EVERYONE, (("share", 0.05),)),
+        Fault("duplicate", 11, 4, EVERYONE, (("share", 0.6), ("jitter", 0.3))),
+        Fault("cut", 16, 4, EVERYONE, (("share", 0.1),)),
     ),
     kills=1,
-    seconds=19,
+    seconds=26,  # the kill falls after the faults on hosts, with time to come back
 )
 
 

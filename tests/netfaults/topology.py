@@ -29,12 +29,14 @@ import random
 import shutil
 import subprocess
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from tests.netfaults.proxy import FaultProxy
 
 PREFIX = "hbnf"  # every namespace and link this module makes starts with it
 SERVER_PORT = 27017
+#: a fault's evidence on one host: how many of its messages or packets the fault acted on
+Reader = Callable[[], int]
 
 
 def _run(*argv: str, check: bool = True, input: Optional[str] = None) -> subprocess.CompletedProcess[str]:
@@ -112,22 +114,27 @@ class Network:
     def add_host(self, name: str) -> Host:
         raise NotImplementedError
 
-    def partition(self, name: str) -> str:
-        """Cut `name` off from the server both ways; what was done, for the history."""
+    # Each fault on a host is applied under the fault's own `tag`, and returns what was done
+    # (for the history) and its evidence: a reader of how many of that host's messages or
+    # packets it has acted on since it was applied, counted for that host and that fault only.
+
+    def partition(self, name: str, tag: str) -> tuple[str, Reader]:
+        """Cut `name` off from the server both ways."""
         raise NotImplementedError
 
-    def half_open(self, name: str) -> str:
+    def half_open(self, name: str, tag: str) -> tuple[str, Reader]:
         """Requests from `name` still arrive, replies to it are lost."""
         raise NotImplementedError
 
-    def lossy(self, name: str, percent: int) -> Optional[str]:
+    def lossy(self, name: str, percent: int, tag: str) -> Optional[tuple[str, Reader]]:
         """Drop `percent` of `name`'s packets at random; None where this layer cannot."""
         raise NotImplementedError
 
-    def link_down(self, name: str) -> str:
+    def link_down(self, name: str, tag: str) -> tuple[str, Reader]:
         raise NotImplementedError
 
-    def heal(self, name: str) -> None:
+    def heal(self, name: str, tag: str) -> None:
+        """Undo what the fault `tag` did to `name`, and nothing another fault did."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -146,30 +153,35 @@ class Loopback(Network):
     def __init__(self, proxy: FaultProxy, server_port: int) -> None:
         super().__init__(proxy)
         self.server_addr = ("127.0.0.1", server_port)
+        self.held: dict[tuple[str, str], list[str]] = {}  # (host, fault tag) -> the proxy faults it set
 
     def add_host(self, name: str) -> Host:
         host, port = self.proxy.add_route(name, "127.0.0.1", self.server_addr)
         self.hosts[name] = Host(name, [], host, port)
         return self.hosts[name]
 
-    def partition(self, name: str) -> str:
-        self.proxy.set(name, hold=True)
-        return "proxy holds both directions"
+    def _hold(self, name: str, tag: str, **changes: bool) -> Reader:
+        self.held[(name, tag)] = list(changes)
+        reader = self.proxy.growth(name, "held")
+        self.proxy.set(name, **changes)
+        return reader
 
-    def half_open(self, name: str) -> str:
-        self.proxy.set(name, hold_replies=True)
-        return "proxy holds the replies"
+    def partition(self, name: str, tag: str) -> tuple[str, Reader]:
+        return "proxy holds both directions", self._hold(name, tag, hold=True)
 
-    def lossy(self, name: str, percent: int) -> Optional[str]:
+    def half_open(self, name: str, tag: str) -> tuple[str, Reader]:
+        return "proxy holds the replies", self._hold(name, tag, hold_replies=True)
+
+    def lossy(self, name: str, percent: int, tag: str) -> Optional[tuple[str, Reader]]:
         return None
 
-    def link_down(self, name: str) -> str:
+    def link_down(self, name: str, tag: str) -> tuple[str, Reader]:
+        reader = self._hold(name, tag, hold=True)
         self.proxy.drop_connections(name)
-        self.proxy.set(name, hold=True)
-        return "proxy dropped the connections and holds new ones"
+        return "proxy dropped the connections and holds new ones", reader
 
-    def heal(self, name: str) -> None:
-        self.proxy.clear(name)
+    def heal(self, name: str, tag: str) -> None:
+        self.proxy.unset(name, *self.held.pop((name, tag), ()))
 
     def close(self) -> None:
         pass
@@ -188,19 +200,23 @@ class Namespaces(Network):
             self.net = random.randrange(100, 200)
         self.namespaces: list[str] = []
         self.links: dict[str, tuple[str, str, int]] = {}  # host -> (its namespace, its link, index)
-        self.rules: dict[str, dict[str, tuple[str, str]]] = {}  # namespace -> host -> (input, output)
+        self.tables: dict[tuple[str, str], list[str]] = {}  # (host, fault tag) -> namespaces with its table
+        self.downed: dict[tuple[str, str], str] = {}  # (host, fault tag) -> the link it set down
         self.server_ns = self._namespace("s")
         self.server_link = self._veth("s", self.server_ns, f"10.{self.net}.0.1/24", f"10.{self.net}.0.2/24")
         self.server_addr = (f"10.{self.net}.0.2", SERVER_PORT)
         self.server_bind = "0.0.0.0"  # inside its namespace: only its own links reach it
         self.server_prefix = ["ip", "netns", "exec", self.server_ns]
-        self._nft(self.server_ns, "add table inet hbfault")
 
     def _namespace(self, suffix: str) -> str:
         name = f"{self.tag}-{suffix}"
         _run("ip", "netns", "add", name)
         self.namespaces.append(name)
         _run("ip", "-n", name, "link", "set", "lo", "up")
+        # IPv4 only: no IPv6 neighbour discovery on the links, whose packets a fault's
+        # counters would take for the processes' traffic
+        _run("ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
+             "net.ipv6.conf.default.disable_ipv6=1")  # fmt: skip
         return name
 
     def _veth(self, suffix: str, ns: str, here: str, there: str) -> str:
@@ -227,76 +243,68 @@ class Namespaces(Network):
         _run("ip", "addr", "add", f"{source}/24", "dev", f"hb{self.tag[-3:]}so")
         host, port = self.proxy.add_route(name, f"10.{self.net}.{index}.1", self.server_addr, source=source)
         self.links[name] = (ns, link, index)
-        self._nft(ns, "add table inet hbfault")
         self.hosts[name] = Host(name, ["ip", "netns", "exec", ns], host, port)
         return self.hosts[name]
 
-    def _rule(self, ns: str, name: str, rule_in: str, rule_out: str) -> None:
-        """Set `name`'s rules in `ns` (beside other hosts' rules there) and load them."""
-        self.rules.setdefault(ns, {})[name] = (rule_in, rule_out)
-        self._load(ns)
+    def _table(self, ns: str, name: str, tag: str, rule_in: str, rule_out: str) -> Reader:
+        """Load the rules of fault `tag` on host `name` in `ns` as a table of their own, their
+        matches counted by a counter named after both; the reader of that counter.
 
-    def _load(self, ns: str) -> None:
-        rules = self.rules.get(ns, {}).values()
-        body_in = " ".join(r for r, _ in rules if r)
-        body_out = " ".join(r for _, r in rules if r)
+        A table per fault and host: loading or deleting one never resets or removes another
+        fault's rules or counters, and a counter counts one host's packets for one fault."""
+        table, counter = _names(name, tag)
+        self.tables.setdefault((name, tag), []).append(ns)
+        hit = f'counter name "{counter}" drop;'
         self._nft(
             ns,
-            "flush table inet hbfault\n"
-            "table inet hbfault {\n"
-            f"  chain fin {{ type filter hook input priority 0; policy accept; {body_in} }}\n"
-            f"  chain fout {{ type filter hook output priority 0; policy accept; {body_out} }}\n"
+            f"table inet {table} {{\n"
+            f"  counter {counter} {{}}\n"
+            f"  chain fin {{ type filter hook input priority 0; policy accept; {rule_in + ' ' + hit if rule_in else ''} }}\n"
+            f"  chain fout {{ type filter hook output priority 0; policy accept; {rule_out + ' ' + hit if rule_out else ''} }}\n"
             "}",
         )
+        return lambda: _counted(ns, table, counter)
 
     def _source(self, name: str) -> str:
         return f"10.{self.net}.0.{10 + self.links[name][2]}"
 
-    def partition(self, name: str) -> str:
+    def partition(self, name: str, tag: str) -> tuple[str, Reader]:
         ns, link, _ = self.links[name]
-        self._rule(ns, name, f'iifname "{link}" counter drop;', f'oifname "{link}" counter drop;')
         src = self._source(name)
-        self._rule(self.server_ns, name, f"ip saddr {src} counter drop;", f"ip daddr {src} counter drop;")
-        return f"nft drops {name}'s link both ways in its namespace, and its upstream address in the server's"
+        here = self._table(ns, name, tag, f'iifname "{link}"', f'oifname "{link}"')
+        there = self._table(self.server_ns, name, tag, f"ip saddr {src}", f"ip daddr {src}")
+        how = f"nft drops {name}'s link both ways in its namespace, and its upstream address in the server's"
+        return how, lambda: here() + there()  # both count this host's packets only
 
-    def half_open(self, name: str) -> str:
+    def half_open(self, name: str, tag: str) -> tuple[str, Reader]:
         ns, link, _ = self.links[name]
-        self._rule(ns, name, f'iifname "{link}" counter drop;', "")
-        return f"nft drops what arrives on {name}'s link (its requests leave, no reply gets back)"
+        reader = self._table(ns, name, tag, f'iifname "{link}"', "")
+        return f"nft drops what arrives on {name}'s link (its requests leave, no reply gets back)", reader
 
-    def lossy(self, name: str, percent: int) -> Optional[str]:
+    def lossy(self, name: str, percent: int, tag: str) -> Optional[tuple[str, Reader]]:
         ns, link, _ = self.links[name]
-        rule = f'iifname "{link}" numgen random mod 100 < {percent} counter drop;'
-        self._rule(ns, name, rule, rule.replace("iifname", "oifname"))
-        return f"nft drops {percent}% of {name}'s packets each way (numgen random)"
+        random_share = f"numgen random mod 100 < {percent}"
+        reader = self._table(ns, name, tag, f'iifname "{link}" {random_share}', f'oifname "{link}" {random_share}')
+        return f"nft drops {percent}% of {name}'s packets each way (numgen random)", reader
 
-    def link_down(self, name: str) -> str:
+    def link_down(self, name: str, tag: str) -> tuple[str, Reader]:
+        """The evidence is the host's own traffic: packets its processes tried to send and the
+        kernel found no route for (`OutNoRoutes` of its namespace, where nothing else runs),
+        counted from the moment the link went down. Setting a link down is the test's act;
+        that the worker then tried to use it is the fault reaching the worker."""
         ns, link, _ = self.links[name]
+        before = _no_routes(ns)
         _run("ip", "-n", ns, "link", "set", link, "down")
-        return f"{name}'s link set down"
+        self.downed[(name, tag)] = link
+        return f"{name}'s link set down", lambda: _no_routes(ns) - before
 
-    def dropped(self, name: str) -> int:
-        """Packets the rules for `name` dropped so far, in its namespace and the server's."""
-        total = 0
-        for ns in (self.links[name][0], self.server_ns):
-            listed = _run("ip", "netns", "exec", ns, "nft", "-j", "list", "table", "inet", "hbfault", check=False)
-            for item in json.loads(listed.stdout or "{}").get("nftables", []):
-                for expr in item.get("rule", {}).get("expr", []):
-                    if isinstance(expr, dict) and "counter" in expr:
-                        total += int(expr["counter"].get("packets", 0))
-        return total
-
-    def link_is_down(self, name: str) -> bool:
-        ns, link, _ = self.links[name]
-        return "state DOWN" in _run("ip", "-n", ns, "link", "show", link, check=False).stdout
-
-    def heal(self, name: str) -> None:
-        ns, link, _ = self.links[name]
-        for where in (ns, self.server_ns):
-            if self.rules.get(where, {}).pop(name, None) is not None:
-                self._load(where)
-        _run("ip", "-n", ns, "link", "set", link, "up", check=False)
-        self.proxy.clear(name)
+    def heal(self, name: str, tag: str) -> None:
+        table, _ = _names(name, tag)
+        for ns in self.tables.pop((name, tag), []):
+            _run("ip", "netns", "exec", ns, "nft", "delete", "table", "inet", table, check=False)
+        link = self.downed.pop((name, tag), None)
+        if link is not None:
+            _run("ip", "-n", self.links[name][0], "link", "set", link, "up", check=False)
 
     def close(self) -> None:
         """Kill what still runs inside, delete the namespaces (their links go with them)."""
@@ -304,6 +312,27 @@ class Namespaces(Network):
             _kill_inside(ns)
             _run("ip", "netns", "del", ns, check=False)
         self.namespaces.clear()
+
+
+def _names(host: str, tag: str) -> tuple[str, str]:
+    """The nft table and counter of fault `tag` on `host`."""
+    return f"hbf_{tag}_{host}", f"{tag}_{host}"
+
+
+def _counted(ns: str, table: str, counter: str) -> int:
+    """Packets counter `counter` of `table` in `ns` has counted (0 once the table is gone)."""
+    listed = _run("ip", "netns", "exec", ns, "nft", "-j", "list", "counter", "inet", table, counter, check=False)
+    for item in json.loads(listed.stdout or "{}").get("nftables", []):
+        if "counter" in item:
+            return int(item["counter"].get("packets", 0))
+    return 0
+
+
+def _no_routes(ns: str) -> int:
+    """`Ip: OutNoRoutes` of namespace `ns`: packets its processes sent that had no route."""
+    lines = [line.split() for line in _run("ip", "netns", "exec", ns, "cat", "/proc/net/snmp").stdout.splitlines()]
+    names, values = [row for row in lines if row and row[0] == "Ip:"][:2]
+    return int(values[names.index("OutNoRoutes")])
 
 
 def make_network(proxy: FaultProxy, server_port: int, *, layer: Optional[str] = None) -> tuple[Network, str]:

@@ -16,8 +16,9 @@ from typing import Any, Generator, Literal, Optional, TypeVar, Union
 # reads that decide a commit landed or an event was seen); "leases" is the counters
 # collection at majority, whatever the store's concerns (the seq leases, harel_beanie.core.seqs);
 # "queues" and "overflow" are the transport's (harel_beanie.core.queue_documents), "enqueue"
-# the queues at the concern publishes are written with (a lease's writes need less)
-Target = Literal["executions", "confirm", "counters", "leases", "queues", "enqueue", "overflow"]
+# the queues at the concern publishes are written with (a lease's writes need less);
+# "partitions" the workers' partition leases (harel_beanie.transport.ownership)
+Target = Literal["executions", "confirm", "counters", "leases", "queues", "enqueue", "overflow", "partitions"]
 
 
 @dataclass(frozen=True)

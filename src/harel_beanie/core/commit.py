@@ -28,7 +28,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from harel.engine.execution import Execution
 from harel.engine.store.base import Step, TimerOp
@@ -133,12 +133,14 @@ def plan_commit(
     trace_max: int,
     dedupe_window: int,
     trace_step_bytes: int = DEFAULT_TRACE_STEP_BYTES,
+    part_of: Optional[Callable[[str], int]] = None,
 ) -> CommitPlan:
     """Build the commit of `request.exe` at its version + 1, its outbox entries and spawns
     taking `seqs` (minted by the caller, one per emit then one per spawn, increasing): the
     whole document of a new execution (version 0), else one conditional update. The
     execution itself is not changed: the store bumps its version only once the write has
-    landed."""
+    landed. `part_of` gives the partition a new document carries
+    (`harel_beanie.core.partitions`)."""
     exe = request.exe
     c = _parts(request, seqs, trace_max, trace_step_bytes)
     insert: Optional[dict[str, Any]] = None
@@ -146,6 +148,8 @@ def plan_commit(
         cas: dict[str, Any] = {"_id": exe.id}
         update: dict[str, Any] = {}
         insert = _new_document(exe, c)
+        if part_of is not None:
+            insert["part"] = part_of(exe.id)
     else:
         cas, update = _cas_update(exe, c, dedupe_window)
     return CommitPlan(

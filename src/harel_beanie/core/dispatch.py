@@ -10,6 +10,7 @@ each store drains its own way (`list(cursor)`, `await cursor.to_list(None)`).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from operator import attrgetter
 from typing import Any, Awaitable, Callable, Generic, Mapping, Optional
@@ -19,6 +20,7 @@ from pymongo.errors import PyMongoError
 
 from harel_beanie.core import calls
 from harel_beanie.core.calls import Flow, T
+from harel_beanie.core.partitions import PartitionScope, route
 
 
 class FlowRun(Generic[T]):
@@ -100,14 +102,26 @@ def start(coll: Any, c: calls.Call) -> tuple[Any, Callable[[Any], Any]]:
     raise TypeError(f"unknown call {c!r}")
 
 
-def call(colls: Mapping[str, Any], c: calls.Call) -> Any:
-    """Make call `c` on the sync collection its target names in `colls`: the flow's reply."""
+def routed(c: calls.Call, scope: Optional[PartitionScope]) -> calls.Call:
+    """`c` with its filter naming its partition when commands go through a mongos
+    (`harel_beanie.core.partitions.route`): one place for every flow of every shell."""
+    if scope is None or not scope.sharded or not hasattr(c, "filter"):
+        return c
+    changes: dict[str, Any] = {"filter": route(c.target, c.filter, scope)}
+    return dataclasses.replace(c, **changes)  # type: ignore[type-var]
+
+
+def call(colls: Mapping[str, Any], c: calls.Call, scope: Optional[PartitionScope] = None) -> Any:
+    """Make call `c` on the sync collection its target names in `colls`: the flow's reply.
+    With `scope`, the call is routed first (`routed`)."""
+    c = routed(c, scope)
     answer, reply = start(colls[c.target], c)
     return reply(list(answer) if isinstance(c, calls.Find) else answer)
 
 
-async def acall(colls: Mapping[str, Any], c: calls.Call) -> Any:
+async def acall(colls: Mapping[str, Any], c: calls.Call, scope: Optional[PartitionScope] = None) -> Any:
     """`call` for an async client (PyMongo's async API, or Motor)."""
+    c = routed(c, scope)
     answer, reply = start(colls[c.target], c)
     return reply(await answer.to_list(None) if isinstance(c, calls.Find) else await maybe_await(answer))
 

@@ -28,8 +28,10 @@ from harel_beanie.core.keys import ANY_TIME
 
 #: The layout version this package writes and reads; recorded in the counters collection.
 #: Bump it with every migration in migrations/. Version 2: the `pending` flag and the partial
-#: pending-work indexes (`hb_pending`, `hb_timer_pending`) in place of `LAYOUT_1_INDEXES`.
-SCHEMA_VERSION = 2
+#: pending-work indexes in place of `LAYOUT_1_INDEXES`. Version 3: partitions (`part` on
+#: every execution and queue document, the number of them in the schema marker, and the
+#: pending-work indexes led by `part` beside the others, `PARTITION_INDEXES`).
+SCHEMA_VERSION = 3
 
 #: The filter selecting the documents that hold outbox entries or spawns (see `pending`).
 PENDING: dict[str, Any] = {"pending": True}
@@ -111,6 +113,9 @@ class ExecutionDocument(Document, SummaryFields):
     # commit that adds entries, cleared by the write that removes the last (an update
     # pipeline recomputes it; see flows.ack_outbox). The one index the relays read.
     pending: Optional[bool] = None
+    # the execution's partition, a function of its id (`harel_beanie.core.partitions`): what
+    # a worker's sweeps select on, and on a sharded cluster the shard key's first field
+    part: Optional[int] = None
 
     class Settings:
         name = Names(DEFAULT_PREFIX).executions
@@ -131,13 +136,25 @@ class ExecutionDocument(Document, SummaryFields):
             # holds that work, so the many documents holding none write no key there on any
             # commit (and, on SecantusDB, skip their upkeep). Every read of pending work names
             # the filter (`PENDING`, `ANY_TIME`), so the server may use them.
-            # One index for outbox entries and spawns: the relay reads both in one round trip;
-            # ack_outbox / ack_spawn without an owner hint; purge finds the entries addressed
-            # to the purged execution among these documents
+            # One index for outbox entries and spawns: a relay over every partition reads
+            # both in one round trip; ack_outbox / ack_spawn without an owner hint; purge
+            # finds the entries addressed to the purged execution among these documents
             IndexModel([("pending", ASCENDING)], name="hb_pending", partialFilterExpression=PENDING),
-            # due_timers reads only documents with a timer due by now
+            # due_timers over every partition reads only documents with a timer due by now;
+            # the dashboard's "waiting on a timer"
             IndexModel(
                 [("next_fire", ASCENDING)], name="hb_timer_pending", partialFilterExpression={"next_fire": ANY_TIME}
+            ),
+            # The same two led by `part`, for a worker that owns some partitions: its sweeps
+            # read only their work, and the post-commit relay reads one family by `_id`
+            # range within its partition. A document holding work has a key in both pairs.
+            IndexModel(
+                [("part", ASCENDING), ("_id", ASCENDING)], name="hb_part_pending", partialFilterExpression=PENDING
+            ),
+            IndexModel(
+                [("part", ASCENDING), ("next_fire", ASCENDING)],
+                name="hb_part_timer",
+                partialFilterExpression={"next_fire": ANY_TIME},
             ),
         ]
 
@@ -150,6 +167,11 @@ LAYOUT_1_INDEXES: list[IndexModel] = [
     IndexModel([("spawns.seq", ASCENDING)], name="hb_spawn_seq"),
     IndexModel([("next_fire", ASCENDING)], name="hb_next_fire", sparse=True),
 ]
+
+
+#: The indexes layout version 3 added: its migration creates them on the way up and drops
+#: them on the way down.
+PARTITION_INDEXES = ("hb_part_pending", "hb_part_timer")
 
 
 class Tombstone(BaseModel):

@@ -74,3 +74,13 @@ class CommitOutcomeUnknown(ConnectionFailure):
         self.execution_id = execution_id
         self.expected = expected
         self.found = found
+
+
+class ShardPlanError(RuntimeError):
+    """A partitioned collection of a sharded cluster is sharded on a key other than the
+    shard plan's (`harel_beanie.core.partitions.SHARD_PLAN`): its commands would reach every
+    shard, or be refused. `problems` holds one message per collection, each naming its fix."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = list(problems)

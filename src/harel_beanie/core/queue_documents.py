@@ -8,7 +8,8 @@ them from one place.
 
 A queue is one document per group (per execution): its waiting messages inline, in order,
 up to `INLINE_MAX` of them and `INLINE_BYTES` of their JSON, with the group's lease (`token`,
-`available_at`) and priority beside them. That is what makes each operation one round trip:
+`available_at`) and priority beside them. That is what makes each operation one round trip
+while a group's messages fit inline:
 a publish is one conditional upsert that appends, a claim one `find_one_and_update` that
 leases the group and returns its head, an ack one update that pops it. A group whose backlog
 outgrows the inline bounds keeps its later messages in `OverflowDocument`s, one each, in
@@ -47,6 +48,13 @@ def queue_names(prefix: str = DEFAULT_PREFIX) -> tuple[str, str]:
     return f"{prefix}_hb_queues", f"{prefix}_hb_overflow"
 
 
+def partition_collection(prefix: str = DEFAULT_PREFIX) -> str:
+    """The collection of the workers' partition leases under `prefix` (one small document
+    per partition: `harel_beanie.transport.ownership`). Unsharded on a cluster."""
+    Names(prefix)
+    return f"{prefix}_hb_partitions"
+
+
 class QueuedMessage(BaseModel):
     """One message waiting inline: the event as harel's `Event.model_dump_json` gives it."""
 
@@ -67,10 +75,12 @@ class QueueDocument(Document):
     spilled: int = 0  # overflow documents the group has been told of (a claim's reset waits for none new)
     available_at: float = 0.0  # claimable from then on (epoch seconds): a lease or a park ends
     token: Optional[str] = None  # the lease: who holds the head
-    priority: int = 0  # fixed by the group's first publish, as harel's transports do
+    priority: int = 0  # set by the publish that finds the group drained, as harel's transports do
     acked: int = 0  # messages acked ever: the head's ordinal is `acked + 1` (`Lease.seq`)
     published: int = 0  # messages published ever
     wake: int = 0  # bumped by every write that makes the group claimable now (the streams' cue)
+    part: Optional[int] = None  # the group's partition (`harel_beanie.core.partitions`), its execution's
+    ep: Optional[int] = None  # on a cluster: the epoch of the partition lease its last claim held (a fence)
 
     class Settings:
         name = queue_names()[0]
@@ -81,6 +91,12 @@ class QueueDocument(Document):
             IndexModel(
                 [("available_at", ASCENDING), ("priority", ASCENDING)],
                 name="hb_claim",
+                partialFilterExpression=WAITING,
+            ),
+            # claim by a worker that owns some partitions: its partitions' due groups
+            IndexModel(
+                [("part", ASCENDING), ("available_at", ASCENDING), ("priority", ASCENDING)],
+                name="hb_part_claim",
                 partialFilterExpression=WAITING,
             ),
             # a drained queue goes once it has been quiet for a day (where TTL monitors run)
@@ -103,6 +119,7 @@ class OverflowDocument(Document):
     g: str
     e: str
     tok: Optional[str] = None
+    part: Optional[int] = None  # its group's partition
 
     class Settings:
         name = queue_names()[1]

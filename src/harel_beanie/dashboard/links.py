@@ -5,6 +5,8 @@ Why this module exists: an id is data, and may hold anything a str can (`/`, `?`
 (`..` is resolved away by the browser, an empty segment vanishes, `/` splits the id), so
 every link to an execution carries its id in the query string, percent-encoded whole
 (`quote` with nothing left safe): the page reads back exactly the id the link was built from.
+An id a browser shows as nothing (the empty one, or only blanks) would make a link with no
+text to see or click: pages show a placeholder for it instead (`id_placeholder`).
 """
 
 from __future__ import annotations
@@ -50,3 +52,15 @@ def typed_id(execution_id: str) -> str:
         else:
             out.append(ch)
     return "".join(out)
+
+
+def id_placeholder(execution_id: str) -> Optional[str]:
+    """What a page shows in place of an id a browser would render as nothing, so that its
+    link has text to see and click: `(empty id)` for the empty id, `(blank id)` for one made
+    only of spaces, line breaks and characters that print nothing (controls, format
+    characters). None for any other id, which is shown as it is."""
+    if not execution_id:
+        return "(empty id)"
+    if all(ch.isspace() or unicodedata.category(ch)[0] == "C" for ch in execution_id):
+        return "(blank id)"
+    return None

@@ -37,7 +37,7 @@ from harel_beanie.core.documents import bind
 from harel_beanie.core.errors import SchemaMismatch
 from harel_beanie.dashboard import views
 from harel_beanie.dashboard.charts import ChartsOut, Sampler, charts, samples_name, sparkline
-from harel_beanie.dashboard.links import Links, typed_id
+from harel_beanie.dashboard.links import Links, id_placeholder, typed_id
 from harel_beanie.dashboard.live import LiveFeed
 from harel_beanie.dashboard.search import MAX_WITHIN, Search, parse_within
 from harel_beanie.dashboard.security import NOT_FOUND, REFUSED, DashboardRoute, NotFound, static_headers
@@ -98,6 +98,7 @@ def _templates() -> Jinja2Templates:
     t.env.filters["ago"] = _ago
     t.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True, default=str)
     t.env.filters["typed"] = typed_id
+    t.env.filters["id_placeholder"] = id_placeholder
     return t
 
 

@@ -6,11 +6,12 @@ that sends events) writes each operation it makes to a JSON Lines history: when 
 invoked, and whether it completed ok, failed definitely, or ended unknown (a timed-out
 write may still have landed). Once the faults have healed and the work has drained, the
 final state of every execution is appended, and `check` decides from the files alone
-whether anything was lost, doubled, skipped or read stale.
+whether anything was lost, doubled, skipped, read stale or taken out of order.
 
 - `records.py` — the record format (one JSON object a line), `HistoryWriter`, `read_history`
   and the pairing of an invoke with its completion;
-- `recording.py` — `RecordingStore`, any harel async store with its operations recorded;
+- `recording.py` — `RecordingStore` and `RecordingTransport`, any harel async store or
+  transport with its operations recorded;
 - `checker.py` — `check(records, replay=None) -> Verdict`: the rules, with no I/O;
 - `verdict.py` — `Verdict` and `Anomaly`: what was found, and the figures of the history.
 
@@ -20,7 +21,7 @@ accepted events) is on the operations side, `harel_beanie.ops.replay`, as is the
 """
 
 from harel_beanie.history.checker import Replay, ReplayCase, check
-from harel_beanie.history.recording import RecordingStore
+from harel_beanie.history.recording import RecordingStore, RecordingTransport
 from harel_beanie.history.records import HistoryWriter, Operation, pair, read_history
 from harel_beanie.history.verdict import KINDS, Anomaly, Verdict
 
@@ -30,6 +31,7 @@ __all__ = [
     "HistoryWriter",
     "Operation",
     "RecordingStore",
+    "RecordingTransport",
     "Replay",
     "ReplayCase",
     "Verdict",

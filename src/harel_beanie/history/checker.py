@@ -13,6 +13,9 @@ The fields it reads, by operation (`t`, `p`, `i`, `type`, `f` on all of them):
   fail: `found`;
 - `read` — invoke: `exe`; ok: `version` (null: no such execution);
 - `send` — invoke: `exe`, `event` (its id), `kind`, `data`;
+- `publish` — invoke: `group`, `event` (its id), `kind` (the transport's publish);
+- `deliver` — invoke: `group`, `event`, `kind`, written as a claim hands the message over;
+  ok: acked (handled), fail: nacked (it comes back);
 - `final` (ok, alone, once an execution's work has drained): `exe`, `definition`, `parent`,
   `version`, `status`, `active_path`, `context`, `deferred` (a count);
 - `drain` (ok, alone, once): `outbox`, `spawns`, `timers`, `queued`, `leased` (counts).
@@ -40,6 +43,14 @@ Rules (each anomaly kind is named where its rule is):
 5. The end: the `drain` record counts nothing left in the outbox, spawns, timers, transport or
    leases, and no execution still holds deferred events (`not-drained`); the drain was
    recorded, and every execution created, written or sent to has a final record (`no-final`).
+6. Order, per group: harel's transport is one FIFO per group (a group is an execution), one
+   message of it in flight. So an event whose publish to a group was acknowledged before
+   another's first publish to that group began is delivered first (`reordered`): the
+   other's first delivery does not come before its own, nor without it. And, for a group
+   that is an execution with a final record, it is applied first: earlier in `seen`
+   (`reordered`), when both are listed there. Publishes that overlap in time have no order to keep, and a message's
+   later copies (a resend, a relay's second publish) none of their own: the first publish
+   and the first delivery of each event id are what is compared.
 """
 
 from __future__ import annotations
@@ -51,6 +62,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 
 from harel_beanie.history.records import OUTCOMES, Operation, Paired, pair
 from harel_beanie.history.verdict import Anomaly, Verdict
+from harel_beanie.history.wording import diff, listed, ranges, times
 
 #: the counts of the `drain` record; each must be 0
 DRAIN_FIELDS = ("outbox", "spawns", "timers", "queued", "leased")
@@ -87,6 +99,7 @@ def check(records: Iterable[Mapping[str, Any]], replay: Optional[Replay] = None,
         *_reads(h),
         *([] if replay is None else _final_states(h, replay, replayed)),
         *_end(h),
+        *_order(h),
     ]
     return Verdict(anomalies, _figures(h, replayed))
 
@@ -98,7 +111,12 @@ class _History:
         self.paired = paired
         self.by_exe: dict[str, list[Operation]] = defaultdict(list)
         self.sends: dict[tuple[str, str], list[Operation]] = defaultdict(list)
+        self.queued: dict[str, list[Operation]] = defaultdict(list)  # group -> its publishes and deliveries
+        self.fifo_pairs = 0
         for op in paired.operations:
+            if op.f in ("publish", "deliver") and op.invoke.get("group") is not None:
+                self.queued[str(op.invoke["group"])].append(op)
+                continue
             if op.exe is None:
                 continue
             self.by_exe[op.exe].append(op)
@@ -139,15 +157,11 @@ def _events(h: _History) -> Iterable[Anomaly]:
             if n > 1:
                 yield Anomaly("doubled", exe, f"event {eid!r} of unknown outcome applied {n} times (sends: {tried})")
         elif n:
-            yield Anomaly("phantom", exe, f"event {eid!r} applied {_times(n)} though every send failed ({tried})")
+            yield Anomaly("phantom", exe, f"event {eid!r} applied {times(n)} though every send failed ({tried})")
     for exe, ids in h.seen.items():
         for eid in dict.fromkeys(ids):
             if (exe, eid) not in h.sends:
-                yield Anomaly("phantom", exe, f"event {eid!r} applied {_times(ids.count(eid))}, never sent")
-
-
-def _times(n: int) -> str:
-    return "once" if n == 1 else f"{n} times"
+                yield Anomaly("phantom", exe, f"event {eid!r} applied {times(ids.count(eid))}, never sent")
 
 
 # --- 2. versions --------------------------------------------------------------------------
@@ -203,17 +217,7 @@ def _versions(h: _History) -> Iterable[Anomaly]:
         missing = [v for v in range(1, version + 1) if v not in claimed]
         if missing:
             yield Anomaly("unaccounted-version", exe, f"no recorded write could have stored version(s) "
-                          f"{_ranges(missing)} of the final {version}")  # fmt: skip
-
-
-def _ranges(numbers: list[int]) -> str:
-    spans: list[list[int]] = []
-    for n in numbers:
-        if spans and n == spans[-1][1] + 1:
-            spans[-1][1] = n
-        else:
-            spans.append([n, n])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+                          f"{ranges(missing)} of the final {version}")  # fmt: skip
 
 
 # --- 3. reads -----------------------------------------------------------------------------
@@ -275,29 +279,9 @@ def _final_states(h: _History, replay: Replay, counted: list[int]) -> Iterable[A
         counted[0] += 1
         got = {key: final.get(key) for key in COMPARED if key != "children"}
         got["children"] = {cid: f.get("status") for cid, f in h.finals.items() if f.get("parent") == exe}
-        differs = _diff(got, want)
+        differs = diff(got, want, COMPARED)
         if differs:
             yield Anomaly("replay-mismatch", exe, f"after {len(events)} events: " + "; ".join(differs))
-
-
-def _diff(got: Mapping[str, Any], want: Mapping[str, Any]) -> list[str]:
-    out = []
-    for key in COMPARED:
-        a, b = got.get(key), want.get(key)
-        if a == b:
-            continue
-        if isinstance(a, Mapping) and isinstance(b, Mapping):
-            for k in sorted(set(a) | set(b), key=str):
-                if a.get(k) != b.get(k):
-                    out.append(f"{key}.{k}: history {_short(a.get(k))}, replay {_short(b.get(k))}")
-        else:
-            out.append(f"{key}: history {_short(a)}, replay {_short(b)}")
-    return out
-
-
-def _short(value: Any, limit: int = 120) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # --- 5. the end ---------------------------------------------------------------------------
@@ -323,6 +307,41 @@ def _end(h: _History) -> Iterable[Anomaly]:
                           + ", ".join(f"{n} {f}" for f, n in sorted(kinds.items())))  # fmt: skip
 
 
+# --- 6. order, per group -------------------------------------------------------------------
+
+
+def _order(h: _History) -> Iterable[Anomaly]:
+    for group, ops in sorted(h.queued.items()):
+        acked: dict[str, int] = {}  # event -> when its first acknowledged publish returned
+        began: dict[str, int] = {}  # event -> when its first publish began
+        delivered: dict[str, int] = {}  # event -> when it was first handed to a worker
+        for op in ops:
+            eid = str(op.invoke.get("event"))
+            if op.f == "publish":
+                began[eid] = min(began.get(eid, op.invoked), op.invoked)
+                if op.outcome == "ok" and op.completed is not None:
+                    acked[eid] = min(acked.get(eid, op.completed), op.completed)
+            else:
+                delivered[eid] = min(delivered.get(eid, op.invoked), op.invoked)
+        seen = h.seen.get(group)
+        applied = {eid: n for n, eid in reversed(list(enumerate(seen)))} if seen is not None else {}
+        firsts = sorted(acked.items(), key=lambda item: item[1])
+        for later, start in sorted(began.items(), key=lambda item: item[1]):
+            earlier = [eid for eid, done in firsts if done < start and eid != later]
+            if later in delivered:
+                h.fifo_pairs += len(earlier)
+                jumped = [eid for eid in earlier if delivered.get(eid, delivered[later] + 1) > delivered[later]]
+                if jumped:
+                    yield Anomaly("reordered", group, f"event {later!r} was delivered before {listed(jumped)}, "
+                                  "whose publish was acknowledged before its own began")  # fmt: skip
+            if later in applied:
+                # only events the model lists: a Timeout or a child's Returned is applied unlisted
+                jumped = [eid for eid in earlier if applied.get(eid, -1) > applied[later]]
+                if jumped:
+                    yield Anomaly("reordered", group, f"event {later!r} was applied before {listed(jumped)}, "
+                                  "whose publish was acknowledged before its own began")  # fmt: skip
+
+
 # --- figures ------------------------------------------------------------------------------
 
 
@@ -346,4 +365,7 @@ def _figures(h: _History, replayed: list[int]) -> dict[str, Any]:
         "replayed": replayed[0],
         "replay_skipped": replayed[1],
         "faults": dict(faults),
+        "publishes": sum(op.f == "publish" for ops in h.queued.values() for op in ops),
+        "deliveries": sum(op.f == "deliver" for ops in h.queued.values() for op in ops),
+        "fifo_pairs": h.fifo_pairs,
     }

@@ -1,4 +1,5 @@
-"""`RecordingStore`: any harel async store, with the operations the checker judges recorded.
+"""`RecordingStore` and `RecordingTransport`: any harel async store or transport, with the
+operations the checker judges recorded.
 
 Why this module exists: the history has to record what the engine really asked of the store
 and what it was told, under the faults of the run, without the engine knowing. The wrapper
@@ -14,7 +15,16 @@ What is recorded, in the format of `harel_beanie.history.records`:
   event it processed (`save` processes none);
 - `load` and `load_for_event` are `read`s, with the version they found (null: none).
 
-The outcome: returned is `ok`; harel's `StoreConflict` and `ExecutionAlreadyExists` are
+And by the transport, by group id and event id only (what every transport's groups have):
+
+- a `publish` of an event to a group: invoke `group`, `event`, `kind`; `ok` once returned,
+  `unknown` if it raised (it may be queued all the same);
+- a `deliver`: a claim that returned a message, its invoke written as the claim returns
+  (`group`, `event`, `kind`), completed `ok` when the message is acked (handled), `fail`
+  when it is nacked (it comes back), `unknown` when the ack raised; a worker killed with
+  the message in hand leaves it incomplete. Claims that return nothing are not written.
+
+The store's outcome: returned is `ok`; harel's `StoreConflict` and `ExecutionAlreadyExists` are
 `fail` (the store refused, nothing was written); any other exception is `unknown` (a timeout
 or a dropped connection says nothing about whether the write landed). The exception is
 always raised again: recording never changes what the caller sees.
@@ -118,6 +128,56 @@ class RecordingStore:
         else:
             # a timeout, a lost reply, a cancelled task: whatever was sent may have landed
             self.history.complete(i, "unknown", error=error)
+
+
+class RecordingTransport:
+    """`transport` (a harel async transport) with its publishes and deliveries written to
+    `history`. Every other attribute is the wrapped transport's."""
+
+    def __init__(self, transport: Any, history: HistoryWriter) -> None:
+        self.inner = transport
+        self.history = history
+        self._held: dict[int, int] = {}  # id of a lease in hand -> its deliver's index
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def publish(self, group_id: str, event: Any, *args: Any, **kwargs: Any) -> None:
+        i = self.history.invoke("publish", group=group_id, event=event.id, kind=event.kind)
+        try:
+            await self.inner.publish(group_id, event, *args, **kwargs)
+        except BaseException as exc:
+            self.history.complete(i, "unknown", error=f"{type(exc).__name__}: {exc}")
+            raise
+        self.history.complete(i, "ok")
+
+    async def claim(self, *args: Any, **kwargs: Any) -> Any:
+        lease = await self.inner.claim(*args, **kwargs)
+        if lease is not None:
+            event = lease.event
+            self._held[id(lease)] = self.history.invoke(
+                "deliver", group=lease.group_id, event=event.id, kind=event.kind
+            )
+        return lease
+
+    async def ack(self, lease: Any, *args: Any, **kwargs: Any) -> None:
+        await self._end(lease, self.inner.ack(lease, *args, **kwargs), "ok")
+
+    async def nack(self, lease: Any, *args: Any, **kwargs: Any) -> None:
+        await self._end(lease, self.inner.nack(lease, *args, **kwargs), "fail")
+
+    async def _end(self, lease: Any, call: Any, outcome: str) -> None:
+        i = self._held.pop(id(lease), None)
+        try:
+            await call
+        except BaseException as exc:
+            if i is not None:
+                # an ack that raised may have landed; a nack that did not lets the lease run out:
+                # either way the message was not handled here
+                self.history.complete(i, "unknown" if outcome == "ok" else "fail", error=f"{type(exc).__name__}: {exc}")
+            raise
+        if i is not None:
+            self.history.complete(i, outcome)
 
 
 def _plain(value: Any) -> Any:

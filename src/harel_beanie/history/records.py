@@ -12,8 +12,8 @@ One JSON object a line. Every record has:
   invoke and its completion share `p` and `i`;
 - `type` — `invoke`, then one of `ok`, `fail` (the operation definitely did not take effect)
   or `unknown` (it may have); `info` for notes such as the faults injected;
-- `f` — the operation: `create`, `commit`, `read`, `send`; `final` and `drain` (type `ok`,
-  written alone once the work has drained); `fault` (type `info`).
+- `f` — the operation: `create`, `commit`, `read`, `send`, `publish`, `deliver`; `final`
+  and `drain` (type `ok`, written alone once the work has drained); `fault` (type `info`).
 
 The fields each operation carries are listed in `harel_beanie.history.checker`, which reads
 them. An invoke whose completion never came (its process was killed) is `incomplete`, and

@@ -21,6 +21,7 @@ KINDS = (
     "lost-ack",
     "unaccounted-version",
     "stale-read",
+    "reordered",
     "replay-mismatch",
     "not-drained",
     "no-final",
@@ -46,7 +47,9 @@ class Verdict:
     operation, then outcome: ok, fail, unknown, incomplete), `operation_count`, `unknown`,
     `incomplete`, `stray_completions`, `processes`, `executions` (final records),
     `events_sent` (distinct ids per execution), `events_applied` (entries of the final
-    `seen` lists), `replayed` and `replay_skipped` (root final states), `faults` (by kind)."""
+    `seen` lists), `replayed` and `replay_skipped` (root final states), `faults` (by kind),
+    `publishes` and `deliveries` (transport records), `fifo_pairs` (ordered publishes whose
+    deliveries were compared)."""
 
     anomalies: list[Anomaly] = field(default_factory=list)
     figures: dict[str, Any] = field(default_factory=dict)

@@ -1,38 +1,53 @@
 """Where prune puts what it removes: a JSON Lines file or a collection, each fed through a
-journal so that every removed execution lands there exactly once and whole, whatever instant
-the process is killed at.
+journal so that every removal lands there exactly once and whole, whatever instant the
+process is killed at.
 
-Why this module exists: the archive is the only copy of what prune removed. The protocol a
-batch follows, for both kinds of archive:
+Why this module exists: the archive is the only copy of what prune removed. An id may be
+created again once prune removed it (prune leaves no tombstone), so one id can be removed
+many times, once per incarnation; the archive is keyed by removal, not by id.
 
-Rule 1. `begin(batch)`: the batch's documents are written to the journal (`FILE.pending`,
+Rule 1. A removal key (an ObjectId) is minted for each document when its record is written
+        to the journal. The record carries it as `_id`, beside `execution_id`, `pruned_at`
+        (epoch seconds) and the whole `document`; the archive holds the same records.
+Rule 2. `begin(batch)`: the batch's records are written to the journal (`FILE.pending`,
         flushed and fsynced, or the collection `<NAME>_pending`) before anything is deleted.
-Rule 2. prune deletes; `finish(removed)` appends what was really removed to the archive
-        (flushed and fsynced), then clears the journal.
-Rule 3. `recover()`, at the start of every run, settles a journal left by a killed run: the
-        documents of it that are gone from the executions and not yet in the archive are
-        appended, then the journal is cleared. A kill before the deletes leaves nothing gone
-        (nothing is appended); a kill during or after them leaves the gone ones to append; a
-        kill after the append finds them in the archive already (nothing appended twice).
-Rule 4. A file's torn tail (a kill in the middle of an append) is cut off before anything is
+Rule 3. prune deletes, each delete guarded on the incarnation read (`identity`: its `born`,
+        else its `created_at`); `finish(removed)` appends the records of what was really
+        removed to the archive (flushed and fsynced), then clears the journal.
+Rule 4. `recover()`, at the start of every run, settles a journal left by a killed run: the
+        records whose incarnation is gone from the executions (the id absent, a tombstone,
+        or another incarnation) and whose removal key is not yet in the archive are
+        appended, then the journal is cleared. A kill before the deletes leaves nothing gone;
+        a kill during or after them leaves the gone ones to append; a kill after the append
+        finds their keys in the archive (nothing appended twice). Comparing keys, not ids,
+        is what keeps a re-created id's second removal from passing for its first.
+Rule 5. A file's torn tail (a kill in the middle of an append) is cut off before anything is
         appended, and kept beside the file as `FILE.torn`: the records it held are still in
-        the journal, so Rule 3 appends them whole. The file therefore only ever grows by
-        whole lines, each one MongoDB Extended JSON document (what `mongoimport` reads).
-Rule 5. The reader (`read_jsonl`) keeps every good record and reports each line it cannot
-        read by its line number, rather than stopping at the first.
+        the journal, so Rule 4 appends them whole. The file therefore only ever grows by
+        whole lines, each one MongoDB Extended JSON document (what `mongoimport` reads, into
+        a collection of the collection archive's shape).
+Rule 6. The reader (`read_jsonl`, `CollectionArchive.read`) keeps every good record and
+        reports each line it cannot read by its line number, rather than stopping at the
+        first; `ArchiveContents.removals` names each record's removal key and incarnation.
+
+Archives written before removal keys hold the stored documents themselves (`_id` the
+execution id): the reader and recovery take such a record as a removal whose key is that id.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
-from bson import json_util
-from pymongo import ReplaceOne
+from bson import ObjectId, json_util
+from pymongo import ASCENDING, ReplaceOne
 
 _CANONICAL = json_util.CANONICAL_JSON_OPTIONS
+#: the archive collection's index: one execution's removals in order (`read(execution_id)`)
+EXECUTION_INDEX = "hb_archive_execution"
 
 
 class Archive(Protocol):
@@ -41,10 +56,52 @@ class Archive(Protocol):
     async def finish(self, removed: list[dict[str, Any]]) -> None: ...
 
 
-async def gone(executions: Any, ids: list[str]) -> set[str]:
-    """Which of `ids` no longer exist."""
-    present = await executions.find({"_id": {"$in": ids}}, {"_id": 1}).to_list(None)
-    return set(ids) - {d["_id"] for d in present}
+def identity(doc: dict[str, Any]) -> dict[str, Any]:
+    """What tells this incarnation of an id from another: the token of the commit that
+    created it (`born`), else (a document harel's own store wrote) its `created_at`, else
+    nothing beyond the id."""
+    if doc.get("born"):
+        return {"born": doc["born"]}
+    if doc.get("created_at") is not None:
+        return {"created_at": doc["created_at"]}
+    return {}
+
+
+async def are_gone(executions: Any, docs: list[dict[str, Any]]) -> list[bool]:
+    """For each of `docs` (as read), whether that incarnation is no longer stored: its id is
+    absent, a tombstone, or another incarnation (created again since)."""
+    ids = list({d["_id"] for d in docs})
+    found = await executions.find({"_id": {"$in": ids}}, {"born": 1, "created_at": 1, "tomb": 1}).to_list(None)
+    stored = {p["_id"]: p for p in found if "tomb" not in p}
+
+    def still(d: dict[str, Any]) -> bool:
+        p = stored.get(d["_id"])
+        return p is not None and all(p.get(k) == v for k, v in identity(d).items())
+
+    return [not still(d) for d in docs]
+
+
+def removal_record(doc: dict[str, Any], now: float) -> dict[str, Any]:
+    """The journal's and the archive's record of removing `doc` (Rule 1)."""
+    return {"_id": ObjectId(), "execution_id": doc["_id"], "pruned_at": now, "document": doc}
+
+
+def document_of(record: dict[str, Any]) -> dict[str, Any]:
+    """The removed document a record holds (an archive from before removal keys holds it
+    as the record itself)."""
+    inner = record.get("document")
+    return inner if isinstance(inner, dict) and "execution_id" in record else record
+
+
+@dataclass
+class Removal:
+    """One archived removal, as the reader names it."""
+
+    key: Any  # the removal key (the record's `_id`): an ObjectId, or an older archive's id
+    execution_id: str
+    incarnation: int  # 1 for this id's first removal in the archive, 2 for the next, ...
+    pruned_at: float | None  # when its journal record was written (None: an older archive)
+    document: dict[str, Any]
 
 
 @dataclass
@@ -58,17 +115,33 @@ class CorruptLine:
 
 @dataclass
 class ArchiveContents:
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)  # in archive order
     corrupt: list[CorruptLine] = field(default_factory=list)
+
+    @property
+    def removals(self) -> list[Removal]:
+        """Every record as a removal, numbered per execution id in archive order: a file
+        grows in the order removals happen, and an incarnation is removed before the next
+        one of its id can exist (a killed run's removal is settled first by the next run)."""
+        seen: dict[Any, int] = {}
+        out = []
+        for r in self.records:
+            eid = r.get("execution_id", r["_id"])
+            seen[eid] = seen.get(eid, 0) + 1
+            out.append(Removal(r["_id"], eid, seen[eid], r.get("pruned_at"), document_of(r)))
+        return out
+
+    def keys(self) -> set[Any]:
+        return {r["_id"] for r in self.records}
 
 
 def lines_of(docs: list[dict[str, Any]]) -> str:
-    """The documents as archive lines: one canonical Extended JSON document each."""
+    """The records as archive lines: one canonical Extended JSON document each."""
     return "".join(json_util.dumps(d, json_options=_CANONICAL) + "\n" for d in docs)
 
 
 def read_jsonl(path: os.PathLike[str] | str) -> ArchiveContents:
-    """Every record of an archive (or journal) file, and every line that is not one (Rule 5).
+    """Every record of an archive (or journal) file, and every line that is not one (Rule 6).
     A missing file holds nothing."""
     out = ArchiveContents()
     try:
@@ -108,7 +181,7 @@ def _write(path: Path, text: str, mode: str) -> None:
 
 
 def repair_tail(path: Path) -> int:
-    """Cut a torn last line off `path` (Rule 4), keeping the cut bytes in `path.torn`.
+    """Cut a torn last line off `path` (Rule 5), keeping the cut bytes in `path.torn`.
     Returns how many bytes were cut (0 for a file that ends with a whole line)."""
     try:
         size = path.stat().st_size
@@ -145,75 +218,99 @@ def repair_tail(path: Path) -> int:
 
 
 class JsonlArchive:
-    """Removed executions appended to a JSON Lines file, one document per line in MongoDB
-    Extended JSON (`mongoimport` reads it back), through the journal `FILE.pending`."""
+    """Removals appended to a JSON Lines file, one record per line in MongoDB Extended JSON
+    (`mongoimport` reads it back), through the journal `FILE.pending`."""
 
-    def __init__(self, path: os.PathLike[str] | str) -> None:
+    def __init__(self, path: os.PathLike[str] | str, clock: Callable[[], float] = time.time) -> None:
         self.path = Path(path)
         self.pending = self.path.with_name(self.path.name + ".pending")
+        self.clock = clock
+        self._batch: dict[str, dict[str, Any]] = {}  # execution id -> its record, begin to finish
 
     def read(self) -> ArchiveContents:
         """What the archive holds, and the lines it could not read."""
         return read_jsonl(self.path)
 
-    def ids(self) -> set[str]:
-        return {d["_id"] for d in self.read().records}
+    def _append(self, records: list[dict[str, Any]]) -> None:
+        repair_tail(self.path)  # Rule 5: never append after a torn line
+        _write(self.path, lines_of(records), "a")
 
-    def _append(self, docs: list[dict[str, Any]]) -> None:
-        repair_tail(self.path)  # Rule 4: never append after a torn line
-        _write(self.path, lines_of(docs), "a")
+    def _clear(self) -> None:
+        self.pending.unlink()
+        _fsync_dir(self.pending)
 
     async def recover(self, executions: Any) -> int:
         repair_tail(self.path)
         if not self.pending.exists():
             return 0
-        # a torn journal line was never followed by a delete (Rule 1): its record is still
+        # a torn journal line was never followed by a delete (Rule 2): its document is still
         # stored, so reading only the whole lines loses nothing
         journal = read_jsonl(self.pending).records
-        removed = await gone(executions, [d["_id"] for d in journal]) if journal else set()
-        have = self.ids() if removed else set()
-        late = [d for d in journal if d["_id"] in removed and d["_id"] not in have]
+        flags = await are_gone(executions, [document_of(r) for r in journal]) if journal else []
+        have = self.read().keys() if any(flags) else set()
+        late = [r for r, gone in zip(journal, flags) if gone and r["_id"] not in have]
         if late:
             self._append(late)
-        self.pending.unlink()
-        _fsync_dir(self.pending)
+        self._clear()
         return len(late)
 
     async def begin(self, docs: list[dict[str, Any]]) -> None:
-        _write(self.pending, lines_of(docs), "w")
+        now = self.clock()
+        self._batch = {d["_id"]: removal_record(d, now) for d in docs}
+        _write(self.pending, lines_of(list(self._batch.values())), "w")
 
     async def finish(self, removed: list[dict[str, Any]]) -> None:
         if removed:
-            self._append(removed)
-        self.pending.unlink()
-        _fsync_dir(self.pending)
+            self._append([self._batch[d["_id"]] for d in removed])
+        self._batch = {}
+        self._clear()
 
 
 class CollectionArchive:
-    """Removed executions copied, as they were, into a collection of the same database
-    (`_id` kept, so copying one back restores it), through the journal `<NAME>_pending`."""
+    """Removals copied into a collection of the same database, one document per removal: the
+    record of Rule 1, its `_id` the removal key, the execution's own document (`_id` kept, so
+    copying it back restores it) under `document`. Through the journal `<NAME>_pending`."""
 
-    def __init__(self, db: Any, name: str) -> None:
+    def __init__(self, db: Any, name: str, clock: Callable[[], float] = time.time) -> None:
         self.coll = db[name]
         self.journal = db[name + "_pending"]
+        self.clock = clock
+        self._batch: dict[str, dict[str, Any]] = {}
 
-    async def _copy(self, docs: list[dict[str, Any]]) -> None:
-        if docs:  # replace by _id: copying twice leaves one copy
-            await self.coll.bulk_write([ReplaceOne({"_id": d["_id"]}, d, upsert=True) for d in docs], ordered=False)
+    async def read(self, execution_id: str | None = None) -> ArchiveContents:
+        """What the archive holds (of one execution, if named), in the order of removal."""
+        query = {} if execution_id is None else {"execution_id": execution_id}
+        records = await self.coll.find(query).sort([("pruned_at", ASCENDING), ("_id", ASCENDING)]).to_list(None)
+        return ArchiveContents(records=records)
+
+    async def _log(self, records: list[dict[str, Any]]) -> None:
+        if records:
+            await self.journal.insert_many(records, ordered=False)
+
+    async def _copy(self, records: list[dict[str, Any]]) -> None:
+        if records:  # replace by removal key: copying a record twice leaves one copy
+            await self.coll.bulk_write([ReplaceOne({"_id": r["_id"]}, r, upsert=True) for r in records], ordered=False)
 
     async def recover(self, executions: Any) -> int:
+        # at the start of every run, so that an archive made before the index gets it
+        await self.coll.create_index([("execution_id", ASCENDING), ("pruned_at", ASCENDING)], name=EXECUTION_INDEX)
         journal = await self.journal.find({}).to_list(None)
         if not journal:
             return 0
-        removed = await gone(executions, [d["_id"] for d in journal])
-        late = [d for d in journal if d["_id"] in removed]
+        flags = await are_gone(executions, [document_of(r) for r in journal])
+        keys = [r["_id"] for r, gone in zip(journal, flags) if gone]
+        have = {d["_id"] for d in await self.coll.find({"_id": {"$in": keys}}, {"_id": 1}).to_list(None)}
+        late = [r for r, gone in zip(journal, flags) if gone and r["_id"] not in have]
         await self._copy(late)
-        await self.journal.delete_many({"_id": {"$in": [d["_id"] for d in journal]}})
+        await self.journal.delete_many({"_id": {"$in": [r["_id"] for r in journal]}})
         return len(late)
 
     async def begin(self, docs: list[dict[str, Any]]) -> None:
-        await self.journal.bulk_write([ReplaceOne({"_id": d["_id"]}, d, upsert=True) for d in docs], ordered=False)
+        now = self.clock()
+        self._batch = {d["_id"]: removal_record(d, now) for d in docs}
+        await self._log(list(self._batch.values()))
 
     async def finish(self, removed: list[dict[str, Any]]) -> None:
-        await self._copy(removed)
-        await self.journal.delete_many({})
+        await self._copy([self._batch[d["_id"]] for d in removed])
+        await self.journal.delete_many({"_id": {"$in": [r["_id"] for r in self._batch.values()]}})
+        self._batch = {}

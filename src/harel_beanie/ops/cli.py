@@ -2,13 +2,14 @@
 
 Why this module exists: one entry point for running statechart workloads on the store
 (`demo`, `worker`), watching them (`status`, `monitor`, `dashboard`), removing finished ones
-(`prune`), evolving the schema (`migrate`) and judging a fault run's recorded history
-(`check-history`, the one command that needs no database). This module only parses flags —
-one parser, and one set of `--url`/`--db`/`--prefix` rules (`harel_beanie.ops.where`) for
-every command — and turns the errors a user can cause — a wrong flag, an unreachable
-server, a missing directory, a database in another layout — into one line on stderr and exit
-code 2 (a command that refuses or fails on its own terms raises `CommandFailed`: one line,
-its exit code). Each command lives in its own module, imported only when it runs.
+(`prune`), evolving the schema (`migrate`), sharding it on a cluster (`shard`) and judging
+a fault run's recorded history (`check-history`, the one command that needs no database).
+This module only parses flags — one parser, and one set of `--url`/`--db`/`--prefix` rules
+(`harel_beanie.ops.where`) for every command — and turns the errors a user can cause — a
+wrong flag, an unreachable server, a missing directory, a database in another layout or
+sharded against the plan — into one line on stderr and exit code 2 (a command that refuses
+or fails on its own terms raises `CommandFailed`: one line, its exit code). Each command
+lives in its own module, imported only when it runs.
 """
 
 from __future__ import annotations
@@ -229,6 +230,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "down: back into harel's; status: what waits in each")  # fmt: skip
     _command(moving, "harel_beanie.ops.transport_move", embedded=False)
 
+    shard = sub.add_parser("shard", help="shard the store's and transport's collections on a cluster, as planned",
+                           description="Through a mongos: enable sharding on the database and shard the executions "
+                           "({part: 1, _id: 1}), queues and overflow ({part: 1}) collections on the shard plan's keys, "
+                           "creating their key indexes; every other collection stays on the primary shard. Refuses "
+                           "when the server is not a mongos, the layout is not this package's, or a collection is "
+                           "sharded on another key. Safe to run again.")  # fmt: skip
+    _command(shard, "harel_beanie.ops.shard", embedded=False)
+
     checking = sub.add_parser("check-history", help="judge recorded history files: nothing lost, nothing doubled",
                               description="Read the history files a run's processes recorded (harel_beanie.history), "
                               "check that every acknowledged event was applied once and none twice, that each "
@@ -344,7 +353,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.print_help()
         return 2
     from harel_beanie.core.arguments import BadArgument, BadArgumentType
-    from harel_beanie.core.errors import SchemaMismatch, StoreUnavailable
+    from harel_beanie.core.errors import SchemaMismatch, ShardPlanError, StoreUnavailable
     from harel_beanie.ops.where import ConfigError
 
     where = f"{PROG} {args.command}"
@@ -353,7 +362,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         return int(args.handler(args))
-    except (ConfigError, StoreUnavailable, SchemaMismatch, BadArgument, BadArgumentType) as exc:
+    except (ConfigError, StoreUnavailable, SchemaMismatch, ShardPlanError, BadArgument, BadArgumentType) as exc:
         _stderr(f"{where}: {_one_line(exc)}")
         return 2
     except CommandFailed as exc:

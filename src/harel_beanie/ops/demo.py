@@ -360,7 +360,7 @@ def main(args: Any, target: Target) -> int:
     on = "this package's transport" if kind == "beanie" else "harel's Mongo transport"
     console.print(f"  on {escape(target.masked_url)}, database {target.db}; harel's AsyncWorker and {on}")
     result = asyncio.run(demo.run())
-    report(console, target, result, args.workers, args.concurrency)
+    report(console, target, result, args.workers, args.concurrency, models)
     return 0 if all(ok for *_, ok in result.endings) else 1
 
 

@@ -9,6 +9,7 @@ different reasons; the run hands over a `Result` and this module only formats it
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 from collections import Counter
@@ -20,6 +21,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from harel_beanie.ops.loader import default_models_dir
 from harel_beanie.ops.where import DEFAULT_DB, Target
 
 
@@ -40,7 +42,7 @@ class Result:
     collections: dict[str, int] = field(default_factory=dict)
 
 
-def report(console: Console, target: Target, result: Result, workers: int, concurrency: int) -> None:
+def report(console: Console, target: Target, result: Result, workers: int, concurrency: int, models: Path) -> None:
     r = result
     secs = max(r.elapsed, 1e-9)
     table = Table(box=box.SIMPLE_HEAD, title=f"Run {r.run_id}: {sum(m['executions'] for m in r.per_model.values())} executions "
@@ -104,12 +106,39 @@ def report(console: Console, target: Target, result: Result, workers: int, concu
         console.print("  no executions from earlier runs: this is the first")
     console.print(f"  this run's ids start with {r.run_id}-")
     console.print()
-    flags = "" if target.source == "embedded" else f" --url '{target.masked_url}'"
-    flags += "" if target.db == DEFAULT_DB else f" --db {target.db}"
+    console.print("[bold]Look at them[/]")
+    for line in look_at_them(target, models):
+        console.print(line, markup=False, soft_wrap=True)  # a command to copy: never wrapped
+
+
+def look_at_them(target: Target, models: Path) -> list[str]:
+    """The commands that show this run, each on a line of its own (to copy) with what it shows
+    and the extra it needs on the next: the web dashboard first, the view most people want.
+    The models are named by a path that exists wherever the demo ran (the shop models live
+    in the installed package, not in the folder the demo ran from); the dashboard draws the
+    shop models unless told otherwise, the monitor only the definitions it is given."""
+    flags = "" if target.source == "embedded" else f" --url {shlex.quote(target.masked_url)}"
+    flags += "" if target.db == DEFAULT_DB else f" --db {shlex.quote(target.db)}"
+    definitions = f" --definitions {shlex.quote(_path(models))}"
+    shop = models.resolve() == default_models_dir().resolve()
     command = _command()
-    console.print("Look at them:")
-    console.print(f"  {command} status{flags}")
-    console.print(f"  {command} monitor{flags} --definitions models")
+    return [
+        f"  {command} dashboard{flags}{'' if shop else definitions}",
+        "      the web dashboard: prints a link to open in a browser (pip install 'harel-beanie[dashboard]')",
+        f"  {command} status{flags}",
+        "      counts, pending work, timers and stuck executions, in the terminal",
+        f"  {command} monitor{flags}{definitions}",
+        "      harel's terminal UI, statecharts included (pip install 'harel-beanie[tui]')",
+    ]
+
+
+def _path(directory: Path) -> str:
+    """`directory` relative to the working directory when it is under it, else absolute."""
+    resolved = directory.resolve()
+    try:
+        return str(resolved.relative_to(Path(os.getcwd()).resolve()))
+    except ValueError:
+        return str(resolved)
 
 
 def _command() -> str:

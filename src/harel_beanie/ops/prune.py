@@ -30,9 +30,18 @@ async def run(args: Any, target: Target, console: Console) -> retention.PruneRep
         if args.ttl is not None:
             seconds: Optional[float] = None if args.ttl == "off" else retention.parse_age(args.ttl)
             done = await retention.ensure_ttl(executions, seconds)
-            if seconds is not None:  # say it plainly: see ensure_ttl and the README
-                done += ("\nnote: the server's TTL monitor expires only BSON dates, and finished_at is "
-                         "epoch seconds: this index expires nothing yet; use prune --finished-before")  # fmt: skip
+            if seconds is not None:  # what the index will do, and what it will not (see the README)
+                undated = await executions.count_documents(retention.undated_filter())
+                done += (
+                    f"\nthe server will remove each DONE or CANCELLED execution {escape(args.ttl)} after it "
+                    "finished (by finished_on, which every commit writes), unarchived, whatever its parent "
+                    "or pending work"
+                )
+                if undated:
+                    done += (
+                        f"\n{undated} finished execution(s) carry no finished_on (last written before it "
+                        "existed): the index leaves them to prune --finished-before"
+                    )
             return done
         before = retention.parse_before(args.finished_before)
         archive: Optional[archives.Archive] = None
@@ -43,13 +52,12 @@ async def run(args: Any, target: Target, console: Console) -> retention.PruneRep
         total = 0
         for status in retention.FINISHED:
             total += await executions.count_documents(retention.candidates_filter(status, before, None))
-        verb = "would remove" if args.dry_run else "removing"
         console.print(f"[bold]harel-beanie prune[/]: {total} execution(s) finished before "
                       f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(before))} on {escape(target.masked_url)}, "
                       f"database {target.db}, prefix {target.prefix}" + (" (dry run)" if args.dry_run else ""))  # fmt: skip
         progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(bar_width=30), MofNCompleteColumn(),
-            TextColumn("{task.fields[removed]} " + verb.split()[-1] + "d" if not args.dry_run else "{task.fields[removed]} to remove"),
+            TextColumn("{task.fields[removed]} " + ("to remove" if args.dry_run else "removed")),
             TimeElapsedColumn(), console=console,
         )  # fmt: skip
         with progress:

@@ -31,6 +31,7 @@ from typing import Any, Callable
 from harel.engine.aio.distributed import AsyncTransportDriver
 from harel.engine.store import StoreConflict
 
+from harel_beanie.core.documents import PENDING
 from harel_beanie.core.keys import ANY_SEQ
 
 log = logging.getLogger(__name__)
@@ -72,14 +73,22 @@ async def sweep(
     clock: Callable[[], float] = time.time,
     trace: bool = False,
 ) -> int:
-    """Relay every execution's pending outbox and spawns with its own definition (each
+    """Relay the pending outbox and spawns of every execution in the partitions the store
+    works on (`store.partitions`: all of them without an owner) with its own definition (each
     owner's pass creates only the children it spawned itself). Returns
     how many executions held any. A relay that conflicts with a handler doing the same is
     left for the next sweep. `trace` as the worker's: the children it starts record their
     first step too."""
     owners: dict[str, Any] = {}
-    for array in ("outbox", "spawns"):  # one query per index: an $or of the two may scan
-        for doc in await executions.find({f"{array}.seq": ANY_SEQ}, {"definition_id": 1}).to_list(None):
+    scope = getattr(store, "partitions", None)
+    scoped = scope.sweep_filter() if scope is not None else {}
+    if scoped is None:
+        return 0  # it owns no partition now: their owners sweep them
+    queries = [{**PENDING, **scoped}]  # the flagged documents of the partitions it works on
+    if getattr(store, "compat", False):  # harel's layout carries no flag: each array by itself
+        queries = [{f"{array}.seq": ANY_SEQ, **scoped} for array in ("outbox", "spawns")]
+    for query in queries:
+        for doc in await executions.find(query, {"definition_id": 1}).to_list(None):
             owners[doc["_id"]] = doc
     for doc in owners.values():
         defn = definitions.get(doc.get("definition_id"))

@@ -21,14 +21,17 @@ What `prune` removes, and why only that:
 
 How: batches in `_id` order over the (status, _id) index, one status at a time. Each batch
 is removed with one round trip of conditional deletes, each addressed by `_id` and guarded
-on the `version` and `status` that were read (and on the pending work still being absent),
-so an execution that moved on between the read and the delete is not removed. Which ones
-went is then read back (`_id $in` the batch).
+on the `version`, `status` and incarnation (`born`) that were read (and on the pending work
+still being absent), so an execution that moved on between the read and the delete, or an id
+created again in between, is not removed. Which ones went is then read back (`_id $in` the
+batch, compared by incarnation).
 
-Archive: each removed document, whole (Extended JSON for a file, as is for a collection),
-to a JSON Lines file or a collection, through a journal, so that the archive holds exactly
-what was removed, once, whatever instant a run is killed at (`harel_beanie.ops.archive`
-states the protocol). Re-running continues: what was removed is gone, and what is left is
+Prune leaves no tombstone, so an id it removed may be created again, and removed again.
+Archive: each removal, once and whole (the stored document inside a record keyed by a
+removal key minted for it; Extended JSON for a file, as is for a collection), to a JSON Lines
+file or a collection, through a journal, so that the archive holds exactly what was removed,
+once per removal, whatever instant a run is killed at (`harel_beanie.ops.archive` states the
+protocol). Re-running continues: what was removed is gone, and what is left is
 examined again.
 """
 
@@ -52,7 +55,7 @@ from harel_beanie.core.arguments import (
     require_str,
     require_time,
 )
-from harel_beanie.ops.archive import Archive, gone
+from harel_beanie.ops.archive import Archive, are_gone, identity
 
 #: what harel counts as finished for good (harel.engine.execution stamps finished_at on these)
 FINISHED = ("DONE", "CANCELLED")
@@ -154,6 +157,8 @@ async def prune(
                 "version": 1,
                 "status": 1,
                 "parent_id": 1,
+                "born": 1,
+                "created_at": 1,
                 "outbox": {"$slice": 1},
                 "spawns": {"$slice": 1},
             }
@@ -196,17 +201,25 @@ async def _prune_batch(
         return
     if archive is not None:
         await archive.begin(chosen)
+    # guarded on the incarnation too: an id removed and created again in between is another
+    # execution, not the one read (and journaled)
     deletes = [
-        DeleteOne({"_id": d["_id"], "version": d["version"], "status": d["status"], **_NOTHING_PENDING}) for d in chosen
+        DeleteOne({"_id": d["_id"], "version": d["version"], "status": d["status"], **identity(d), **_NOTHING_PENDING})
+        for d in chosen
     ]
     await executions.bulk_write(deletes, ordered=False)
-    removed_ids = await gone(executions, [d["_id"] for d in chosen])
-    removed = [d for d in chosen if d["_id"] in removed_ids]
+    removed = [d for d, gone in zip(chosen, await are_gone(executions, chosen)) if gone]
     if archive is not None:
         await archive.finish(removed)
     report.removed += len(removed)
     report.moved_on += len(chosen) - len(removed)
     report.removed_ids += [d["_id"] for d in removed]
+
+
+def undated_filter() -> dict[str, Any]:
+    """Finished executions the TTL index cannot expire: no `finished_on` (last written before
+    commits wrote it)."""
+    return {"status": {"$in": list(FINISHED)}, "finished_on": None}
 
 
 async def ensure_ttl(executions: Any, seconds: Optional[float]) -> str:

@@ -35,6 +35,7 @@ from harel.engine.schema import Names
 from pymongo import monitoring
 from pymongo.errors import ConfigurationError
 
+from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.core.queue_documents import WAITING, queue_names
 from harel_beanie.ops.relay import ScopedStore
 from harel_beanie.ops.where import ConfigError, Target
@@ -155,19 +156,28 @@ async def open_transport(
     create_schema: bool = True,
     idle_wait: float = DEFAULT_IDLE_WAIT,
     timers: Optional[Callable[[float], Any]] = None,
+    partitions: Optional[PartitionScope] = None,
 ) -> Any:
     """The transport `kind` on the target's database and prefix, on a client of its own, its
     indexes created unless `create_schema` is off. This package's own waits up to `idle_wait`
     in a claim that finds nothing (woken by a change stream where the server has one, and at
-    `timers`' next timer: pass the store's `next_timer`). Call after `open_store`, which has
-    already waited for the server."""
+    `timers`' next timer: pass the store's `next_timer`). `partitions`: the scope shared with
+    the store and the process's partition owner (this package's transport only). Call after
+    `open_store`, which has already waited for the server."""
     if kind == "harel":
         return await _open_harel_transport(target, clock, listeners, create_schema)
     if kind != "beanie":
         raise ConfigError(f"unknown transport {kind!r}: one of {', '.join(TRANSPORTS)}")
     client = await open_client(target, listeners=listeners)
     transport = AsyncMongoTransport(
-        client, target.db, clock, prefix=target.prefix, create_schema=create_schema, idle_wait=idle_wait, timers=timers
+        client,
+        target.db,
+        clock,
+        prefix=target.prefix,
+        create_schema=create_schema,
+        idle_wait=idle_wait,
+        timers=timers,
+        partitions=partitions,
     )
     await transport.init()
     return transport

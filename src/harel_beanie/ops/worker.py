@@ -25,9 +25,15 @@ What it adds to harel's loop:
   seconds (and once at start) relays outbox entries and spawns that no handler relayed —
   a worker that died between commit and relay, a relay that lost a race. See
   `harel_beanie.ops.relay` for why harel's relay alone leaves work behind.
+- On this package's transport the worker leases a share of the database's partitions
+  (`harel_beanie.transport.ownership`): its claims, timer sweeps and relay sweeps read only
+  those, so N workers divide the background work instead of each doing all of it; a
+  worker that dies has its partitions taken over within `TAKEOVER_BOUND` seconds, and one
+  that stops gives them back at once. On harel's transport every worker sweeps everything.
 - `--history FILE` records every create, commit and read its store makes (invoke, then ok,
-  fail or unknown) for `harel-beanie check-history` (`harel_beanie.history`): how a
-  staging run under faults is checked for lost and doubled work.
+  fail or unknown), and every publish and delivery of its transport, for `harel-beanie
+  check-history` (`harel_beanie.history`): how a staging run under faults is checked for
+  lost, doubled and reordered work.
 """
 
 from __future__ import annotations
@@ -44,13 +50,15 @@ from harel.config import Config
 from harel.engine.schema import Names
 from pymongo.errors import ConnectionFailure, OperationFailure, WriteConcernError
 
-from harel_beanie.history.recording import RecordingStore
+from harel_beanie.core.partitions import PartitionScope
+from harel_beanie.history.recording import RecordingStore, RecordingTransport
 from harel_beanie.history.records import HistoryWriter
 from harel_beanie.ops.loader import load_models
 from harel_beanie.ops.relay import sweep
 from harel_beanie.ops.stack import TRANSPORTS, CountingWorker, open_client, open_transport, refuse_if_stranded
 from harel_beanie.ops.where import ConfigError, Target
 from harel_beanie.store.async_store import AsyncMongoStore
+from harel_beanie.transport.ownership import PartitionOwner
 
 log = logging.getLogger("harel_beanie.ops.worker")
 
@@ -108,14 +116,30 @@ def main(args: Any, target: Target) -> int:
 
 async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any]) -> int:
     client = await open_client(target)
-    store: Any = AsyncMongoStore(client, target.db, prefix=target.prefix, create_schema=opts["create_schema"],
-                                 trace_max=opts["trace_max"])  # fmt: skip
-    if opts["history"]:
-        store = RecordingStore(store, HistoryWriter(opts["history"], opts["worker_id"]))
+    # with this package's transport, the store, the transport and the partition owner share
+    # one scope: the leases the owner holds are what the sweeps and claims read
+    scope = PartitionScope(held={}) if opts["transport"] == TRANSPORTS[0] else None
+    store: Any = AsyncMongoStore(
+        client,
+        target.db,
+        prefix=target.prefix,
+        create_schema=opts["create_schema"],
+        trace_max=opts["trace_max"],
+        partitions=scope,
+    )
+    history = HistoryWriter(opts["history"], opts["worker_id"]) if opts["history"] else None
+    if history is not None:
+        store = RecordingStore(store, history)
     transport = None
+    owner: Optional[PartitionOwner] = None
     wid = opts["worker_id"]
     try:
-        transport = await _start(store, client, target, opts)
+        transport = await _start(store, client, target, opts, scope)
+        if scope is not None:
+            owner = PartitionOwner(transport.partition_leases, wid, scope)
+            await _first_look(owner, wid)
+        if history is not None:
+            transport = RecordingTransport(transport, history)
         executions = client[target.db][Names(target.prefix).executions]
         worker = CountingWorker(
             store, transport, definitions, worker_id=wid, visibility=opts["visibility"],
@@ -153,6 +177,7 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
         sweeper = asyncio.create_task(
             _sweep_forever(store, transport, executions, worker, opts["sweep_every"], stop, opts["trace"])
         )
+        leases = asyncio.create_task(owner.run(stop)) if owner is not None else None
         top = sorted(d for d in definitions if "." not in d)  # the rest are their invoked submachines
         names = ", ".join(top)
         print(
@@ -170,7 +195,11 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
                 raise
         finally:
             sweeper.cancel()
-            await asyncio.gather(sweeper, return_exceptions=True)
+            if leases is not None:
+                leases.cancel()
+            await asyncio.gather(sweeper, *([leases] if leases else []), return_exceptions=True)
+            if owner is not None and signals < 2:
+                await _give_back(owner, wid)
         print(f"worker {wid} stopped: {worker.handled} events handled", flush=True)
         return 0
     finally:
@@ -179,7 +208,27 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
             await transport.close()
 
 
-async def _start(store: Any, client: Any, target: Target, opts: dict[str, Any]) -> Any:
+async def _first_look(owner: PartitionOwner, wid: str) -> None:
+    """The first partition leases, before the first claim (a failed look is retried by the
+    owner's loop; until then the worker claims nothing)."""
+    try:
+        held = await owner.tick()
+        print(f"worker {wid}: owns partitions {sorted(held)} of {owner.state.scope.parts}", flush=True)
+    except (ConnectionFailure, OperationFailure) as exc:
+        log.warning("first partition look failed: %s", exc)
+
+
+async def _give_back(owner: PartitionOwner, wid: str) -> None:
+    """A clean stop gives the leases back, so the others take them at their next look."""
+    try:
+        await owner.release()
+    except (ConnectionFailure, OperationFailure):
+        pass  # they lapse by themselves
+
+
+async def _start(
+    store: Any, client: Any, target: Target, opts: dict[str, Any], scope: Optional[PartitionScope] = None
+) -> Any:
     """The store's set-up, the stranded-messages check and the transport, tried again (per
     `--connect-attempts`) when the connection breaks meanwhile: the first ping answering is
     no promise that the next command will, and a worker that exits on a blip during its
@@ -193,8 +242,14 @@ async def _start(store: Any, client: Any, target: Target, opts: dict[str, Any]) 
         try:
             await store.init()
             await refuse_if_stranded(client[target.db], target.prefix, opts["transport"])
-            return await open_transport(target, kind=opts["transport"], create_schema=opts["create_schema"],
-                                        idle_wait=opts["idle_wait"], timers=store.next_timer)  # fmt: skip
+            return await open_transport(
+                target,
+                kind=opts["transport"],
+                create_schema=opts["create_schema"],
+                idle_wait=opts["idle_wait"],
+                timers=store.next_timer,
+                partitions=scope,
+            )
         except ConnectionFailure as exc:
             failure = exc
     assert failure is not None

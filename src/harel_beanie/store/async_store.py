@@ -21,6 +21,7 @@ from harel_beanie.core.dispatch import acall, adrive, maybe_await
 from harel_beanie.core.documents import bind
 from harel_beanie.store.connect import RetryPolicy, await_server
 from harel_beanie.store.settings import StoreShell
+from harel_beanie.store.sharding import routing_check_async
 
 
 class AsyncMongoStore(StoreShell):
@@ -77,6 +78,10 @@ class AsyncMongoStore(StoreShell):
                     document_models=list(bind(self.settings.prefix)),
                     skip_indexes=True,  # created by set-up below, the same way as the sync store
                 )
+            if self._detect_mongos:
+                db, prefix = self.settings.db_name, self.settings.prefix
+                self._state.scope.sharded = await routing_check_async(self._client, db, prefix)
+                self._detect_mongos = False
             await self._drive(flows.setup(self._state))
 
     async def _run(self, flow: Flow[T]) -> T:
@@ -89,7 +94,7 @@ class AsyncMongoStore(StoreShell):
         return await adrive(flow, self._call)
 
     async def _call(self, c: calls.Call) -> Any:
-        return await acall(self._colls, c)
+        return await acall(self._colls, c, self._state.scope)
 
     # --- AsyncExecutionStore ----------------------------------------------------------------
 

@@ -21,9 +21,11 @@ from harel.engine.store.base import DEFAULT_TRACE_MAX
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
+from harel_beanie.core.arguments import BadArgumentType
 from harel_beanie.core.commit import DEFAULT_DEDUPE_WINDOW
 from harel_beanie.core.documents import bind, index_models
 from harel_beanie.core.flows import StoreState
+from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.core.sizes import DEFAULT_TRACE_STEP_BYTES, MAX_EVENT_ID_BYTES, MAX_TRACE_RING_BYTES
 
 DEFAULT_WRITE_CONCERN = WriteConcern(w="majority", j=True)
@@ -109,7 +111,13 @@ class StoreShell:
         write_concern: Optional[WriteConcern] = None,
         read_concern: Optional[ReadConcern] = None,
         trace_step_bytes: int = DEFAULT_TRACE_STEP_BYTES,
+        sharded: Optional[bool] = None,
+        partitions: Optional[PartitionScope] = None,
     ) -> None:
+        """`sharded`: whether commands go through a mongos, so that each names its partition
+        (None: asked of the server at set-up). `partitions`: the scope to share with a
+        transport and a partition owner (`harel_beanie.transport.ownership`); a new one,
+        covering every partition, by default."""
         self._client = client
         self.settings = StoreSettings(
             db_name, prefix, create_schema, trace_max, dedupe_window, write_concern, read_concern, trace_step_bytes
@@ -117,6 +125,27 @@ class StoreShell:
         self._colls = collections_for(client, self.settings)
         self._state = self.settings.new_state()
         self._state.in_memory = is_in_memory(client)
+        if sharded is not None and not isinstance(sharded, bool):
+            raise BadArgumentType("sharded", "True, False or None", sharded)
+        if partitions is not None:
+            if not isinstance(partitions, PartitionScope):
+                raise BadArgumentType("partitions", "a PartitionScope", partitions)
+            self._state.scope = partitions
+        if sharded is not None:
+            self._state.scope.sharded = sharded
+        self._detect_mongos = sharded is None and not self._state.in_memory
+
+    @property
+    def compat(self) -> bool:
+        """Whether the database still holds harel's MongoStore layout (not migrated): then
+        pending work has no flag and is found by its arrays."""
+        return self._state.compat
+
+    @property
+    def partitions(self) -> PartitionScope:
+        """The partitions this store works on: how many the database has (known once set
+        up), whether its commands name them, which ones its sweeps read."""
+        return self._state.scope
 
     @property
     def trace_max(self) -> int:

@@ -19,6 +19,7 @@ from harel_beanie.core.commit import CommitRequest
 from harel_beanie.core.dispatch import call, drive
 from harel_beanie.store.connect import RetryPolicy, wait_for_server
 from harel_beanie.store.settings import StoreShell
+from harel_beanie.store.sharding import routing_check
 
 
 class MongoStore(StoreShell):
@@ -59,6 +60,9 @@ class MongoStore(StoreShell):
         """Set the store up now (indexes, layout check, seq node) instead of on first use."""
         with self._setup_lock:
             if not self._state.ready:
+                if self._detect_mongos:
+                    self._state.scope.sharded = routing_check(self._client, self.settings.db_name, self.settings.prefix)
+                    self._detect_mongos = False
                 self._drive(flows.setup(self._state))
 
     def _run(self, flow: Flow[T]) -> T:
@@ -71,7 +75,7 @@ class MongoStore(StoreShell):
         return drive(flow, self._call)
 
     def _call(self, c: calls.Call) -> Any:
-        return call(self._colls, c)
+        return call(self._colls, c, self._state.scope)
 
     # --- ExecutionStore ---------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """harel's transport on the store's database: `MongoTransport` (sync) and
-`AsyncMongoTransport` (async), each operation one round trip, FIFO per group with one
+`AsyncMongoTransport` (async), each operation one round trip while a group's messages fit
+inline (the round trips of every path: `harel_beanie.transport.queues`), FIFO per group with one
 message of a group in flight, leases that expire, parked nacks and priorities, on bounded
 documents whatever a group's backlog; idle async claims wake on a change stream where the
 server has one. The queues are Beanie documents beside the store's

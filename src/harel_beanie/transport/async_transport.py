@@ -17,12 +17,21 @@ from harel.spec.states import Event
 from harel_beanie.core import calls
 from harel_beanie.core.calls import Flow, T
 from harel_beanie.core.dispatch import acall, adrive, maybe_await
-from harel_beanie.core.documents import bind, index_models
-from harel_beanie.core.queue_documents import bind_queues
+from harel_beanie.core.documents import bind
+from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.store.connect import RetryPolicy, await_server
+from harel_beanie.store.settings import is_in_memory
+from harel_beanie.store.sharding import routing_check_async
 from harel_beanie.transport import queues
 from harel_beanie.transport.queues import QueueLease
-from harel_beanie.transport.settings import DEFAULT_CLOCK, Clock, TransportSettings, queue_collections
+from harel_beanie.transport.settings import (
+    DEFAULT_CLOCK,
+    Clock,
+    TransportSettings,
+    queue_collections,
+    queue_state,
+    setup_indexes,
+)
 from harel_beanie.transport.wakeups import Wakeups, transport_pipeline
 
 #: the store's next timer after a time (`AsyncMongoStore.next_timer`): an idle claim wakes then
@@ -31,13 +40,14 @@ TimerSource = Callable[[float], Awaitable[Optional[float]]]
 
 class AsyncMongoTransport:
     """harel's `AsyncTransport` on MongoDB: one queue document per group, each operation one
-    round trip (see `harel_beanie.transport.queues`).
+    round trip while the group's messages fit inline (every path's count:
+    `harel_beanie.transport.queues`).
 
     `client` is PyMongo's `AsyncMongoClient` (or a Motor / mongomock-motor client). `idle_wait`
     (seconds, default 0: answer at once, as harel's transports do) lets a claim that finds
     nothing wait for a publish, the end of a lease or park, or `timers()`'s next timer; the
     production stack (`harel_beanie.ops.stack`) sets it. `timers` is the store's
-    `next_timer`."""
+    `next_timer`. `sharded` and `partitions` as for the store (`harel_beanie.AsyncMongoStore`)."""
 
     def __init__(
         self,
@@ -51,12 +61,15 @@ class AsyncMongoTransport:
         idle_wait: float = 0.0,
         poll_interval: Optional[float] = None,
         timers: Optional[TimerSource] = None,
+        sharded: Optional[bool] = None,
+        partitions: Optional[PartitionScope] = None,
     ) -> None:
         extra = {} if poll_interval is None else {"poll_interval": poll_interval}
         self.settings = TransportSettings(db_name, prefix, create_schema, write_concern, idle_wait, **extra)
         self._client = client
         self._colls = queue_collections(client, self.settings)
-        self._state = queues.QueueState(clock)
+        self._state = queue_state(clock, sharded, partitions)
+        self._detect_mongos = sharded is None and not is_in_memory(client)
         self._timers = timers
         self._ready = False
         self._setup_lock: Optional[asyncio.Lock] = None
@@ -92,9 +105,11 @@ class AsyncMongoTransport:
         async with self._setup_lock:
             if self._ready:
                 return
-            if self.settings.create_schema:
-                queue_cls, overflow_cls = bind_queues(self.settings.prefix)
-                await self._drive(queues.setup(self._state, index_models(queue_cls), index_models(overflow_cls)))
+            if self._detect_mongos:
+                db, prefix = self.settings.db_name, self.settings.prefix
+                self._state.scope.sharded = await routing_check_async(self._client, db, prefix)
+                self._detect_mongos = False
+            await self._drive(queues.setup(self._state, *setup_indexes(self.settings)))
             if self.wakeups is not None:
                 self.wakeups.start()
             self._ready = True
@@ -108,7 +123,17 @@ class AsyncMongoTransport:
         return await adrive(flow, self._call)
 
     async def _call(self, c: calls.Call) -> Any:
-        return await acall(self._colls, c)
+        return await acall(self._colls, c, self._state.scope)
+
+    @property
+    def partition_leases(self) -> Any:
+        """The collection of the workers' partition leases (`harel_beanie.transport.ownership`)."""
+        return self._colls["partitions"]
+
+    @property
+    def partitions(self) -> PartitionScope:
+        """The partitions this transport's claims read (see `harel_beanie.core.partitions`)."""
+        return self._state.scope
 
     def wake(self) -> None:
         """Make every claim waiting in this process look once more and return (a shutdown, or

@@ -14,12 +14,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from harel.engine.schema import DEFAULT_PREFIX
+from harel.engine.schema import DEFAULT_PREFIX, Names
 from pymongo.write_concern import WriteConcern
 
-from harel_beanie.core.arguments import require_seconds
-from harel_beanie.core.queue_documents import bind_queues, queue_names
+from harel_beanie.core.arguments import BadArgumentType, require_seconds
+from harel_beanie.core.documents import index_models
+from harel_beanie.core.partitions import PartitionScope
+from harel_beanie.core.queue_documents import bind_queues, partition_collection, queue_names
 from harel_beanie.store.settings import DEFAULT_WRITE_CONCERN, StoreSettings
+from harel_beanie.transport.queues import QueueState
 
 #: what a lease's writes are acknowledged at (see the module docstring)
 LEASE_WRITE_CONCERN = WriteConcern(w=1)
@@ -58,8 +61,34 @@ def queue_collections(client: Any, s: TransportSettings) -> dict[str, Any]:
         "queues": db.get_collection(queues.Settings.name, write_concern=LEASE_WRITE_CONCERN),
         "enqueue": db.get_collection(queues.Settings.name, **durable),
         "overflow": db.get_collection(overflow.Settings.name, **durable),
+        # the schema marker (how many partitions) and the workers' partition leases
+        "counters": db.get_collection(Names(s.prefix).counters, **durable),
+        "partitions": db.get_collection(partition_collection(s.prefix), **durable),
     }
 
 
 Clock = Callable[[], float]
 DEFAULT_CLOCK: Clock = time.time
+
+
+def queue_state(clock: Clock, sharded: Optional[bool], partitions: Optional[PartitionScope]) -> QueueState:
+    """A transport shell's state: its clock and its partition scope (`partitions`, shared
+    with a store and a partition owner, or a new one over every partition), with `sharded`
+    fixed if given (None: asked of the server at set-up)."""
+    if sharded is not None and not isinstance(sharded, bool):
+        raise BadArgumentType("sharded", "True, False or None", sharded)
+    if partitions is not None and not isinstance(partitions, PartitionScope):
+        raise BadArgumentType("partitions", "a PartitionScope", partitions)
+    state = QueueState(clock, partitions if partitions is not None else PartitionScope())
+    if sharded is not None:
+        state.scope.sharded = sharded
+    return state
+
+
+def setup_indexes(s: TransportSettings) -> tuple[list[Any], list[Any]]:
+    """The indexes a transport's set-up creates: its documents' own with `create_schema`, none
+    without."""
+    if not s.create_schema:
+        return [], []
+    queue_cls, overflow_cls = bind_queues(s.prefix)
+    return index_models(queue_cls), index_models(overflow_cls)

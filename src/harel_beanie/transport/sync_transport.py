@@ -15,18 +15,27 @@ from harel.spec.states import Event
 from harel_beanie.core import calls
 from harel_beanie.core.calls import Flow, T
 from harel_beanie.core.dispatch import call, drive
-from harel_beanie.core.documents import index_models
-from harel_beanie.core.queue_documents import bind_queues
+from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.store.connect import RetryPolicy, wait_for_server
+from harel_beanie.store.settings import is_in_memory
+from harel_beanie.store.sharding import routing_check
 from harel_beanie.transport import queues
 from harel_beanie.transport.queues import QueueLease
-from harel_beanie.transport.settings import DEFAULT_CLOCK, Clock, TransportSettings, queue_collections
+from harel_beanie.transport.settings import (
+    DEFAULT_CLOCK,
+    Clock,
+    TransportSettings,
+    queue_collections,
+    queue_state,
+    setup_indexes,
+)
 
 
 class MongoTransport:
     """harel's `Transport` on MongoDB: one queue document per group, each operation one round
-    trip (see `harel_beanie.transport.queues`). `client` is a `pymongo.MongoClient` (or a
-    mongomock one)."""
+    trip while the group's messages fit inline (every path's count:
+    `harel_beanie.transport.queues`). `client` is a `pymongo.MongoClient` (or a mongomock
+    one)."""
 
     _setup_lock = threading.Lock()
 
@@ -39,12 +48,21 @@ class MongoTransport:
         prefix: str = "harel",
         create_schema: bool = True,
         write_concern: Any = None,
+        sharded: Optional[bool] = None,
+        partitions: Optional[PartitionScope] = None,
     ) -> None:
+        """`sharded` and `partitions` as for the store (`harel_beanie.MongoStore`)."""
         self.settings = TransportSettings(db_name, prefix, create_schema, write_concern)
         self._client = client
         self._colls = queue_collections(client, self.settings)
-        self._state = queues.QueueState(clock)
+        self._state = queue_state(clock, sharded, partitions)
+        self._detect_mongos = sharded is None and not is_in_memory(client)
         self._ready = False
+
+    @property
+    def partitions(self) -> PartitionScope:
+        """The partitions this transport's claims read (see `harel_beanie.core.partitions`)."""
+        return self._state.scope
 
     @classmethod
     def from_url(
@@ -64,13 +82,15 @@ class MongoTransport:
         return cls(wait_for_server(lambda: MongoClient(url, **settings), url, retry), db_name, **options)
 
     def init(self) -> None:
-        """Create the indexes (with `create_schema`) now instead of on first use."""
+        """Create the indexes (with `create_schema`) and read the database's partitions now
+        instead of on first use."""
         with self._setup_lock:
             if self._ready:
                 return
-            if self.settings.create_schema:
-                queue_cls, overflow_cls = bind_queues(self.settings.prefix)
-                self._drive(queues.setup(self._state, index_models(queue_cls), index_models(overflow_cls)))
+            if self._detect_mongos:
+                self._state.scope.sharded = routing_check(self._client, self.settings.db_name, self.settings.prefix)
+                self._detect_mongos = False
+            self._drive(queues.setup(self._state, *setup_indexes(self.settings)))
             self._ready = True
 
     def _run(self, flow: Flow[T]) -> T:
@@ -82,7 +102,7 @@ class MongoTransport:
         return drive(flow, self._call)
 
     def _call(self, c: calls.Call) -> Any:
-        return call(self._colls, c)
+        return call(self._colls, c, self._state.scope)
 
     # --- Transport -----------------------------------------------------------------------------
 

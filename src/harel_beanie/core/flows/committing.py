@@ -135,7 +135,12 @@ def _plan(st: StoreState, request: CommitRequest, floor: int) -> Flow[CommitPlan
     if the execution would not fit once the store's own additions are full."""
     seqs = yield from mint_seqs(st, len(request.emits) + len(request.spawns), above=floor)
     plan = plan_commit(
-        request, seqs=seqs, trace_max=st.trace_max, trace_step_bytes=st.trace_step_bytes, dedupe_window=st.dedupe_window
+        request,
+        seqs=seqs,
+        trace_max=st.trace_max,
+        trace_step_bytes=st.trace_step_bytes,
+        dedupe_window=st.dedupe_window,
+        part_of=st.scope.part_of,
     )
     _check_budget(st, request.exe, plan)
     return plan

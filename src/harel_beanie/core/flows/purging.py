@@ -8,6 +8,7 @@ execution back and a writer whose creation reply was lost still learns it landed
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from harel_beanie.core.arguments import require_int, require_str
 from harel_beanie.core.calls import DeleteOne, Find, FindOne, Flow, ReplaceOne
@@ -33,7 +34,8 @@ def purge(st: StoreState, execution_id: str, expected_version: int) -> Flow[bool
         born = [doc["born"]] if doc.get("born") else []  # harel's documents carry none
         buried = (list(doc.get("buried") or ()) + born)[-_BURIED_MAX:]
         token = os.urandom(8).hex()
-        tomb = {"_id": execution_id, "tomb": {"at": st.clock(), "buried": buried, "by": token}}
+        tomb: dict[str, Any] = {"_id": execution_id, "tomb": {"at": st.clock(), "buried": buried, "by": token}}
+        tomb["part"] = st.scope.part_of(execution_id)  # the shard key stays with the id
         guard = {"_id": execution_id, "version": expected_version, "born": doc.get("born")}
         purged = bool((yield ReplaceOne("executions", guard, tomb)))
         if not purged:

@@ -131,12 +131,25 @@ def tree_docs(st: StoreState, within: Optional[str], docs: list[dict[str, Any]])
             parents[doc["_id"]] = None if isinstance(parent, _Unknown) else parent
 
 
+def pending_query(st: StoreState, within: Optional[str]) -> Optional[dict[str, Any]]:
+    """What a relay reads (the flagged documents): with `within`, that execution's own
+    family by key, in its partition: O(the family's pending work) however much else is
+    pending; without, the partitions this store works on (None: it owns none now)."""
+    if within is not None:
+        return {**PENDING, **st.scope.family_filter(require_str("within", within))}
+    scoped = st.scope.sweep_filter()
+    return None if scoped is None else {**PENDING, **scoped}
+
+
 def pending_outbox(st: StoreState, within: Optional[str] = None) -> Flow[list[OutboxEntry]]:
     kept = st.take_outbox(within)
     if kept is not None:
         return kept  # read by the pending_spawns just before (see the module docstring)
-    query = {"outbox.seq": ANY_SEQ} if st.compat else PENDING
-    docs = yield Find("executions", query, projection(OutboxView))
+    if st.compat:
+        docs = yield Find("executions", {"outbox.seq": ANY_SEQ}, projection(OutboxView))
+    else:
+        query = pending_query(st, within)
+        docs = [] if query is None else (yield Find("executions", query, projection(OutboxView)))
     entries, owners = records.outbox_entries((yield from tree_docs(st, within, docs)))
     st.remember(owners)
     return entries
@@ -153,7 +166,8 @@ def pending_spawns(st: StoreState, within: Optional[str] = None) -> Flow[list[Sp
         st.remember(owners)
         return entries
     # one read for both kinds: the relay asks for the outbox next (see the module docstring)
-    found = yield Find("executions", PENDING, projection(PendingView))
+    query = pending_query(st, within)
+    found = [] if query is None else (yield Find("executions", query, projection(PendingView)))
     docs = yield from tree_docs(st, within, found)
     entries, owners = records.spawn_entries(docs)
     outbox, outbox_owners = records.outbox_entries(docs)
@@ -226,10 +240,14 @@ def remove_entries(
 def due_timers(st: StoreState, now: float) -> Flow[list[tuple[str, str, float]]]:
     # the lower bound names the partial timer index's filter (see documents.py)
     due_now: dict[str, Any] = {"next_fire": {**ANY_TIME, "$lte": require_time("now", now, infinite_ok=True)}}
+    scoped = st.scope.sweep_filter()
+    if scoped is None:
+        return []  # it owns no partition now: another worker sweeps them
     if st.compat:
         # harel's documents carry no bound, and a commit of ours sets one from its own
         # timers only: until the database is migrated, every document with a timer is read
         due_now = {"$or": [due_now, {"timers": {"$nin": [{}, None]}}]}
+    due_now.update(scoped)
     docs = yield Find("executions", due_now, projection(TimerView))
     due, repairs = records.due_timers(docs, now)
     for fix in repairs:
@@ -242,6 +260,10 @@ def next_timer(st: StoreState, after: float) -> Flow[Optional[float]]:
     sweep for due timers. One read of one key through the partial timer index (a bound may
     be stale, after a cancel: the sweep it wakes then finds nothing, and sets it right)."""
     later = {"next_fire": {**ANY_TIME, "$gt": require_time("after", after)}}
+    scoped = st.scope.sweep_filter()
+    if scoped is None:
+        return None
+    later.update(scoped)
     docs = yield Find("executions", later, {"_id": 0, "next_fire": 1}, sort=[("next_fire", 1)], limit=1)
     return float(docs[0]["next_fire"]) if docs else None
 

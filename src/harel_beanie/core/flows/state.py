@@ -22,6 +22,7 @@ from harel.engine.store.base import OutboxEntry
 from harel_beanie.core.calls import CreateIndexes, FindOne, Flow, UpdateOne
 from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
 from harel_beanie.core.errors import SchemaMismatch
+from harel_beanie.core.partitions import DEFAULT_PARTITIONS, MAX_PARTITIONS, PartitionScope
 from harel_beanie.core.seqs import SeqMint
 from harel_beanie.core.sizes import DEFAULT_TRACE_STEP_BYTES
 
@@ -42,6 +43,12 @@ class StoreState:
     ready: bool = False
     compat: bool = False  # the database is harel's MongoStore layout, not migrated
     in_memory: bool = False  # the client is mongomock's: reads and writes it lacks take another form
+    # partitions: how many (from the schema marker), whether commands go through a mongos,
+    # which ones this store's sweeps read (shared with the worker's transport)
+    scope: PartitionScope = field(default_factory=PartitionScope)
+    # the database is still at the layout before partitions (a migration may be under way):
+    # documents may lack `part`, so nothing filters on it but the sweeps of partition 0
+    unpartitioned: bool = False
     mint: SeqMint = field(default_factory=SeqMint)
     owners: dict[int, str] = field(default_factory=dict)
     # operations started or finished on this instance, and the outbox entries the last
@@ -86,13 +93,31 @@ class StoreState:
         self.owners.update(owners)
 
 
+#: The layout a store of this version still runs on while `migrate up` brings it to
+#: `SCHEMA_VERSION`: every document it writes carries `part`, and its reads do not need it.
+LIVE_MIGRATION_FROM = SCHEMA_VERSION - 1
+
+
+def marker_parts(marker: Optional[dict[str, Any]]) -> int:
+    """The number of partitions a schema marker records (the default where it has none)."""
+    parts = (marker or {}).get("parts", DEFAULT_PARTITIONS)
+    if isinstance(parts, bool) or not isinstance(parts, int) or not 1 <= parts <= MAX_PARTITIONS:
+        raise SchemaMismatch(int((marker or {}).get("n") or 0), SCHEMA_VERSION, f"{parts!r} partitions recorded")
+    return parts
+
+
 def setup(st: StoreState) -> Flow[None]:
     """Indexes (when create_schema) and the layout check. The seq lease is taken on the
     first mint, so a store that only reads never holds one."""
     marker = yield FindOne("counters", {"_id": SCHEMA_MARKER_ID})
-    if marker is not None and marker.get("n") != SCHEMA_VERSION:
-        # before any index is created: another layout's indexes are its migration's business
-        raise SchemaMismatch(int(marker.get("n") or 0), SCHEMA_VERSION, st.where)
+    layout = marker.get("n") if marker is not None else None
+    if marker is not None and layout != SCHEMA_VERSION:
+        if layout != LIVE_MIGRATION_FROM or st.scope.sharded:
+            # before any index is created: another layout's indexes are its migration's business
+            raise SchemaMismatch(int(layout or 0), SCHEMA_VERSION, st.where)
+        st.unpartitioned = True
+        log.warning("%s is at layout %s: running while `harel-beanie migrate up` adds partitions", st.where, layout)
+    st.scope.parts = marker_parts(marker)
     if st.create_schema:
         yield CreateIndexes("executions", st.indexes)
     if marker is None:
@@ -105,5 +130,9 @@ def setup(st: StoreState) -> Flow[None]:
                 st.where,
             )
         elif st.create_schema:
-            yield UpdateOne("counters", {"_id": SCHEMA_MARKER_ID}, {"$setOnInsert": {"n": SCHEMA_VERSION}}, upsert=True)
+            fresh = {"n": SCHEMA_VERSION, "parts": st.scope.parts}
+            yield UpdateOne("counters", {"_id": SCHEMA_MARKER_ID}, {"$setOnInsert": fresh}, upsert=True)
+            # a racing set-up may have recorded its own count first: the record decides
+            marker = yield FindOne("counters", {"_id": SCHEMA_MARKER_ID})
+            st.scope.parts = marker_parts(marker)
     st.ready = True

@@ -16,10 +16,51 @@ document.addEventListener("submit", function (event) {
 // The execution page's statechart: its Mermaid source is text in the page (put there by the
 // server, escaped), drawn here with the vendored mermaid.min.js in strict mode (no HTML
 // labels, no click handlers). The drawing is parsed as SVG (an XML document, where nothing
-// runs) and its nodes adopted: this script never writes markup into the page as HTML. The
-// page's policy admits no inline style, so the drawing's own <style> and style attributes
-// are dropped first; dashboard.css gives the drawing its look.
+// runs) and its nodes adopted: this script never writes markup into the page as HTML.
+//
+// The page's policy admits no inline style, and mermaid writes its look as inline style: a
+// style attribute on most shapes and a <style> element in the drawing. The browser would
+// refuse each one, logging a policy violation on the console every time (hundreds a drawing,
+// counting the copies mermaid parses again to sanitise them). So while mermaid draws, those
+// writes are left out where mermaid makes them (withoutInlineStyle); the browser never sees
+// an inline style, and dashboard.css gives the drawing its look. What the policy refused
+// before is exactly what is left out now, so the drawing is laid out as it was.
 var drawings = 0;
+
+function withoutInlineStyle(draw) {
+  var setAttribute = Element.prototype.setAttribute;
+  var setAttributeNS = Element.prototype.setAttributeNS;
+  var createElement = document.createElement;
+  Element.prototype.setAttribute = function (name, value) {
+    if (String(name).toLowerCase() !== "style") {
+      setAttribute.call(this, name, value);
+    }
+  };
+  Element.prototype.setAttributeNS = function (namespace, name, value) {
+    if (String(name).toLowerCase() !== "style") {
+      setAttributeNS.call(this, namespace, name, value);
+    }
+  };
+  // mermaid fills a <style> element with its theme's rules and puts it in the drawing: it
+  // gets a comment instead, which holds no rules and applies none
+  document.createElement = function (name) {
+    if (String(name).toLowerCase() === "style") {
+      return document.createComment("style");
+    }
+    return createElement.apply(document, arguments);
+  };
+  function restore() {
+    Element.prototype.setAttribute = setAttribute;
+    Element.prototype.setAttributeNS = setAttributeNS;
+    document.createElement = createElement;
+  }
+  try {
+    return Promise.resolve(draw()).finally(restore);
+  } catch (error) {
+    restore();
+    return Promise.reject(error);
+  }
+}
 
 function svgOf(text) {
   var parsed = new DOMParser().parseFromString(text, "image/svg+xml");
@@ -27,12 +68,6 @@ function svgOf(text) {
   if (!root || root.nodeName !== "svg" || parsed.getElementsByTagName("parsererror").length > 0) {
     throw new Error("the drawing is not an SVG document");
   }
-  Array.prototype.forEach.call(parsed.querySelectorAll("style"), function (element) {
-    element.remove();
-  });
-  Array.prototype.forEach.call(parsed.querySelectorAll("[style]"), function (element) {
-    element.removeAttribute("style");
-  });
   return document.importNode(root, true);
 }
 
@@ -44,7 +79,10 @@ function drawStatechart() {
   }
   window.mermaid.initialize({ startOnLoad: false, securityLevel: "strict", theme: "neutral", htmlLabels: false });
   drawings += 1;
-  window.mermaid.render("statechart-svg-" + drawings, source.textContent).then(function (result) {
+  var id = "statechart-svg-" + drawings;
+  withoutInlineStyle(function () {
+    return window.mermaid.render(id, source.textContent);
+  }).then(function (result) {
     target.replaceChildren(svgOf(result.svg));
     target.setAttribute("data-drawn", "true");
   }).catch(function (error) {

@@ -1,0 +1,253 @@
+"""The targeting audit: every command the store, the transport, the partition leases and a
+worker send while they do real work, each classified against the shard plan by MongoDB's
+targeting rules (`tests/sharding/targeting.py`, which cites them), through a store and a
+transport that route as they do behind a mongos (`sharded=True`: the embedded server is no
+mongos, so what is audited is exactly what they would send to one).
+
+The audit fails on any hot-path command that would reach every shard and on any command
+that breaks a rule a sharded cluster enforces (a `findAndModify` or an upsert without the
+whole shard key, an insert without `part`). It fails on the transport as it was before
+partitions (shown below), and docs/SCALING.md's operation table is this audit's output:
+`HB_WRITE_DOCS=1` rewrites it, and the test fails while the page says anything else.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pymongo
+import pytest
+from harel.engine.aio.distributed import AsyncDistributedRunner
+from harel.engine.store.base import TimerOp
+from harel.spec.states import Event
+
+from harel_beanie import AsyncMongoStore, MongoStore
+from harel_beanie.core.partitions import DEFAULT_PARTITIONS, PartitionScope
+from harel_beanie.core.queue_documents import INLINE_MAX
+from harel_beanie.ops.loader import load_models
+from harel_beanie.ops.relay import sweep
+from harel_beanie.ops.stack import CountingWorker
+from harel_beanie.transport import AsyncMongoTransport, MongoTransport
+from harel_beanie.transport.ownership import PartitionOwner
+from tests.contracts import SYNC
+from tests.sharding.audit import OP, Audit, Labelled, markdown
+from tests.test_cli import MODELS
+
+SCALING = Path(__file__).resolve().parents[2] / "docs" / "SCALING.md"
+BEGIN, END = "<!-- targeting audit: begin -->", "<!-- targeting audit: end -->"
+
+
+def _fresh() -> str:
+    return "hbt_audit_" + uuid.uuid4().hex[:10]
+
+
+@pytest.fixture(scope="module")
+def audits(mongo_url: str, client: pymongo.MongoClient[Any]) -> Any:
+    made: list[str] = []
+    results: dict[str, Audit] = {}
+
+    def new(name: str) -> tuple[str, Audit]:
+        made.append(_fresh())
+        results[name] = Audit(made[-1])
+        return made[-1], results[name]
+
+    yield new, results
+    for name in made:
+        client.drop_database(name)
+
+
+def test_the_store_under_harels_contracts(mongo_url: str, audits: Any) -> None:
+    new, _ = audits
+    for contract, ns in (("outbox", "O-"), ("purge", "P-"), ("listing", "L-")):
+        db, audit = new(f"store-{contract}")
+        store = Labelled(MongoStore(pymongo.MongoClient(mongo_url, event_listeners=[audit]), db, sharded=True))
+        store.init()
+        SYNC[contract](store, ns)
+        store.close()
+        assert audit.seen and not audit.problems(), "\n".join(audit.problems())
+
+
+def test_the_transport_inline_spilling_and_overflow(mongo_url: str, audits: Any) -> None:
+    new, _ = audits
+    db, audit = new("transport")
+    scope = PartitionScope(held=None)
+    t = Labelled(MongoTransport(pymongo.MongoClient(mongo_url, event_listeners=[audit]), db, sharded=True,
+                                partitions=scope))  # fmt: skip
+    t.init()
+    for g in ("a", "b", "c:1:2"):
+        t.publish(g, Event(kind="e"))
+    for n in range(INLINE_MAX + 3):  # past the inline bound: the group spills to overflow
+        t.publish("deep", Event(kind=f"d{n}"))
+    handled = 0
+    while (lease := t.claim("w", 30.0)) is not None:
+        if handled % 7 == 3:
+            t.nack(lease)  # back at once: claimed again
+        else:
+            t.ack(lease)
+        handled += 1
+    assert handled > INLINE_MAX + 6
+    assert not audit.problems(), "\n".join(audit.problems())
+    assert any(c.command == "findAndModify" and "overflow" in c.collection for _, c, _ in audit.seen)
+
+
+async def test_a_worker_running_the_shop(mongo_url: str, audits: Any) -> None:
+    """harel's own worker logic (with the post-commit relay kept to its family) on a store and
+    a transport behind partition leases, running the shop's models: creates, starts, events
+    relayed between executions, children spawned by forks and invoked machines, timers."""
+    new, _ = audits
+    db, audit = new("worker")
+    client: Any = pymongo.AsyncMongoClient(mongo_url, event_listeners=[audit])
+    scope = PartitionScope(held={})
+    store = AsyncMongoStore(client, db, sharded=True, partitions=scope)
+    transport = AsyncMongoTransport(client, db, sharded=True, partitions=scope)
+    await Labelled(store).init()
+    await Labelled(transport).init()
+    owner = PartitionOwner(transport.partition_leases, "w", scope)
+    await Labelled(owner).tick()
+    assert sorted(scope.owned() or {}) == list(range(DEFAULT_PARTITIONS))
+    definitions = load_models(MODELS)
+    ls, lt = Labelled(store), Labelled(transport)
+    sender = AsyncDistributedRunner(ls, lt, dict(definitions))
+    for i in range(3):
+        await sender.create("Payment", {"order_id": f"p{i}", "amount": 5.0}, execution_id=f"pay-{i}")
+    await sender.create("PickLine", {"sku": "OOS-1"}, execution_id="pick-short")
+    await sender.create("Order", {"order_id": "o1", "amount": 9.5, "lines": ["SKU-1", "SKU-2"]}, execution_id="o-1")
+    worker = CountingWorker(ls, lt, dict(definitions), worker_id="w", visibility=30.0, concurrency=1,
+                            executions=client[db]["harel_executions"])  # fmt: skip
+    idle = 0
+    while idle < 3:  # the worker's loop, one event at a time (its `run` with a stop)
+        lease = await worker._claim()  # noqa: SLF001 - harel's worker's own step, as `run` takes it
+        if lease is None:
+            idle += 1
+            await worker.fire_due_timers()
+            continue
+        idle = 0
+        await worker._handle(lease)  # noqa: SLF001
+    token = OP.set("sweep")
+    try:
+        await sweep(ls, lt, client[db]["harel_executions"], dict(definitions))
+    finally:
+        OP.reset(token)
+    # a timer fired and deleted, a trace step appended: the sweep's and the trace's writes
+    exe = await ls.load("pick-short")
+    assert exe is not None
+    await ls.commit(exe, [], timers=(TimerOp("schedule", "W.ait", 1.0),))
+    for execution_id, path, fire_at in await ls.due_timers(2.0):
+        await ls.delete_timer(execution_id, path, fire_at)
+    await ls.append_trace("pick-short", {"kind": "note"})
+    await ls.next_timer(0.0)
+    await Labelled(owner).release()
+    assert worker.handled >= 5
+    await ls.close()
+    await lt.close()
+    assert not audit.problems(), "\n".join(audit.problems())
+
+
+async def test_migrate_transport_both_ways(mongo_url: str, audits: Any) -> None:
+    """`harel-beanie migrate-transport`: harel's transport's messages (a group deep enough to
+    spill) into this package's queues and back, each write naming its group's partition."""
+    from harel_beanie.ops.drivers import open_mongo_transport
+    from harel_beanie.transport import moving
+
+    new, _ = audits
+    db, audit = new("migrate-transport")
+    harels = await open_mongo_transport(mongo_url, db)
+    for n in range(INLINE_MAX + 2):
+        await harels.publish("deep", Event(kind=f"d{n}"))
+    await harels.publish("shallow", Event(kind="s"))
+    client: Any = pymongo.AsyncMongoClient(mongo_url, event_listeners=[audit])
+    for name, move in (("migrate-transport up", moving.up), ("migrate-transport down", moving.down)):
+        token = OP.set(name)
+        try:
+            report = await move(client[db], "harel", say=lambda _: None, sharded=True)
+        finally:
+            OP.reset(token)
+        assert report.messages == INLINE_MAX + 3
+    await client.close()
+    assert not audit.problems(), "\n".join(audit.problems())
+
+
+async def test_the_operators_side(mongo_url: str, audits: Any) -> None:
+    """The dashboard's pages and JSON, its Prometheus figures, `status`'s backlog and prune,
+    on a store routing as behind a mongos: they may read every shard (they are not the hot
+    path), but none may break a rule a cluster enforces."""
+    import time
+
+    import httpx
+    from fastapi import FastAPI
+    from harel.engine.execution import Execution, Status
+    from prometheus_client import CollectorRegistry
+
+    from harel_beanie.dashboard import dashboard_router, no_auth
+    from harel_beanie.ops.retention import prune
+    from harel_beanie.queries import backlog
+    from harel_beanie.telemetry.metrics import StoreMetrics
+
+    new, _ = audits
+    db, audit = new("operator")
+    client: Any = pymongo.AsyncMongoClient(mongo_url, event_listeners=[audit])
+    store = AsyncMongoStore(client, db, sharded=True)
+    await Labelled(store).init()
+    now = time.time()
+    for i in range(6):
+        status = (Status.DONE, Status.FAILED, Status.RUNNING)[i % 3]
+        exe = Execution(id=f"op-{i}", definition_id="Payment", status=status, updated_at=now - 86400 * 30)
+        await store.save(exe)
+    app = FastAPI()
+    app.include_router(dashboard_router(store, auth=no_auth, metrics=StoreMetrics(CollectorRegistry())))
+    token = OP.set("dashboard")
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://app") as http:
+            for path in (
+                "/",
+                "/failed",
+                "/backlog",
+                "/api/executions",
+                "/api/failed",
+                "/metrics",
+                "/execution?id=op-1",
+            ):
+                assert (await http.get(path)).status_code == 200, path
+        await backlog()  # on the Beanie classes the store bound to this database
+    finally:
+        OP.reset(token)
+    token = OP.set("prune")
+    try:
+        await prune(client[db]["harel_executions"], now)
+    finally:
+        OP.reset(token)
+    await client.close()
+    assert not audit.problems(), "\n".join(audit.problems())
+
+
+def test_the_audit_fails_on_the_transport_before_partitions(mongo_url: str, client: Any) -> None:
+    """The transport as it was before partitions sent its claim with no shard key: the
+    audit flags it (a `findAndModify` needing MongoDB 7.1's broadcast, or refused before)."""
+    db = _fresh()
+    audit = Audit(db)
+    try:
+        t = Labelled(MongoTransport(pymongo.MongoClient(mongo_url, event_listeners=[audit]), db, sharded=False))
+        t.init()
+        t.publish("a", Event(kind="e"))
+        assert t.claim("w", 30.0) is not None
+        flagged = audit.problems()
+        assert any(line.startswith("claim: findAndModify") and "full shard key" in line for line in flagged), flagged
+    finally:
+        client.drop_database(db)
+
+
+def test_scaling_md_shows_the_audit(audits: Any) -> None:
+    """Runs last in this module: the operation table of docs/SCALING.md is the audits'."""
+    _, results = audits
+    assert {"store-outbox", "transport", "worker", "migrate-transport", "operator"} <= set(results), "run the module"
+    table = markdown([a.table() for a in results.values()])
+    text = SCALING.read_text()
+    section = f"{BEGIN}\n{table}{END}"
+    if os.environ.get("HB_WRITE_DOCS") == "1":
+        text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: section, text, flags=re.S)
+        SCALING.write_text(text)
+    assert section in text, "docs/SCALING.md's table is not the audit's: HB_WRITE_DOCS=1 pytest tests/sharding"
