@@ -28,7 +28,7 @@ from harel.engine.execution import Execution, Status
 from starlette.routing import Route
 
 from harel_beanie import AsyncMongoStore, MongoStore
-from harel_beanie.core.documents import SCHEMA_MARKER_ID
+from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
 from harel_beanie.dashboard.security import CONTENT_SECURITY_POLICY
 from harel_beanie.dashboard.serve import build_app
 from harel_beanie.ops.where import Target
@@ -206,7 +206,7 @@ async def test_every_view_reads_a_database_in_any_state(
     else:
         await _seed(mongo_url, db_name)
         client[db_name]["harel_counters"].update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": 1}})
-        says = "is in layout 1, this dashboard reads layout 2: run `harel-beanie migrate up"
+        says = f"is at layout 1, not this package's {SCHEMA_VERSION}: run `harel-beanie migrate up"
     app = build_app(target(mongo_url, db_name, prefix), token=TOKEN, definitions_dir=MODELS, say=lambda _: None)
     async with served(app) as http:
         for path in PAGES + JSON:

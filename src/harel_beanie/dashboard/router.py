@@ -18,10 +18,7 @@ What it promises about what comes in (docs/SECURITY.md has the whole threat mode
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
-import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +37,14 @@ from harel_beanie.dashboard.charts import ChartsOut, Sampler, charts, samples_na
 from harel_beanie.dashboard.links import Links, id_placeholder, typed_id
 from harel_beanie.dashboard.live import LiveFeed
 from harel_beanie.dashboard.search import MAX_WITHIN, Search, parse_within
-from harel_beanie.dashboard.security import NOT_FOUND, REFUSED, DashboardRoute, NotFound, static_headers
+from harel_beanie.dashboard.security import (
+    NOT_FOUND,
+    REFUSED,
+    DashboardRoute,
+    FormSigner,
+    NotFound,
+    static_headers,
+)
 from harel_beanie.dashboard.survey import Surveyor
 from harel_beanie.ops.status import human_duration
 
@@ -123,14 +127,6 @@ def _event_data(text: str) -> dict[str, Any]:
 StoreArg = Union[Any, Callable[[], Any]]
 
 
-def _form_secret(secret: Any) -> bytes:
-    if not isinstance(secret, bytes):
-        raise TypeError(f"dashboard_router: secret must be bytes, not {type(secret).__name__}")
-    if len(secret) < 16:
-        raise ValueError("dashboard_router: secret must be at least 16 bytes")
-    return secret
-
-
 def dashboard_router(
     store: StoreArg,
     *,
@@ -159,8 +155,7 @@ def dashboard_router(
     page_size = min(max(int(page_size), 1), MAX_PAGE)
     acts = actions or DashboardActions()
     templates = _templates()
-    # signs the actions' forms (a cross-site form cannot know it)
-    secret = secrets.token_bytes(32) if secret is None else _form_secret(secret)
+    forms = FormSigner(secret, name)  # a cross-site form cannot know its key
     assert get_args(StatusName) == queries.STATUSES  # one list of harel's statuses
     router = APIRouter(dependencies=[Depends(auth)], route_class=DashboardRoute)
     errors: dict[int | str, dict[str, Any]] = {400: REFUSED, 404: NOT_FOUND}
@@ -190,11 +185,6 @@ def dashboard_router(
         # name the index to the server only where every index the reads name exists (the
         # survey `ready` took): a hint naming a missing index is an error, not a slower read
         return surveyor.latest is not None and surveyor.latest.hint
-
-    def form_token(execution_id: str, action: str) -> str:
-        # the router's name too: two dashboards of one app, one key, do not take each other's forms
-        signed = f"{name}\0{execution_id}\0{action}".encode("utf-8", "surrogatepass")
-        return hmac.new(secret, signed, hashlib.sha256).hexdigest()
 
     def page(request: Request, template: str, **context: Any) -> HTMLResponse:
         links = Links(request, name)
@@ -281,7 +271,7 @@ def dashboard_router(
         error: Optional[str] = None,
     ) -> HTMLResponse:  # fmt: skip
         v = await detail_data(execution_id)
-        tokens = {a: form_token(execution_id, a) for a in acts.enabled()}
+        tokens = {a: forms.token(execution_id, a) for a in acts.enabled()}
         done = done if done in ACTIONS else None  # only ever one of the action names
         # only ever one of the dashboard's own messages: a link cannot put words on this page
         shown = ACTION_ERRORS.get(error) if error is not None else None
@@ -356,7 +346,7 @@ def dashboard_router(
         links = Links(request, name)
         if action not in acts.enabled():
             return Response(f"the {action[:40]!r} action is not enabled on this dashboard", status_code=403)
-        if not hmac.compare_digest(csrf.encode(), form_token(execution_id, action).encode()):
+        if not forms.valid(csrf, execution_id, action):
             return Response("the form is stale or was not served by this dashboard: reload the page", status_code=403)
         if confirm.strip() not in (execution_id.strip(), typed_id(execution_id).strip()):
             return RedirectResponse(links.to("execution", id=execution_id, error="confirm"), status_code=303)
@@ -379,7 +369,7 @@ def dashboard_router(
             # harel's refusals (and bad input): the page, answering this post, says why; the
             # text never travels in a link (?error= takes only the codes of ACTION_ERRORS)
             v = await detail_data(execution_id)
-            tokens = {a: form_token(execution_id, a) for a in acts.enabled()}
+            tokens = {a: forms.token(execution_id, a) for a in acts.enabled()}
             answer = page(request, "execution.html", view=v, e=v.execution, done=None, error=str(exc)[:300],
                           tokens=tokens)  # fmt: skip
             answer.status_code = 400

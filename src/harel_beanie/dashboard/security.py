@@ -23,8 +23,11 @@ package builds (`harel-beanie dashboard`) puts them on every answer of its own a
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import inspect
-from typing import Any, Callable, Coroutine
+import secrets
+from typing import Any, Callable, Coroutine, Optional
 
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -149,3 +152,28 @@ def server_error(request: Request, exc: Exception) -> Response:
     """The answer to an unhandled error (given outside every middleware: the headers are
     set here)."""
     return PlainTextResponse("Internal Server Error", status_code=500, headers=PAGE_HEADERS)
+
+
+class FormSigner:
+    """The token an action's form carries: an HMAC of (the dashboard's name, the execution id,
+    the action) under a key. Every process serving one app must share the key (`secret`, 16
+    bytes or more) to take the forms the others served; without one, a key is drawn here, which
+    serves an app of one process. The name keeps two dashboards of one app, under one key,
+    from taking each other's forms."""
+
+    def __init__(self, secret: Optional[bytes], name: str) -> None:
+        if secret is None:
+            secret = secrets.token_bytes(32)
+        elif not isinstance(secret, bytes):
+            raise TypeError(f"dashboard_router: secret must be bytes, not {type(secret).__name__}")
+        elif len(secret) < 16:
+            raise ValueError("dashboard_router: secret must be at least 16 bytes")
+        self._key = secret
+        self._name = name
+
+    def token(self, execution_id: str, action: str) -> str:
+        signed = f"{self._name}\0{execution_id}\0{action}".encode("utf-8", "surrogatepass")
+        return hmac.new(self._key, signed, hashlib.sha256).hexdigest()
+
+    def valid(self, token: str, execution_id: str, action: str) -> bool:
+        return hmac.compare_digest(token.encode(), self.token(execution_id, action).encode())

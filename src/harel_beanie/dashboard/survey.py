@@ -55,9 +55,8 @@ class Survey:
         where = f"database {self.db!r}, prefix {self.prefix!r}"
         migrate = f"`harel-beanie migrate up --db {self.db} --prefix {self.prefix}`"
         if self.layout is not None and self.layout != SCHEMA_VERSION:
-            newer = self.layout > SCHEMA_VERSION
-            fix = "upgrade harel-beanie" if newer else f"run {migrate}"
-            return f"{where} is in layout {self.layout}, this dashboard reads layout {SCHEMA_VERSION}: {fix}"
+            fix = "upgrade harel-beanie" if self.layout > SCHEMA_VERSION else f"run {migrate}"
+            return f"{where} is at layout {self.layout}, not this package's {SCHEMA_VERSION}: {fix}"
         if not self.holds_store:
             return (
                 f"no harel-beanie schema in {where}: nothing to show yet. Run {migrate}, or start a worker "
