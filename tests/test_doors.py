@@ -325,9 +325,11 @@ async def test_forms_are_taken_by_every_app_of_one_secret_only(astore: Any) -> N
 async def test_the_apps_own_refusals_carry_the_headers(astore: Any) -> None:
     """Inside an app's own FastAPI app, the guard's refusal and FastAPI's 422 were answered by
     the app's handlers without the dashboard's headers (a refusal page without the policy).
-    They are still the app's own answers (here its login redirect), with the headers."""
+    They are still the app's own answers (here its login redirect, and its own answer to a
+    refused request from a plain function), with the headers."""
     from fastapi import Header, HTTPException, Request
-    from fastapi.responses import RedirectResponse
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, RedirectResponse
 
     from harel_beanie.dashboard.security import CONTENT_SECURITY_POLICY
 
@@ -343,14 +345,21 @@ async def test_the_apps_own_refusals_carry_the_headers(astore: Any) -> None:
     async def to_login(request: Request, exc: Exception) -> RedirectResponse:
         return RedirectResponse("/login", status_code=303)
 
+    def plain(request: Request, exc: Exception) -> JSONResponse:  # a plain function, run on a thread
+        return JSONResponse({"refused": True}, status_code=400)
+
+    app.add_exception_handler(RequestValidationError, plain)
     app.include_router(dashboard_router(astore, auth=staff_only), prefix="/ops")
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
         r = await http.get("/ops/")
         assert r.status_code == 303 and r.headers["location"] == "/login"
         assert r.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
         r = await http.get("/ops/api/execution", headers={"x-staff": "yes"})  # no id
-        assert r.status_code == 422 and r.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+        assert r.status_code == 400 and r.json() == {"refused": True}
+        assert r.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
         assert r.headers["cache-control"] == "no-store" and r.headers["x-content-type-options"] == "nosniff"
+        r = await http.get("/ops/api/executions", params={"limit": 0}, headers={"x-staff": "yes"})
+        assert r.status_code == 400 and r.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
 
 
 # --- the archive -------------------------------------------------------------------------------

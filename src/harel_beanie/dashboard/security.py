@@ -116,11 +116,10 @@ async def _apps_answer(request: Request, exc: Exception) -> Response:
     handler = handler or next((by_class[c] for c in type(exc).__mro__ if c in by_class), None)
     if handler is None:
         raise exc
-    if inspect.iscoroutinefunction(handler):
-        response: Response = await handler(request, exc)
-    else:
-        response = await run_in_threadpool(handler, request, exc)
-    return response
+    if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None)):
+        return await handler(request, exc)  # type: ignore[no-any-return]
+    response = await run_in_threadpool(handler, request, exc)  # a plain function, as Starlette runs it
+    return await response if inspect.isawaitable(response) else response  # type: ignore[no-any-return]
 
 
 class SecurityHeaders:
