@@ -266,6 +266,102 @@ async def test_every_hostile_id_is_acted_on_exactly(astore: Any) -> None:
     assert runner.calls == [("cancel", i) for i in HOSTILE_IDS]
 
 
+PHISHING = "Your session expired: sign in again at https://evil.example/login"
+
+
+class RefusingRunner(FakeRunner):
+    async def cancel(self, execution_id: str) -> None:
+        raise ValueError(f"cannot cancel {execution_id}: it is finishing")
+
+
+async def test_error_shows_only_the_dashboards_own_messages(astore: Any) -> None:
+    """`/execution?id=...&error=` used to put any 300 characters on the page: a crafted link
+    showed staff a phishing line in the dashboard's own frame. Now `error` is a code of the
+    dashboard's own messages; anything else shows nothing. A refusal by harel (its text) is
+    shown on the page that answers the post, and never travels in a link."""
+    await astore.save(Execution(id="x-1", definition_id="Order", status=Status.RUNNING))
+    runner = RefusingRunner()
+    async with _app(astore, actions=DashboardActions(runner, cancel=True)) as http:
+        for text in (PHISHING, "<b>bold</b>", "confirm by typing the execution id", "stale"):
+            r = await http.get("/ops/execution", params={"id": "x-1", "error": text})
+            assert r.status_code == 200 and 'id="error"' not in r.text, text
+            assert "evil.example" not in r.text
+        r = await http.get("/ops/execution", params={"id": "x-1", "error": "confirm"})
+        assert re.search(r'id="error">confirm by typing the execution id<', r.text)
+        page = (await http.get(_q("x-1"))).text
+        csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', page).group(1)  # type: ignore[union-attr]
+        r = await http.post("/ops/execution/cancel?id=x-1", data={"csrf": csrf, "confirm": "x-wrong"})
+        assert r.status_code == 303 and r.headers["location"].endswith("error=confirm")
+        r = await http.post("/ops/execution/cancel?id=x-1", data={"csrf": csrf, "confirm": "x-1"})
+        assert r.status_code == 400 and "location" not in r.headers
+        assert re.search(r'id="error">cannot cancel x-1: it is finishing<', r.text)
+        assert r.headers["content-security-policy"].startswith("default-src 'none'")
+
+
+async def test_forms_are_taken_by_every_app_of_one_secret_only(astore: Any) -> None:
+    """The forms' key used to be drawn by each router: an app served by several processes
+    refused, as stale, a form another process served. Routers given the same `secret` (the
+    processes of one app) take each other's forms; another secret, or another dashboard name
+    under the same secret, does not."""
+    await astore.save(Execution(id="x-1", definition_id="Order", status=Status.RUNNING))
+    key = b"k" * 32
+
+    def app_of(secret: bytes, name: str = "harel_dashboard") -> httpx.AsyncClient:
+        return _app(astore, actions=DashboardActions(FakeRunner(), cancel=True), secret=secret, name=name)
+
+    async with app_of(key) as one, app_of(key) as two, app_of(b"o" * 32) as other, app_of(key, "b") as named:
+        page = (await one.get(_q("x-1"))).text
+        form = {"csrf": re.search(r'name="csrf" value="([0-9a-f]+)"', page).group(1), "confirm": "x-1"}  # type: ignore[union-attr]
+        for stranger in (other, named):
+            r = await stranger.post("/ops/execution/cancel?id=x-1", data=form)
+            assert r.status_code == 403 and "stale" in r.text
+        r = await two.post("/ops/execution/cancel?id=x-1", data=form)
+        assert r.status_code == 303 and r.headers["location"].endswith("done=cancel")
+    for bad, error in (("k" * 32, TypeError), (b"short", ValueError)):
+        with pytest.raises(error, match="secret"):
+            dashboard_router(astore, auth=no_auth, secret=bad)  # type: ignore[arg-type]
+
+
+async def test_the_apps_own_refusals_carry_the_headers(astore: Any) -> None:
+    """Inside an app's own FastAPI app, the guard's refusal and FastAPI's 422 were answered by
+    the app's handlers without the dashboard's headers (a refusal page without the policy).
+    They are still the app's own answers (here its login redirect, and its own answer to a
+    refused request from a plain function), with the headers."""
+    from fastapi import Header, HTTPException, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, RedirectResponse
+
+    from harel_beanie.dashboard.security import CONTENT_SECURITY_POLICY
+
+    await astore.init()
+
+    def staff_only(x_staff: str = Header("")) -> None:
+        if x_staff != "yes":
+            raise HTTPException(401, "sign in")
+
+    app = FastAPI()
+
+    @app.exception_handler(401)
+    async def to_login(request: Request, exc: Exception) -> RedirectResponse:
+        return RedirectResponse("/login", status_code=303)
+
+    def plain(request: Request, exc: Exception) -> JSONResponse:  # a plain function, run on a thread
+        return JSONResponse({"refused": True}, status_code=400)
+
+    app.add_exception_handler(RequestValidationError, plain)
+    app.include_router(dashboard_router(astore, auth=staff_only), prefix="/ops")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
+        r = await http.get("/ops/")
+        assert r.status_code == 303 and r.headers["location"] == "/login"
+        assert r.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+        r = await http.get("/ops/api/execution", headers={"x-staff": "yes"})  # no id
+        assert r.status_code == 400 and r.json() == {"refused": True}
+        assert r.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+        assert r.headers["cache-control"] == "no-store" and r.headers["x-content-type-options"] == "nosniff"
+        r = await http.get("/ops/api/executions", params={"limit": 0}, headers={"x-staff": "yes"})
+        assert r.status_code == 400 and r.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+
+
 # --- the archive -------------------------------------------------------------------------------
 
 

@@ -18,10 +18,7 @@ What it promises about what comes in (docs/SECURITY.md has the whole threat mode
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
-import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,12 +31,21 @@ from fastapi.templating import Jinja2Templates
 from harel_beanie import queries
 from harel_beanie.core.arguments import require_seconds
 from harel_beanie.core.documents import bind
+from harel_beanie.core.errors import SchemaMismatch
 from harel_beanie.dashboard import views
 from harel_beanie.dashboard.charts import ChartsOut, Sampler, charts, samples_name, sparkline
 from harel_beanie.dashboard.links import Links, id_placeholder, typed_id
 from harel_beanie.dashboard.live import LiveFeed
 from harel_beanie.dashboard.search import MAX_WITHIN, Search, parse_within
-from harel_beanie.dashboard.security import NOT_FOUND, REFUSED, DashboardRoute, NotFound, static_headers
+from harel_beanie.dashboard.security import (
+    NOT_FOUND,
+    REFUSED,
+    DashboardRoute,
+    FormSigner,
+    NotFound,
+    static_headers,
+)
+from harel_beanie.dashboard.survey import Surveyor
 from harel_beanie.ops.status import human_duration
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -56,6 +62,8 @@ MAX_PAGE = 500
 #: the most a sent event's JSON data may weigh
 MAX_EVENT_BYTES = 64 * 1024
 ACTIONS = ("send", "cancel", "redrive")
+#: what `/execution?error=` may show: the dashboard's own messages, by code
+ACTION_ERRORS = {"confirm": "confirm by typing the execution id"}
 #: harel's statuses as the JSON routes declare them (the HTML form also sends "" for any)
 StatusName = Literal["PENDING", "RUNNING", "SUSPENDED", "CANCELLING", "DONE", "FAILED", "CANCELLED"]
 
@@ -130,30 +138,40 @@ def dashboard_router(
     title: str = "harel",
     name: str = "harel_dashboard",
     definitions: Optional[Mapping[str, Any]] = None,
+    secret: Optional[bytes] = None,
 ) -> APIRouter:
     """The dashboard as a router (see the package docstring). `metrics`: a
     `harel_beanie.telemetry.metrics.StoreMetrics` to serve at `/metrics`, refreshed on each scrape.
     `name` prefixes the route names; give each a different one to mount two dashboards (two
     databases, say) in one app. `definitions` (harel `Definition`s by id, as
     `harel_beanie.loader.load_models` returns them) lets the execution page draw each execution
-    on its statechart; an execution of a definition not among them shows its states as text."""
+    on its statechart; an execution of a definition not among them shows its states as text.
+    `secret` (at least 16 bytes) signs the actions' forms: give every process serving the app
+    the same one, or a form one process served is refused by the others (stale); without it,
+    each router draws its own, which serves an app of one process."""
     if auth is None:
         raise ValueError("dashboard_router needs auth=: your FastAPI dependency, or no_auth to leave it open")
     stuck_after = require_seconds("stuck_after", stuck_after)
     page_size = min(max(int(page_size), 1), MAX_PAGE)
     acts = actions or DashboardActions()
     templates = _templates()
-    secret = secrets.token_bytes(32)  # signs the actions' forms (a cross-site form cannot know it)
+    forms = FormSigner(secret, name)  # a cross-site form cannot know its key
     assert get_args(StatusName) == queries.STATUSES  # one list of harel's statuses
     router = APIRouter(dependencies=[Depends(auth)], route_class=DashboardRoute)
     errors: dict[int | str, dict[str, Any]] = {400: REFUSED, 404: NOT_FOUND}
 
     sampler = Sampler()
+    surveyor = Surveyor()
 
     async def ready() -> Any:
         s = store() if callable(store) and not hasattr(store, "read_trace") else store
-        await s.init()  # idempotent: Beanie classes bound, layout checked
-        sampler.start(doc_of(s), samples_of(s))  # once: a sample a minute for the charts
+        try:
+            await s.init()  # idempotent: Beanie classes bound, layout checked
+        except SchemaMismatch:
+            pass  # Beanie is bound before the check: the lists still read, and the survey says why not all
+        found = await surveyor(s.settings.prefix)
+        if found.holds_store:  # a database without the store's data is left as it was found
+            sampler.start(doc_of(s), samples_of(s))  # once: a sample a minute for the charts
         return s
 
     def samples_of(s: Any) -> Any:
@@ -164,20 +182,16 @@ def dashboard_router(
         return bind(s.settings.prefix)[0]
 
     def hint(s: Any) -> bool:
-        # name the index to the server, unless the database is still in harel's layout (no
-        # indexes yet: the store runs in compatibility mode until `migrate up`)
-        state = getattr(s, "_state", None)
-        return bool(state is not None and state.ready and not state.compat)
-
-    def form_token(execution_id: str, action: str) -> str:
-        return hmac.new(
-            secret, f"{execution_id}\0{action}".encode("utf-8", "surrogatepass"), hashlib.sha256
-        ).hexdigest()
+        # name the index to the server only where every index the reads name exists (the
+        # survey `ready` took): a hint naming a missing index is an error, not a slower read
+        return surveyor.latest is not None and surveyor.latest.hint
 
     def page(request: Request, template: str, **context: Any) -> HTMLResponse:
         links = Links(request, name)
+        notice = surveyor.latest.notice() if surveyor.latest is not None else None
         return templates.TemplateResponse(request, template, {"title": title, "u": links.route, "link": links.to,
-                                                              "read_at": time.time(), **context})  # fmt: skip
+                                                              "read_at": time.time(), "notice": notice,
+                                                              **context})  # fmt: skip
 
     # --- the executions list ------------------------------------------------------------------
 
@@ -257,10 +271,11 @@ def dashboard_router(
         error: Optional[str] = None,
     ) -> HTMLResponse:  # fmt: skip
         v = await detail_data(execution_id)
-        tokens = {a: form_token(execution_id, a) for a in acts.enabled()}
+        tokens = {a: forms.token(execution_id, a) for a in acts.enabled()}
         done = done if done in ACTIONS else None  # only ever one of the action names
-        error = None if error is None else error[:300]
-        return page(request, "execution.html", view=v, e=v.execution, done=done, error=error, tokens=tokens)
+        # only ever one of the dashboard's own messages: a link cannot put words on this page
+        shown = ACTION_ERRORS.get(error) if error is not None else None
+        return page(request, "execution.html", view=v, e=v.execution, done=done, error=shown, tokens=tokens)
 
     @router.get("/executions/{execution_id:path}", name=f"{name}.execution_by_path", include_in_schema=False)
     async def execution_by_path(request: Request, execution_id: str) -> Response:
@@ -331,11 +346,10 @@ def dashboard_router(
         links = Links(request, name)
         if action not in acts.enabled():
             return Response(f"the {action[:40]!r} action is not enabled on this dashboard", status_code=403)
-        if not hmac.compare_digest(csrf.encode(), form_token(execution_id, action).encode()):
+        if not forms.valid(csrf, execution_id, action):
             return Response("the form is stale or was not served by this dashboard: reload the page", status_code=403)
         if confirm.strip() not in (execution_id.strip(), typed_id(execution_id).strip()):
-            return RedirectResponse(links.to("execution", id=execution_id, error="confirm by typing the execution id"),
-                                    status_code=303)  # fmt: skip
+            return RedirectResponse(links.to("execution", id=execution_id, error="confirm"), status_code=303)
         await ready()
         from harel.spec.states import Event
 
@@ -351,8 +365,15 @@ def dashboard_router(
                 if not target_path.strip():
                     raise ValueError("redrive needs the leaf state to resume in")
                 await acts.runner.redrive(execution_id, target_path.strip())
-        except (ValueError, KeyError, TypeError) as exc:  # harel's refusals (and bad input) go back to the page
-            return RedirectResponse(links.to("execution", id=execution_id, error=str(exc)[:300]), status_code=303)
+        except (ValueError, KeyError, TypeError) as exc:
+            # harel's refusals (and bad input): the page, answering this post, says why; the
+            # text never travels in a link (?error= takes only the codes of ACTION_ERRORS)
+            v = await detail_data(execution_id)
+            tokens = {a: forms.token(execution_id, a) for a in acts.enabled()}
+            answer = page(request, "execution.html", view=v, e=v.execution, done=None, error=str(exc)[:300],
+                          tokens=tokens)  # fmt: skip
+            answer.status_code = 400
+            return answer
         return RedirectResponse(links.to("execution", id=execution_id, done=action), status_code=303)
 
     # --- Prometheus --------------------------------------------------------------------------

@@ -9,7 +9,11 @@ get the pages. It builds a FastAPI app around `dashboard_router` on the command'
 The token: `--token`, else `HAREL_DASHBOARD_TOKEN`, else a random one printed with the URL
 to open. A request carrying it as `?token=` gets it back as an HttpOnly, SameSite=Strict
 cookie, so the link printed once is all a browser needs; scripts send
-`Authorization: Bearer <token>`.
+`Authorization: Bearer <token>`. Every path of the app is the dashboard's, behind the token
+and with its security headers: FastAPI's default `/docs` and `/redoc` (an inline script and
+a CDN on the origin whose cookie carries the token) are left out, and the OpenAPI schema is
+served at `/openapi.json` behind the token. The actions' forms are signed with a key derived
+from the token, so every process serving one token takes the forms any of them served.
 
 Actions are off unless `--allow send,cancel,redrive` names them; they need `--definitions`
 (harel's runner needs the machines) and go through harel's `AsyncDistributedRunner` onto
@@ -18,16 +22,19 @@ the Mongo transport, for the workers to process.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import secrets
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Callable, Optional
 
-from fastapi import FastAPI, Request, Response
-from fastapi.responses import RedirectResponse
+from fastapi import Depends, FastAPI, Request, Response
+from fastapi.responses import JSONResponse, RedirectResponse
 
 from harel_beanie.dashboard.auth import COOKIE, token_auth
 from harel_beanie.dashboard.router import DashboardActions, dashboard_router
+from harel_beanie.dashboard.security import SecurityHeaders, server_error
 from harel_beanie.ops.where import ConfigError, Target
 
 ACTIONS = ("send", "cancel", "redrive")
@@ -91,14 +98,20 @@ def build_app(
                     if hasattr(result, "__await__"):
                         await result
 
-    app = FastAPI(title="harel-beanie dashboard", lifespan=lifespan)
+    # no default docs routes: each would be a door the token does not guard
+    app = FastAPI(title="harel-beanie dashboard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    guard = token_auth(token)
     actions = DashboardActions(runner=runner, **{a: True for a in allow}) if allow else None
     router = dashboard_router(
-        lambda: held["store"], auth=token_auth(token), actions=actions,
+        lambda: held["store"], auth=guard, actions=actions,
         metrics=StoreMetrics(new_registry()), stuck_after=stuck_after, title=f"{target.db}/{target.prefix}",
-        definitions=definitions,
+        definitions=definitions, secret=form_secret(token),
     )  # fmt: skip
     app.include_router(router)
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(guard)])
+    async def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
 
     @app.middleware("http")
     async def remember_token(request: Request, call_next: Callable[[Request], Any]) -> Response:
@@ -113,7 +126,15 @@ def build_app(
             return response
         return await call_next(request)  # type: ignore[no-any-return]
 
+    app.add_middleware(SecurityHeaders)  # added last, so outermost: the redirect above gets them too
+    app.add_exception_handler(Exception, server_error)
     return app
+
+
+def form_secret(token: str) -> bytes:
+    """The key of the actions' forms: derived from the token, so every process serving one
+    token agrees on it, and a form cannot be forged without the token."""
+    return hmac.new(token.encode(), b"harel-beanie dashboard action forms", hashlib.sha256).digest()
 
 
 class _LateRunner:
