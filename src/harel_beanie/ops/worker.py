@@ -43,6 +43,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -58,7 +59,7 @@ from harel_beanie.ops.relay import sweep
 from harel_beanie.ops.stack import TRANSPORTS, CountingWorker, open_client, open_transport, refuse_if_stranded
 from harel_beanie.ops.where import ConfigError, Target
 from harel_beanie.store.async_store import AsyncMongoStore
-from harel_beanie.transport.ownership import PartitionOwner
+from harel_beanie.transport.ownership import RENEW_EVERY, TAKEOVER_BOUND, PartitionOwner
 
 log = logging.getLogger("harel_beanie.ops.worker")
 
@@ -137,7 +138,7 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
         transport = await _start(store, client, target, opts, scope)
         if scope is not None:
             owner = PartitionOwner(transport.partition_leases, wid, scope)
-            await _first_look(owner, wid)
+            await _first_look(owner)
         if history is not None:
             transport = RecordingTransport(transport, history)
         executions = client[target.db][Names(target.prefix).executions]
@@ -185,7 +186,7 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
             f"{len(top)} machines from {opts['definitions_dir']} ({names}); "
             f"concurrency {opts['concurrency']}, visibility {opts['visibility']:g}s, "
             f"transport {opts['transport']}{_wake_mode(transport)}, "
-            f"trace {'on' if opts['trace'] else 'off'}",
+            f"trace {'on' if opts['trace'] else 'off'}{_share(owner)}",
             flush=True,
         )
         try:
@@ -208,14 +209,21 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
             await transport.close()
 
 
-async def _first_look(owner: PartitionOwner, wid: str) -> None:
-    """The first partition leases, before the first claim (a failed look is retried by the
-    owner's loop; until then the worker claims nothing)."""
-    try:
-        held = await owner.tick()
-        print(f"worker {wid}: owns partitions {sorted(held)} of {owner.state.scope.parts}", flush=True)
-    except (ConnectionFailure, OperationFailure) as exc:
-        log.warning("first partition look failed: %s", exc)
+async def _first_look(owner: PartitionOwner) -> None:
+    """Look until this worker holds a share of the partitions, before it says it is ready:
+    a worker restarted after a crash waits out its predecessor's leases here (at most
+    `TAKEOVER_BOUND`), and one joining others gets its share as they give it back (within
+    two looks). Past the bound, or on a failed look, it goes on: the owner's loop keeps
+    looking, and until it holds a partition the worker claims and sweeps nothing."""
+    deadline = time.monotonic() + TAKEOVER_BOUND + RENEW_EVERY
+    while True:
+        try:
+            if await owner.tick() or time.monotonic() > deadline:
+                return
+        except (ConnectionFailure, OperationFailure) as exc:
+            log.warning("first partition look failed: %s", exc)
+            return
+        await asyncio.sleep(RENEW_EVERY)
 
 
 async def _give_back(owner: PartitionOwner, wid: str) -> None:
@@ -307,6 +315,13 @@ def _passing(exc: OperationFailure) -> bool:
     return isinstance(exc, WriteConcernError) or any(
         exc.has_error_label(label) for label in ("RetryableWriteError", "RetryableError")
     )
+
+
+def _share(owner: Optional[PartitionOwner]) -> str:
+    """The partitions a worker holds, as the ready line says them."""
+    if owner is None:
+        return ""
+    return f", partitions {len(owner.state.held)} of {owner.state.scope.parts} leased"
 
 
 def _wake_mode(transport: Any) -> str:
