@@ -37,7 +37,11 @@ class AsyncMongoTransport:
     (seconds, default 0: answer at once, as harel's transports do) lets a claim that finds
     nothing wait for a publish, the end of a lease or park, or `timers()`'s next timer; the
     production stack (`harel_beanie.ops.stack`) sets it. `timers` is the store's
-    `next_timer`."""
+    `next_timer`.
+
+    Every lease, park and wait is bounded (`harel_beanie.transport.settings`): a claim's
+    `visibility` at most a day, a nack's `delay` at most a week, `idle_wait` at most an hour
+    and `poll_interval` at most a minute; a larger value is refused naming it."""
 
     def __init__(
         self,

@@ -50,6 +50,7 @@ from pymongo.errors import DuplicateKeyError
 from harel_beanie.core.arguments import BadArgumentType, require_int, require_seconds, require_str
 from harel_beanie.core.calls import CreateIndexes, DeleteOne, Find, FindOneAndUpdate, Flow, InsertOne, UpdateOne
 from harel_beanie.core.queue_documents import INLINE_BYTES, INLINE_MAX, WAITING
+from harel_beanie.transport.settings import MAX_PARK, MAX_VISIBILITY
 
 #: a priority is a small int (harel's transports use 0..4); anything in this range is kept
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
@@ -116,7 +117,7 @@ def publish(st: QueueState, group_id: str, event: Event, priority: int = 0) -> F
 
 def claim(st: QueueState, worker_id: str, visibility: float, min_priority: int = 0) -> Flow[Optional[QueueLease]]:
     worker_id = require_str("worker_id", worker_id)
-    visibility = require_seconds("visibility", visibility, positive=True)
+    visibility = require_seconds("visibility", visibility, positive=True, high=MAX_VISIBILITY)
     min_priority = require_int("min_priority", min_priority, low=PRIORITY_RANGE[0], high=PRIORITY_RANGE[1])
     now = st.clock()
     due = {**WAITING, "available_at": {"$lte": now}, "priority": {"$gte": min_priority}}
@@ -169,7 +170,7 @@ def ack(st: QueueState, lease: Lease) -> Flow[None]:
 
 def nack(st: QueueState, lease: Lease, delay: float = 0.0) -> Flow[None]:
     lease = _lease(lease)
-    delay = require_seconds("delay", delay)
+    delay = require_seconds("delay", delay, high=MAX_PARK)
     held = {"_id": lease.group_id, "token": lease.token}
     if delay > 0:
         # parked: the token stays, so the head is not claimed again before the delay passes

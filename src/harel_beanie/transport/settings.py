@@ -29,6 +29,18 @@ DEFAULT_IDLE_WAIT = 1.0
 #: how often an idle claim looks again where the server has no change streams
 DEFAULT_POLL_INTERVAL = 0.05
 
+# Upper bounds on every lease, park and wait a caller sets. A message leased or parked for
+# longer than any worker lives is stranded with no one to redeliver it, and a wait past the
+# worker's own shutdown keeps it from stopping; a caller's 1e308 must be refused, not obeyed.
+#: the longest lease a claim takes (`visibility`, `--visibility`): a day
+MAX_VISIBILITY = 86400.0
+#: the longest a nack parks a message (`delay`): a week
+MAX_PARK = 7 * 86400.0
+#: the longest an idle claim waits for a wake-up (`idle_wait`, `--idle-wait`): an hour
+MAX_IDLE_WAIT = 3600.0
+#: the longest an idle claim goes between looks without a change stream (`poll_interval`)
+MAX_POLL_INTERVAL = 60.0
+
 
 @dataclass(frozen=True)
 class TransportSettings:
@@ -43,8 +55,8 @@ class TransportSettings:
         # the database and prefix rules are the store's: one place decides them
         StoreSettings(self.db_name, self.prefix)
         queue_names(self.prefix)
-        require_seconds("idle_wait", self.idle_wait)
-        require_seconds("poll_interval", self.poll_interval, positive=True)
+        require_seconds("idle_wait", self.idle_wait, high=MAX_IDLE_WAIT)
+        require_seconds("poll_interval", self.poll_interval, positive=True, high=MAX_POLL_INTERVAL)
         if self.write_concern is not None and not self.write_concern.acknowledged:
             raise ValueError(f"write_concern must be acknowledged (not w=0), got {self.write_concern!r}")
 

@@ -26,7 +26,9 @@ from harel_beanie.transport.settings import DEFAULT_CLOCK, Clock, TransportSetti
 class MongoTransport:
     """harel's `Transport` on MongoDB: one queue document per group, each operation one round
     trip (see `harel_beanie.transport.queues`). `client` is a `pymongo.MongoClient` (or a
-    mongomock one)."""
+    mongomock one). A claim's `visibility` is at most a day and a nack's `delay` at most a
+    week (`MAX_VISIBILITY`, `MAX_PARK` in `harel_beanie.transport.settings`): a lease or a park
+    that outlives every worker would strand its group."""
 
     _setup_lock = threading.Lock()
 
