@@ -75,6 +75,7 @@ def _seconds(high: float) -> Callable[[str], float]:
 _positive_int = _flag(_whole)
 _DAY = 86400.0
 _positive_float = _seconds(_DAY)
+_PING = _seconds(60.0)  # a ping's wait, as RetryPolicy bounds it
 
 
 def _connection(p: argparse.ArgumentParser, embedded: bool) -> None:
@@ -88,7 +89,7 @@ def _connection(p: argparse.ArgumentParser, embedded: bool) -> None:
                        help="the embedded server's folder when no URL is set (default: ./harel-beanie-data)")  # fmt: skip
     g.add_argument("--connect-attempts", type=_positive_int, metavar="N",
                    help="pings before giving up on the server (default 5, 0.5 s apart)")  # fmt: skip
-    g.add_argument("--connect-timeout", type=_positive_float, metavar="SECONDS",
+    g.add_argument("--connect-timeout", type=_PING, metavar="SECONDS",
                    help="how long each ping waits for an answer (default 1)")  # fmt: skip
 
 
@@ -226,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     # embedded one's data was written by this package, at its layout
     _command(migrate, "harel_beanie.migrate.command", embedded=False)
     # the flag's name before migrate shared the other commands' connection flags
-    migrate.add_argument("--timeout", dest="connect_timeout", type=_positive_float, help=argparse.SUPPRESS)
+    migrate.add_argument("--timeout", dest="connect_timeout", type=_PING, help=argparse.SUPPRESS)
     moving = sub.add_parser("migrate-transport", help="move undelivered messages between harel's Mongo transport "
                             "and this package's", description="With the workers and the publishers stopped, move "
                             "the messages waiting in harel's Mongo transport into this package's queues (up), or "

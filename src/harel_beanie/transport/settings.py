@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 from harel.engine.schema import DEFAULT_PREFIX
 from pymongo.write_concern import WriteConcern
 
-from harel_beanie.core.arguments import require_seconds
+from harel_beanie.core.arguments import require_bool, require_seconds
 from harel_beanie.core.queue_documents import bind_queues, queue_names
 from harel_beanie.store.settings import DEFAULT_WRITE_CONCERN, StoreSettings
 
@@ -54,6 +54,7 @@ class TransportSettings:
     def __post_init__(self) -> None:
         # the database and prefix rules are the store's: one place decides them
         StoreSettings(self.db_name, self.prefix)
+        require_bool("create_schema", self.create_schema)
         queue_names(self.prefix)
         require_seconds("idle_wait", self.idle_wait, high=MAX_IDLE_WAIT)
         require_seconds("poll_interval", self.poll_interval, positive=True, high=MAX_POLL_INTERVAL)
