@@ -33,7 +33,8 @@ from hypothesis import strategies as st
 
 from harel_beanie import AsyncMongoStore, MongoStore, queries
 from harel_beanie.core.arguments import INT64_MAX, INT64_MIN
-from harel_beanie.core.documents import ExecutionDocument, bind
+from harel_beanie.core.documents import NODE_COUNTER_ID, ExecutionDocument, bind
+from harel_beanie.core.seqs import lease_id
 from tests.both import BlockingAsyncStore
 from tests.hostile import hostile
 from tests.seeds import HOSTILE_IDS, NOW
@@ -89,6 +90,7 @@ OVERRIDES: dict[tuple[str, str], tuple[str, Any]] = {
 }
 #: store methods that only open or close it
 LIFECYCLE = {"init", "close"}
+EXECUTIONS, COUNTERS = "harel_executions", "harel_counters"
 
 
 def _kind(call: str, param: str) -> tuple[str, Any]:
@@ -331,52 +333,163 @@ def any_store(request: pytest.FixtureRequest, mongo_url: str, seeded: Any) -> It
         facade.shutdown()
 
 
-@pytest.mark.parametrize("call,param", STORE_DOORS, ids=[f"{c}-{p}" for c, p in STORE_DOORS])
-def test_every_store_door_refuses_or_reads_literally(any_store: Any, client: Any, seeded: Any, call: str,
-                                                     param: str) -> None:  # fmt: skip
-    """Both stores, every method and parameter. A refused call leaves every stored document
-    as it was; an accepted one on a method that writes may change only the document its
-    literal value names."""
-    db = client[seeded[0]]
-    docs = _docs(db)
+def snapshot(db: Any) -> dict[str, dict[Any, dict[str, Any]]]:
+    """Every document of every collection of the database, by collection and `_id`."""
+    return {name: {d["_id"]: d for d in db[name].find({})} for name in db.list_collection_names()}
 
-    @EXAMPLES
+
+def _literal_id(v: Any) -> str:
+    return str.__str__(v)  # what a str subclass names: its text, whatever its __eq__ says
+
+
+def named(call: str, args: dict[str, Any], before: dict[str, dict[Any, dict[str, Any]]]) -> dict[tuple[str, Any], Any]:
+    """The documents an accepted write may change: the ones its literal arguments name, in the
+    collections the method writes. Each maps to a check of the document it may become (None:
+    any content), so a named document changed beyond its method's job is caught too."""
+    exes = before.get(EXECUTIONS, {})
+    if call in ("commit", "save"):  # the execution (the seq mint's own documents aside: `_mint`)
+        return {(EXECUTIONS, _literal_id(args["exe"].id)): None}
+    if call in ("append_trace", "delete_timer"):
+        return {(EXECUTIONS, _literal_id(args["execution_id"])): None}
+    if call in ("ack_outbox", "ack_spawn"):
+        array = "outbox" if call == "ack_outbox" else "spawns"
+        seq = args["seq"]
+        return {(EXECUTIONS, i): _without(array, lambda e: e.get("seq") == seq)
+                for i, d in exes.items() if any(e.get("seq") == seq for e in d.get(array) or ())}  # fmt: skip
+    if call == "purge":  # the tombstone, and the entries other executions addressed to it
+        target = _literal_id(args["execution_id"])
+        holders = {(EXECUTIONS, i): _without("outbox", lambda e: e.get("target_id") == target)
+                   for i, d in exes.items() if any(e.get("target_id") == target for e in d.get("outbox") or ())}  # fmt: skip
+        return {**holders, (EXECUTIONS, target): None, (COUNTERS, "trace:" + target): None}
+    raise AssertionError(f"no oracle for the write {call}: say which documents it may change")
+
+
+def _without(array: str, gone: Callable[[dict[str, Any]], bool]) -> Callable[[dict[str, Any], Any], bool]:
+    """A holder of entries may lose exactly the entries named, nothing else of its array."""
+
+    def check(before: dict[str, Any], after: Any) -> bool:
+        kept = [e for e in before.get(array) or () if not gone(e)]
+        return after is not None and list(after.get(array) or ()) == kept
+
+    return check
+
+
+#: the seq mint's node counter and node leases: the store instance's own bookkeeping, which a
+#: commit takes before it reads its arguments (as its first commit would anyway), never caller data
+MINT = {(COUNTERS, NODE_COUNTER_ID)} | {(COUNTERS, lease_id(n)) for n in range(1024)}  # 10-bit nodes
+
+
+def changes(before: dict[str, dict[Any, Any]], after: dict[str, dict[Any, Any]], *,
+            mint: bool = False) -> dict[tuple[str, Any], Any]:  # fmt: skip
+    """Each document added, removed or changed, by collection and `_id`, with what it became;
+    the seq mint's documents only when `mint`."""
+    out: dict[tuple[str, Any], Any] = {}
+    for coll in before.keys() | after.keys():
+        was, now = before.get(coll, {}), after.get(coll, {})
+        out.update({(coll, i): now.get(i) for i in was.keys() | now.keys() if was.get(i) != now.get(i)})
+    return out if mint else {k: v for k, v in out.items() if k not in MINT}
+
+
+def write_oracle(call: str, args: dict[str, Any], before: dict[str, Any], after: dict[str, Any]) -> None:
+    """Fail unless an accepted write changed only what `named` allows, as it allows."""
+    allowed = named(call, args, before)
+    stray = {k: v for k, v in changes(before, after).items() if k not in allowed}
+    assert not stray, f"{call}({_shown(args)}) changed documents it does not name: {sorted(map(repr, stray))[:10]}"
+    for (coll, i), fits in allowed.items():
+        was, now = before.get(coll, {}).get(i), after.get(coll, {}).get(i)
+        if fits is not None and was is not None and was != now:
+            assert fits(was, now), f"{call}({_shown(args)}) changed {coll}/{i!r} beyond its job: {now!r}"[:2000]
+
+
+def _shown(args: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in args.items())[:300]
+
+
+def restore(db: Any, before: dict[str, dict[Any, dict[str, Any]]]) -> None:
+    """Put the whole database back as it was (the next example reads it), but for the seq
+    mint's leases, which the store instance keeps holding."""
+    after = snapshot(db)
+    for (coll, i), _ in changes(before, after).items():
+        db[coll].delete_one({"_id": i})
+        if i in before.get(coll, {}):
+            db[coll].insert_one(before[coll][i])
+
+
+def run_store_door(store: Any, db: Any, call: str, param: str, docs: list[dict[str, Any]], examples: Any) -> None:
+    """One door of a store fed the hostile values: a refused call leaves the whole database
+    as it was; an accepted one on a method that writes changes only what `named` allows."""
+
+    writes = call in MUTATING
+
+    @examples
     @given(v=_values(call, param))
     def door(v: Any) -> None:
-        before = {d["_id"]: d for d in db.harel_executions.find({})}
+        if not writes:  # a read: the whole door is compared once, below
+            _check(call, param, v, lambda: getattr(store, call)(**_store_args(call, param, v)), docs)
+            return
+        before = snapshot(db)
         args = _store_args(call, param, v)
         refused = []
 
         def run() -> Any:
             try:
-                return getattr(any_store, call)(**args)
+                return getattr(store, call)(**args)
             except StoreConflict:
                 raise
             except BaseException as exc:
                 refused.append(exc)
                 raise
 
-        _check(call, param, v, run, docs)
-        if refused or call not in MUTATING:
-            after = {d["_id"]: d for d in db.harel_executions.find({})}
-            assert after == before, f"{call}({param}={v!r}) changed stored documents"
-        else:
-            _restore(db, before)
+        try:
+            _check(call, param, v, run, docs)
+            after = snapshot(db)
+            if refused:
+                assert changes(before, after) == {}, f"{call}({param}={v!r}) was refused but changed documents"
+            else:
+                write_oracle(call, args, before, after)
+        finally:
+            restore(db, before)
 
+    untouched = snapshot(db)
     door()
+    if not writes:
+        assert changes(untouched, snapshot(db)) == {}, f"{call}, a read, changed stored documents"
 
 
-def _restore(db: Any, before: dict[str, dict[str, Any]]) -> None:
-    """Put the seeded documents back after an accepted write (the next example reads them)."""
-    after = {d["_id"]: d for d in db.harel_executions.find({})}
-    for i, d in after.items():
-        if before.get(i) != d:
-            db.harel_executions.delete_one({"_id": i})
-            if i in before:
-                db.harel_executions.insert_one(before[i])
-    for i, d in before.items():
-        if i not in after:
-            db.harel_executions.insert_one(d)
+@pytest.mark.parametrize("call,param", STORE_DOORS, ids=[f"{c}-{p}" for c, p in STORE_DOORS])
+def test_every_store_door_refuses_or_reads_literally(any_store: Any, client: Any, seeded: Any, call: str,
+                                                     param: str) -> None:  # fmt: skip
+    """Both stores, every method and parameter. A refused call leaves every document of the
+    database as it was; an accepted write changes only the documents its literal arguments
+    name (`named`), in the collections its method writes."""
+    db = client[seeded[0]]
+    run_store_door(any_store, db, call, param, _docs(db), EXAMPLES)
+
+
+class GreedyPurgeStore(MongoStore):
+    """A planted fault: a purge that also deletes every other execution of its definition."""
+
+    def purge(self, execution_id: str, expected_version: int) -> bool:
+        purged = super().purge(execution_id, expected_version)
+        if purged:
+            self._exes.delete_many({"_id": {"$ne": execution_id}, "definition_id": "Hostile"})
+        return purged
+
+
+def test_the_write_oracle_catches_a_purge_that_deletes_other_executions(mongo_url: str, client: Any,
+                                                                        seeded: Any) -> None:  # fmt: skip
+    """The oracle can fail: the same layer run on a store whose purge also deletes other
+    executions finds it (a layer that only restored the database after an accepted write
+    passed such a store), and the database is left as it was seeded."""
+    db = client[seeded[0]]
+    greedy = GreedyPurgeStore(pymongo.MongoClient(mongo_url), seeded[0])
+    before = snapshot(db)
+    try:
+        with pytest.raises(AssertionError, match="changed documents it does not name"):
+            run_store_door(greedy, db, "purge", "execution_id", _docs(db), EXAMPLES)
+    finally:
+        greedy.close()
+    assert changes(before, snapshot(db)) == {}
 
 
 SOAK = settings(max_examples=400, deadline=None,

@@ -315,3 +315,15 @@ async def test_a_stale_owners_claim_is_refused_through_a_mongos(mongo_url: str, 
     queues, _ = queue_names("harel")
     doc = pymongo.MongoClient(mongo_url)[db_name][queues].find_one({"_id": group})
     assert doc["ep"] == 2 and doc["part"] == 3
+
+
+@pytest.mark.parametrize(
+    "option, value", [("partitions", "all"), ("partitions", {}), ("sharded", "yes"), ("sharded", 1)]
+)
+def test_the_partition_options_refuse_a_wrong_value_naming_it(option: str, value: Any) -> None:
+    for make in (
+        lambda: MongoStore(mongomock.MongoClient(), "d", **{option: value}),
+        lambda: MongoTransport(mongomock.MongoClient(), "d", **{option: value}),
+    ):
+        with pytest.raises(TypeError, match=option):
+            make()

@@ -29,7 +29,7 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Resp
 from fastapi.templating import Jinja2Templates
 
 from harel_beanie import queries
-from harel_beanie.core.arguments import require_seconds
+from harel_beanie.core.arguments import require_int, require_seconds
 from harel_beanie.core.documents import bind
 from harel_beanie.core.errors import SchemaMismatch
 from harel_beanie.dashboard import views
@@ -152,7 +152,7 @@ def dashboard_router(
     if auth is None:
         raise ValueError("dashboard_router needs auth=: your FastAPI dependency, or no_auth to leave it open")
     stuck_after = require_seconds("stuck_after", stuck_after)
-    page_size = min(max(int(page_size), 1), MAX_PAGE)
+    page_size = require_int("page_size", page_size, low=1, high=MAX_PAGE)
     acts = actions or DashboardActions()
     templates = _templates()
     forms = FormSigner(secret, name)  # a cross-site form cannot know its key

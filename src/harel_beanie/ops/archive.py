@@ -45,6 +45,8 @@ from typing import Any, Callable, Protocol
 from bson import ObjectId, json_util
 from pymongo import ASCENDING, ReplaceOne
 
+from harel_beanie.core.arguments import require_str
+
 _CANONICAL = json_util.CANONICAL_JSON_OPTIONS
 #: the archive collection's index: one execution's removals in order (`read(execution_id)`)
 EXECUTION_INDEX = "hb_archive_execution"
@@ -279,7 +281,7 @@ class CollectionArchive:
 
     async def read(self, execution_id: str | None = None) -> ArchiveContents:
         """What the archive holds (of one execution, if named), in the order of removal."""
-        query = {} if execution_id is None else {"execution_id": execution_id}
+        query = {} if execution_id is None else {"execution_id": require_str("execution_id", execution_id)}
         records = await self.coll.find(query).sort([("pruned_at", ASCENDING), ("_id", ASCENDING)]).to_list(None)
         return ArchiveContents(records=records)
 

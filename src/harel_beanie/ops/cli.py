@@ -22,6 +22,7 @@ import sys
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from harel_beanie.core.arguments import parse_number, require_int, require_seconds
+from harel_beanie.transport.settings import MAX_IDLE_WAIT, MAX_VISIBILITY
 
 PROG = "harel-beanie"
 
@@ -66,12 +67,16 @@ def _whole(what: str, text: str) -> int:
     return require_int(what, value, low=1, high=2**31 - 1)
 
 
-def _seconds(what: str, text: str) -> float:
-    return require_seconds(what, parse_number(what, text), positive=True)
+def _seconds(high: float) -> Callable[[str], float]:
+    """A flag of seconds above 0 and at most `high`: every wait, lease and threshold a flag
+    sets is bounded, so a typo of a few digits is refused rather than obeyed for ages."""
+    return _flag(lambda what, text: require_seconds(what, parse_number(what, text), positive=True, high=high))
 
 
 _positive_int = _flag(_whole)
-_positive_float = _flag(_seconds)
+_DAY = 86400.0
+_positive_float = _seconds(_DAY)
+_PING = _seconds(60.0)  # a ping's wait, as RetryPolicy bounds it
 
 
 def _connection(p: argparse.ArgumentParser, embedded: bool) -> None:
@@ -85,7 +90,7 @@ def _connection(p: argparse.ArgumentParser, embedded: bool) -> None:
                        help="the embedded server's folder when no URL is set (default: ./harel-beanie-data)")  # fmt: skip
     g.add_argument("--connect-attempts", type=_positive_int, metavar="N",
                    help="pings before giving up on the server (default 5, 0.5 s apart)")  # fmt: skip
-    g.add_argument("--connect-timeout", type=_positive_float, metavar="SECONDS",
+    g.add_argument("--connect-timeout", type=_PING, metavar="SECONDS",
                    help="how long each ping waits for an answer (default 1)")  # fmt: skip
 
 
@@ -93,12 +98,13 @@ def _transport_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transport", choices=("beanie", "harel"), default=None,
                    help="beanie: this package's transport (the default; $HAREL_BEANIE_TRANSPORT); harel: "
                    "harel's Mongo transport")  # fmt: skip
-    p.add_argument("--idle-wait", type=_positive_float, default=1.0, metavar="SECONDS",
-                   help="the longest an idle claim waits for a wake-up on this package's transport (default 1)")  # fmt: skip
+    p.add_argument("--idle-wait", type=_seconds(MAX_IDLE_WAIT), default=1.0, metavar="SECONDS",
+                   help="the longest an idle claim waits for a wake-up on this package's transport (default 1, "
+                   f"at most {MAX_IDLE_WAIT:g})")  # fmt: skip
 
 
 def _stuck_after(p: argparse.ArgumentParser, called: str) -> None:
-    p.add_argument("--stuck-after", type=_positive_float, default=300.0, metavar="SECONDS",
+    p.add_argument("--stuck-after", type=_seconds(3650 * _DAY), default=300.0, metavar="SECONDS",
                    help=f"a RUNNING execution not updated for this long is {called} (default 300)")  # fmt: skip
 
 
@@ -139,8 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--concurrency", type=_positive_int, help="events in flight (default: $HAREL_CONCURRENCY, else 256)"
     )
     worker.add_argument("--worker-id", help="this worker's id (default: $HAREL_WORKER_ID, else host-pid)")
-    worker.add_argument("--visibility", type=_positive_float, metavar="SECONDS",
-                        help="lease of an event in flight (default: $HAREL_VISIBILITY, else 30)")  # fmt: skip
+    worker.add_argument("--visibility", type=_seconds(MAX_VISIBILITY), metavar="SECONDS",
+                        help="lease of an event in flight (default: $HAREL_VISIBILITY, else 30; "
+                        f"at most {MAX_VISIBILITY:g})")  # fmt: skip
     worker.add_argument("--trace", action=argparse.BooleanOptionalAction, default=None,
                         help="record execution timelines (default: $HAREL_TRACE, else off)")  # fmt: skip
     worker.add_argument("--sweep-every", type=_positive_float, default=5.0, metavar="SECONDS",
@@ -221,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     # embedded one's data was written by this package, at its layout
     _command(migrate, "harel_beanie.migrate.command", embedded=False)
     # the flag's name before migrate shared the other commands' connection flags
-    migrate.add_argument("--timeout", dest="connect_timeout", type=_positive_float, help=argparse.SUPPRESS)
+    migrate.add_argument("--timeout", dest="connect_timeout", type=_PING, help=argparse.SUPPRESS)
     moving = sub.add_parser("migrate-transport", help="move undelivered messages between harel's Mongo transport "
                             "and this package's", description="With the workers and the publishers stopped, move "
                             "the messages waiting in harel's Mongo transport into this package's queues (up), or "

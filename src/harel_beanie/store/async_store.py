@@ -15,6 +15,7 @@ from harel.spec.states import Event
 from pymongo.errors import PyMongoError
 
 from harel_beanie.core import calls, flows
+from harel_beanie.core.arguments import require_bool
 from harel_beanie.core.calls import Flow, T
 from harel_beanie.core.commit import CommitRequest
 from harel_beanie.core.dispatch import acall, adrive, maybe_await
@@ -36,7 +37,7 @@ class AsyncMongoStore(StoreShell):
         """`options` as for `MongoStore`: prefix, create_schema, trace_max, dedupe_window,
         write_concern, read_concern."""
         super().__init__(client, db_name, **options)
-        self._beanie = beanie
+        self._beanie = require_bool("beanie", beanie)
         self._setup_lock: Optional[asyncio.Lock] = None
 
     @classmethod

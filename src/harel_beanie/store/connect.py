@@ -15,14 +15,18 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 
 from pymongo.errors import ConfigurationError, PyMongoError
 
+from harel_beanie.core.arguments import require_int, require_seconds, require_str
 from harel_beanie.core.errors import StoreUnavailable
+
+#: the most pings `from_url` makes, and the longest pause between two
+MAX_ATTEMPTS, MAX_RETRY_DELAY = 1000, 3600.0
 
 _CREDENTIALS = re.compile(r"^(?P<scheme>mongodb(?:\+srv)?://)(?P<userinfo>[^@/]*)@", re.IGNORECASE)
 
 
 def mask_url(url: str) -> str:
     """`url` with any password replaced by `***` (the user name is kept)."""
-    m = _CREDENTIALS.match(url)
+    m = _CREDENTIALS.match(require_str("url", url))
     if not m:
         return url
     user = m.group("userinfo").split(":", 1)[0]
@@ -38,6 +42,12 @@ class RetryPolicy:
     delay: float = 1.0
     timeout_ms: int = 2000
 
+    def __post_init__(self) -> None:
+        # every wait bounded: an hour between attempts, a minute a ping, a thousand attempts
+        require_int("attempts", self.attempts, low=1, high=MAX_ATTEMPTS)
+        require_seconds("delay", self.delay, high=MAX_RETRY_DELAY)
+        require_int("timeout_ms", self.timeout_ms, low=1, high=60_000)
+
     def client_settings(self, extra: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
         """Keyword arguments for a client (PyMongo's, either API, or Motor's) that gives up
         on a server after `timeout_ms`, plus `extra` (listeners, TLS, ...), which wins."""
@@ -46,6 +56,10 @@ class RetryPolicy:
     def overridden(self, attempts: Optional[int] = None, delay: Optional[float] = None) -> "RetryPolicy":
         """This policy with harel's `from_url(url, db_name, connect_retries, retry_delay)`
         arguments applied where given."""
+        if attempts is not None:  # named as harel's from_url names it, and as this method does
+            attempts = require_int("attempts (connect_retries)", attempts, low=1, high=MAX_ATTEMPTS)
+        if delay is not None:
+            delay = require_seconds("delay (retry_delay)", delay, high=MAX_RETRY_DELAY)
         return RetryPolicy(
             self.attempts if attempts is None else attempts, self.delay if delay is None else delay, self.timeout_ms
         )
@@ -85,6 +99,7 @@ def unreachable_message(url: str, policy: RetryPolicy, last: BaseException | Non
 def wait_for_server(make_client: Callable[[], Any], url: str, retry: RetryPolicy) -> Any:
     """A client from `make_client()` once its server answers a ping, retried per `retry`.
     A malformed URL (ConfigurationError) is raised at once: retrying cannot fix it."""
+    require_str("url", url)
     last: Optional[BaseException] = None
     for pause in retry.pauses():
         time.sleep(pause)
@@ -103,6 +118,7 @@ def wait_for_server(make_client: Callable[[], Any], url: str, retry: RetryPolicy
 
 async def await_server(make_client: Callable[[], Any], url: str, retry: RetryPolicy) -> Any:
     """`wait_for_server` for an async client (PyMongo's or Motor's)."""
+    require_str("url", url)
     last: Optional[BaseException] = None
     for pause in retry.pauses():
         await asyncio.sleep(pause)

@@ -21,7 +21,7 @@ from harel.engine.store.base import DEFAULT_TRACE_MAX
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
-from harel_beanie.core.arguments import BadArgumentType
+from harel_beanie.core.arguments import BadArgumentType, require_bool, require_int, require_str
 from harel_beanie.core.commit import DEFAULT_DEDUPE_WINDOW
 from harel_beanie.core.documents import bind, index_models
 from harel_beanie.core.flows import StoreState
@@ -45,7 +45,11 @@ class StoreSettings:
     trace_step_bytes: int = DEFAULT_TRACE_STEP_BYTES
 
     def __post_init__(self) -> None:
+        require_str("prefix", self.prefix)
         Names(self.prefix)  # refuses a prefix harel would refuse, before anything is created
+        require_bool("create_schema", self.create_schema)
+        for name in ("trace_max", "dedupe_window", "trace_step_bytes"):
+            require_int(name, getattr(self, name))
         if not isinstance(self.db_name, str) or not self.db_name or any(c in self.db_name for c in '/\\. "$\x00'):
             raise ValueError(f"db_name must be a MongoDB database name, got {self.db_name!r}")
         if not 1 <= self.dedupe_window <= _MAX_DEDUPE_WINDOW:

@@ -23,13 +23,12 @@ from harel_beanie.store.connect import RetryPolicy, await_server
 from harel_beanie.store.settings import is_in_memory
 from harel_beanie.store.sharding import routing_check_async
 from harel_beanie.transport import queues
-from harel_beanie.transport.queues import QueueLease
+from harel_beanie.transport.queues import QueueLease, queue_state
 from harel_beanie.transport.settings import (
     DEFAULT_CLOCK,
     Clock,
     TransportSettings,
     queue_collections,
-    queue_state,
     setup_indexes,
 )
 from harel_beanie.transport.wakeups import Wakeups, transport_pipeline
@@ -47,7 +46,11 @@ class AsyncMongoTransport:
     (seconds, default 0: answer at once, as harel's transports do) lets a claim that finds
     nothing wait for a publish, the end of a lease or park, or `timers()`'s next timer; the
     production stack (`harel_beanie.ops.stack`) sets it. `timers` is the store's
-    `next_timer`. `sharded` and `partitions` as for the store (`harel_beanie.AsyncMongoStore`)."""
+    `next_timer`. `sharded` and `partitions` as for the store (`harel_beanie.AsyncMongoStore`).
+
+    Every lease, park and wait is bounded (`harel_beanie.transport.settings`): a claim's
+    `visibility` at most a day, a nack's `delay` at most a week, `idle_wait` at most an hour
+    and `poll_interval` at most a minute; a larger value is refused naming it."""
 
     def __init__(
         self,

@@ -82,6 +82,7 @@ from harel_beanie.core.calls import (
 from harel_beanie.core.documents import SCHEMA_MARKER_ID
 from harel_beanie.core.partitions import PART, PartitionScope
 from harel_beanie.core.queue_documents import INLINE_BYTES, INLINE_MAX, WAITING
+from harel_beanie.transport.settings import MAX_PARK, MAX_VISIBILITY
 
 #: a priority is a small int (harel's transports use 0..4); anything in this range is kept
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
@@ -107,6 +108,22 @@ class QueueState:
 
     clock: Callable[[], float]
     scope: PartitionScope = field(default_factory=PartitionScope)
+
+
+def queue_state(
+    clock: Callable[[], float], sharded: Optional[bool], partitions: Optional[PartitionScope]
+) -> QueueState:
+    """A transport shell's state: its clock and its partition scope (`partitions`, shared
+    with a store and a partition owner, or a new one over every partition), with `sharded`
+    fixed if given (None: asked of the server at set-up)."""
+    if sharded is not None and not isinstance(sharded, bool):
+        raise BadArgumentType("sharded", "True, False or None", sharded)
+    if partitions is not None and not isinstance(partitions, PartitionScope):
+        raise BadArgumentType("partitions", "a PartitionScope", partitions)
+    state = QueueState(clock, partitions if partitions is not None else PartitionScope())
+    if sharded is not None:
+        state.scope.sharded = sharded
+    return state
 
 
 def _event(value: Any) -> Event:
@@ -172,7 +189,7 @@ def publish(st: QueueState, group_id: str, event: Event, priority: int = 0) -> F
 
 def claim(st: QueueState, worker_id: str, visibility: float, min_priority: int = 0) -> Flow[Optional[QueueLease]]:
     worker_id = require_str("worker_id", worker_id)
-    visibility = require_seconds("visibility", visibility, positive=True)
+    visibility = require_seconds("visibility", visibility, positive=True, high=MAX_VISIBILITY)
     min_priority = require_int("min_priority", min_priority, low=PRIORITY_RANGE[0], high=PRIORITY_RANGE[1])
     now = st.clock()
     due = {**WAITING, "available_at": {"$lte": now}, "priority": {"$gte": min_priority}}
@@ -262,7 +279,7 @@ def ack(st: QueueState, lease: Lease) -> Flow[None]:
 
 def nack(st: QueueState, lease: Lease, delay: float = 0.0) -> Flow[None]:
     lease = _lease(lease)
-    delay = require_seconds("delay", delay)
+    delay = require_seconds("delay", delay, high=MAX_PARK)
     held = {"_id": lease.group_id, "token": lease.token}
     if delay > 0:
         # parked: the token stays, so the head is not claimed again before the delay passes

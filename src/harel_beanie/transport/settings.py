@@ -17,12 +17,10 @@ from typing import Any, Callable, Optional
 from harel.engine.schema import DEFAULT_PREFIX, Names
 from pymongo.write_concern import WriteConcern
 
-from harel_beanie.core.arguments import BadArgumentType, require_seconds
+from harel_beanie.core.arguments import require_bool, require_seconds
 from harel_beanie.core.documents import index_models
-from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.core.queue_documents import bind_queues, partition_collection, queue_names
 from harel_beanie.store.settings import DEFAULT_WRITE_CONCERN, StoreSettings
-from harel_beanie.transport.queues import QueueState
 
 #: what a lease's writes are acknowledged at (see the module docstring)
 LEASE_WRITE_CONCERN = WriteConcern(w=1)
@@ -31,6 +29,18 @@ LEASE_WRITE_CONCERN = WriteConcern(w=1)
 DEFAULT_IDLE_WAIT = 1.0
 #: how often an idle claim looks again where the server has no change streams
 DEFAULT_POLL_INTERVAL = 0.05
+
+# Upper bounds on every lease, park and wait a caller sets. A message leased or parked for
+# longer than any worker lives is stranded with no one to redeliver it, and a wait past the
+# worker's own shutdown keeps it from stopping; a caller's 1e308 must be refused, not obeyed.
+#: the longest lease a claim takes (`visibility`, `--visibility`): a day
+MAX_VISIBILITY = 86400.0
+#: the longest a nack parks a message (`delay`): a week
+MAX_PARK = 7 * 86400.0
+#: the longest an idle claim waits for a wake-up (`idle_wait`, `--idle-wait`): an hour
+MAX_IDLE_WAIT = 3600.0
+#: the longest an idle claim goes between looks without a change stream (`poll_interval`)
+MAX_POLL_INTERVAL = 60.0
 
 
 @dataclass(frozen=True)
@@ -45,9 +55,10 @@ class TransportSettings:
     def __post_init__(self) -> None:
         # the database and prefix rules are the store's: one place decides them
         StoreSettings(self.db_name, self.prefix)
+        require_bool("create_schema", self.create_schema)
         queue_names(self.prefix)
-        require_seconds("idle_wait", self.idle_wait)
-        require_seconds("poll_interval", self.poll_interval, positive=True)
+        require_seconds("idle_wait", self.idle_wait, high=MAX_IDLE_WAIT)
+        require_seconds("poll_interval", self.poll_interval, positive=True, high=MAX_POLL_INTERVAL)
         if self.write_concern is not None and not self.write_concern.acknowledged:
             raise ValueError(f"write_concern must be acknowledged (not w=0), got {self.write_concern!r}")
 
@@ -69,20 +80,6 @@ def queue_collections(client: Any, s: TransportSettings) -> dict[str, Any]:
 
 Clock = Callable[[], float]
 DEFAULT_CLOCK: Clock = time.time
-
-
-def queue_state(clock: Clock, sharded: Optional[bool], partitions: Optional[PartitionScope]) -> QueueState:
-    """A transport shell's state: its clock and its partition scope (`partitions`, shared
-    with a store and a partition owner, or a new one over every partition), with `sharded`
-    fixed if given (None: asked of the server at set-up)."""
-    if sharded is not None and not isinstance(sharded, bool):
-        raise BadArgumentType("sharded", "True, False or None", sharded)
-    if partitions is not None and not isinstance(partitions, PartitionScope):
-        raise BadArgumentType("partitions", "a PartitionScope", partitions)
-    state = QueueState(clock, partitions if partitions is not None else PartitionScope())
-    if sharded is not None:
-        state.scope.sharded = sharded
-    return state
 
 
 def setup_indexes(s: TransportSettings) -> tuple[list[Any], list[Any]]:

@@ -20,13 +20,12 @@ from harel_beanie.store.connect import RetryPolicy, wait_for_server
 from harel_beanie.store.settings import is_in_memory
 from harel_beanie.store.sharding import routing_check
 from harel_beanie.transport import queues
-from harel_beanie.transport.queues import QueueLease
+from harel_beanie.transport.queues import QueueLease, queue_state
 from harel_beanie.transport.settings import (
     DEFAULT_CLOCK,
     Clock,
     TransportSettings,
     queue_collections,
-    queue_state,
     setup_indexes,
 )
 
@@ -35,7 +34,9 @@ class MongoTransport:
     """harel's `Transport` on MongoDB: one queue document per group, each operation one round
     trip while the group's messages fit inline (every path's count:
     `harel_beanie.transport.queues`). `client` is a `pymongo.MongoClient` (or a mongomock
-    one)."""
+    one). A claim's `visibility` is at most a day and a nack's `delay` at most a week
+    (`MAX_VISIBILITY`, `MAX_PARK` in `harel_beanie.transport.settings`): a lease or a park
+    that outlives every worker would strand its group."""
 
     _setup_lock = threading.Lock()
 
