@@ -133,12 +133,18 @@ class PartitionScope:
             keys.append(None)  # written before partitions existed: partition 0's (Rule 4)
         return {PART: {"$in": keys}}
 
-    def family_filter(self, execution_id: str) -> dict[str, Any]:
-        """The documents of `execution_id`'s own fork family that a key can find: itself
-        and every id below it (`<id>:...`), in its partition (where the database has them)."""
-        below = {"_id": {"$gte": execution_id + ":", "$lt": execution_id + ";"}}
-        family: dict[str, Any] = {"$or": [{"_id": execution_id}, below]}
-        if self.sharded:
+    def family_filter(self, execution_id: str, *, partitioned: bool = True) -> dict[str, Any]:
+        """The documents a key finds of `execution_id`'s own fork family: itself and every id
+        below it (`<id>:...`), in its partition where the documents carry one (`partitioned`;
+        always through a mongos). One `_id` range, from the id up to the id followed by `;`
+        (the character after `:`), so the read is one index range (an `$or` of the id and its
+        descendants' range would be two, and some servers scan the collection for an `$or`).
+        The range also holds ids that merely start with this one followed by a character
+        below `;` (`order-1` holds `order-10`): the caller drops them by the `parent_id`
+        chain. With `part` fixed they are only those of the same partition, and the read
+        names pending work, so they cost next to nothing."""
+        family: dict[str, Any] = {"_id": {"$gte": execution_id, "$lt": execution_id + ";"}}
+        if partitioned or self.sharded:
             family[PART] = self.part_of(execution_id)
         return family
 

@@ -136,7 +136,8 @@ def pending_query(st: StoreState, within: Optional[str]) -> Optional[dict[str, A
     family by key, in its partition: O(the family's pending work) however much else is
     pending; without, the partitions this store works on (None: it owns none now)."""
     if within is not None:
-        return {**PENDING, **st.scope.family_filter(require_str("within", within))}
+        family = st.scope.family_filter(require_str("within", within), partitioned=not st.unpartitioned)
+        return {**PENDING, **family}
     scoped = st.scope.sweep_filter()
     return None if scoped is None else {**PENDING, **scoped}
 
