@@ -62,13 +62,21 @@ class ServerFigures:
     rates: list[Rate] = field(default_factory=list)
     takeovers: list[Takeover] = field(default_factory=list)
     load: list[tuple[float, float, float]] = field(default_factory=list)
+    fresh: bool = False  # the worker processes ran on a fresh server of the same kind, the first stopped
 
 
 def run_server(name: str, url: str, opts: Options) -> ServerFigures:
+    """The first part: work per operation."""
     say = lambda msg: print(f"[{name}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     figs = ServerFigures(name, server_info(name, url))
     figs.load.append(os.getloadavg())
     figs.work, figs.seeding = run_work(url, load_definitions(), opts.sizes, say)
+    return figs
+
+
+def run_workers(figs: ServerFigures, url: str, opts: Options, fresh: bool) -> None:
+    say = lambda msg: print(f"[{figs.name}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    figs.fresh = fresh
     for i, n in enumerate(opts.workers):
         order = opts.stacks if i % 2 == 0 else list(reversed(opts.stacks))  # the machine drifts
         for stack in order:
@@ -76,7 +84,6 @@ def run_server(name: str, url: str, opts: Options) -> ServerFigures:
     for _ in range(opts.kills):
         figs.takeovers.append(takeover(url, say))
     figs.load.append(os.getloadavg())
-    return figs
 
 
 # --- the report ------------------------------------------------------------------------------
@@ -187,9 +194,10 @@ def reading(figs: ServerFigures, opts: Options) -> str:
         f"The times are this server's: the relay read took {relay['one'].ms:.1f} ms against "
         f"{relay['none'].ms:.1f} ms before ({_x(relay['one'].ms, relay['none'].ms)}), a claim owning one "
         f"partition {claim['one'].ms:.1f} ms against {claim['none'].ms:.1f} ms without partitions. SecantusDB "
-        "plans a range on `_id` alone as a collection scan and reads a whole collection for every "
-        "`findAndModify`, so a family read by `_id` range and a claim cost it time in proportion to the "
-        "collection, not to what the filter selects; mongod's cost follows the counts."
+        "plans any filter holding `$or` as a collection scan (the family filter is the id `$or` the id range "
+        "below it; a filter of one `_id` range with `part` is not scanned) and reads a whole collection for "
+        "every `findAndModify`, so here the family read costs time in proportion to the executions stored and "
+        "a claim to the queue documents, not to what their filters select; mongod's cost follows the counts."
     )
     if figs.rates and len(opts.workers) > 1:
         lo, hi = opts.workers[0], opts.workers[-1]
@@ -199,9 +207,10 @@ def reading(figs: ServerFigures, opts: Options) -> str:
             if a and b:
                 scale.append(f"{s} {_x(b.rate, a.rate)}")
         parts.append(
-            f"From {lo} to {hi} worker processes events/s changed by " + ", ".join(scale) + f": {os.cpu_count()} "
-            "CPUs are shared by the server (one Python process), the workers and the publisher, so more workers "
-            "add no CPU here; the stacks side by side at equal worker counts are the figure to read."
+            f"From {lo} to {hi} worker processes events/s changed by " + ", ".join(scale) + f". The {os.cpu_count()} "
+            "CPUs are shared by the server (one Python process), the workers, the publisher and the machine's "
+            "other work (the load averages above), so more workers add no CPU here and these rates say little "
+            "about scaling; compare the stacks within a row."
         )
     if figs.takeovers:
         done = [t for t in figs.takeovers if not math.isnan(t.owned)]
@@ -261,7 +270,13 @@ def report(runs: list[ServerFigures], opts: Options, started: datetime.datetime,
             out += ["", "#### Events/s per number of worker processes", ""]
             out.append(
                 "From the first publish until every Parcel is DONE; in brackets the rate against the same "
-                "stack's with one worker; the last columns: partitions' stack over the others."
+                "stack's with one worker; the last columns: partitions' stack over the others. A fresh database "
+                "per configuration"
+                + (
+                    ", on a second embedded server started for the worker runs once the first was stopped."
+                    if figs.fresh
+                    else "."
+                )
             )
             out += [""] + rate_table(figs, opts)
         if figs.takeovers:
@@ -314,8 +329,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not a.no_embedded:
         with EmbeddedServer() as server:
             runs.append(run_server("embedded", server.url, opts))
+        # the worker processes on a fresh embedded server, the first one stopped: it spends
+        # seconds of CPU on the large database the first part dropped
+        with EmbeddedServer() as fresh:
+            run_workers(runs[-1], fresh.url, opts, fresh=True)
     if a.url:
         runs.append(run_server("url", a.url, opts))
+        run_workers(runs[-1], a.url, opts, fresh=False)
     shown = " ".join(sys.argv[1:] if argv is None else argv)
     text = report(runs, opts, started.replace(tzinfo=None), time.perf_counter() - t, f" {shown}" if shown else "")
     print(text)
