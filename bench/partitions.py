@@ -194,8 +194,8 @@ def reading(figs: ServerFigures, opts: Options) -> str:
         f"The times are this server's: the relay read took {relay['one'].ms:.1f} ms against "
         f"{relay['none'].ms:.1f} ms before ({_x(relay['one'].ms, relay['none'].ms)}), a claim owning one "
         f"partition {claim['one'].ms:.1f} ms against {claim['none'].ms:.1f} ms without partitions. SecantusDB "
-        "plans any filter holding `$or` as a collection scan (the family filter is the id `$or` the id range "
-        "below it; a filter of one `_id` range with `part` is not scanned) and reads a whole collection for "
+        "plans any filter holding `$or` as a collection scan (the family filter is an `$or` of the id and the id "
+        "range below it; a filter of one `_id` range with `part` is not scanned) and reads a whole collection for "
         "every `findAndModify`, so here the family read costs time in proportion to the executions stored and "
         "a claim to the queue documents, not to what their filters select; mongod's cost follows the counts."
     )
@@ -211,6 +211,12 @@ def reading(figs: ServerFigures, opts: Options) -> str:
             "CPUs are shared by the server (one Python process), the workers, the publisher and the machine's "
             "other work (the load averages above), so more workers add no CPU here and these rates say little "
             "about scaling; compare the stacks within a row."
+        )
+    stalled = [r for r in figs.rates if not r.drained and r.seconds > 0]  # a failed warm-up says so itself
+    if stalled:
+        parts.append(
+            f"{len(stalled)} configuration(s) did not drain within {opts.budget:g} s (marked): their figure counts "
+            "only the Parcels finished by then, and their ratios compare nothing."
         )
     if figs.takeovers:
         done = [t for t in figs.takeovers if not math.isnan(t.owned)]
