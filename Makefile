@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-sharded soak reliability reliability-soak bench typecheck clean browser netfaults screenshots format
+.PHONY: setup demo test test-sharded soak reliability reliability-soak bench typecheck clean browser netfaults screenshots format bench-partitions
 
 # what `make test` checks first: the formatter and the linter (ruff), applied
 format: $(STAMP)
@@ -80,6 +80,11 @@ reliability-soak: $(STAMP) netfaults
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+
+# scale-out figures for partitions (work per operation, events/s per worker count, takeover
+# after a SIGKILL): its own section of bench/RESULTS.md, the rest of the file kept
+bench-partitions: $(STAMP)
+	$(BIN)/python bench/partitions.py
 
 clean:
 	rm -rf $(VENV) harel-beanie-data

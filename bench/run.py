@@ -65,6 +65,7 @@ from harness import (
 from indexes import index_costs, keys_written
 from latency import latencies, profile, round_trips
 from report import report
+from sections import kept
 from throughput import ceiling, measure
 from wire import TALLY
 
@@ -215,7 +216,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(text)
     out = a.out or (None if opts.quick else str(HERE / "RESULTS.md"))
     if out:
-        Path(out).write_text(text)
+        Path(out).write_text(text + kept(Path(out)))  # other benchmarks' sections stay
         print(f"written to {out}", file=sys.stderr)
     return 0
 

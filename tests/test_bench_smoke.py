@@ -1,4 +1,5 @@
-"""The benchmark runs: `bench/run.py --quick` end to end, so it cannot rot unnoticed.
+"""The benchmark runs: `bench/run.py --quick` and `bench/partitions.py` at tiny sizes, end to end,
+so they cannot rot unnoticed.
 
 It starts its own embedded server (and also uses MONGODB_URL when that is set), measures both
 stores through harel's runners at tiny sizes and writes its markdown report; the figures are
@@ -84,3 +85,57 @@ def test_bench_quick_run_writes_a_report(tmp_path: Path) -> None:
     latency = text[text.index("### Event-to-handler latency") : text.index("### Where the client's time goes")]
     assert sum(1 for ln in latency.splitlines() if ln.startswith("| harel")) == 3  # the three setups
     assert "### Where the client's time goes per event" in text
+
+
+def test_bench_partitions_writes_its_section_and_keeps_the_rest(tmp_path: Path) -> None:
+    """`bench/partitions.py` at tiny sizes, one worker count, no kills: its section replaces
+    the previous one between its markers, and the rest of the file (bench/run.py's report)
+    stays. Shapes only, no timings."""
+    out = tmp_path / "RESULTS.md"
+    old = "<!-- section partitions: begin -->\nold figures\n<!-- section partitions: end -->\n"
+    out.write_text("# Benchmark results\n\nthe main report\n\n" + old + "\nafter it\n")
+    argv = [sys.executable, str(ROOT / "bench" / "partitions.py"), "--stored", "200", "--backlog", "100",
+            "--queued", "100", "--reps", "3", "--workers", "1", "--executions", "6", "--kills", "0",
+            "--out", str(out)]  # fmt: skip
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-4000:]
+    text = out.read_text()
+    assert text.startswith("# Benchmark results\n\nthe main report\n") and text.endswith("\nafter it\n")
+    assert "old figures" not in text
+    assert text.count("<!-- section partitions: begin -->") == 1 == text.count("<!-- section partitions: end -->")
+    assert "SecantusDB" in text and "Reduced from the full sizes" in text
+    work = text[text.index("#### Work per operation") : text.index("#### Events/s per number")]
+    rows = [ln for ln in work.splitlines() if ln.startswith("| ") and not ln.startswith("| operation")]
+    assert len(rows) == 12, rows  # 4 operations x (1 of 16, 16 of 16, no partitions)
+    for ln in rows:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        assert cells[2].replace(",", "").isdigit() and cells[3].replace(",", "").isdigit(), ln
+        assert float(cells[4]) > 0 and float(cells[5]) > 0, ln
+    # the post-commit relay read selects its own family however large the backlog; before
+    # partitions it selected every pending document
+    relay = {c[1]: c for c in ([x.strip() for x in ln.strip("|").split("|")] for ln in rows) if "relay read" in c[0]}
+    assert relay["1 of 16 owned"][2] == relay["1 of 16 owned"][3] == "1"
+    assert int(relay["no partitions (before)"][3]) > int(relay["no partitions (before)"][2])
+    rates = text[text.index("#### Events/s per number") : text.index("#### What they show")]
+    line = next(ln for ln in rates.splitlines() if ln.startswith("| 1 |"))
+    assert line.count("|") == 7 and "failed" not in line, line  # three stacks, two ratios
+    assert "#### Takeover" not in text  # no kills asked for
+
+
+def test_a_rewrite_of_the_results_keeps_the_marked_sections(tmp_path: Path) -> None:
+    """bench/run.py rewrites RESULTS.md whole; the sections other benchmarks put between their
+    markers come along (`sections.kept`), and `splice` replaces only its own section."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import sections
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    out = tmp_path / "RESULTS.md"
+    sections.splice(out, "partitions", "first figures")
+    sections.splice(out, "other", "other figures")
+    sections.splice(out, "partitions", "second figures")
+    text = out.read_text()
+    assert "first figures" not in text and text.count("second figures") == 1 and "other figures" in text
+    rewritten = "# Benchmark results\n\nthe main report\n" + sections.kept(out)
+    assert rewritten.index("second figures") < rewritten.index("other figures")
+    assert rewritten.count("<!-- section partitions: begin -->") == 1 == rewritten.count("<!-- section other: end -->")

@@ -1,0 +1,293 @@
+"""Worker processes against one server: events/s with 1, 2 and 4 of them on each stack, and
+the time from a worker's SIGKILL until its partitions are owned by the survivor and their
+queued work is claimed again.
+
+The stacks: `harel-beanie worker --transport beanie` (this package's transport, partitions on),
+`harel-beanie worker --transport harel` (harel's Mongo transport, every worker sweeping
+everything; the store is this package's in both), and harel's own `python -m harel.worker`
+(harel's Mongo store and transport). Each configuration gets a fresh database; its workers
+are started and, on this package's transport, left to share the partitions evenly before a
+few warm-up executions go through; then M Parcels are created and their events published
+(8 at a time, each execution's in order) and the clock runs from the first publish until
+every one of them is DONE."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import pymongo
+from harel.engine.aio.distributed import AsyncDistributedRunner
+from harel.spec.states import Event
+from harness import EVENTS_PER_EXECUTION, EXECUTIONS, MODEL, STEPS, async_store, load_definitions
+from throughput import open_transport
+
+from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
+from harel_beanie.core.queue_documents import partition_collection, queue_names
+
+STACKS = ("beanie", "harel", "harel-own")
+STACK_LABEL = {
+    "beanie": "`harel-beanie worker --transport beanie` (partitions)",
+    "harel": "`harel-beanie worker --transport harel`",
+    "harel-own": "`python -m harel.worker` (harel's store and transport)",
+}
+CONCURRENCY = 16  # events in flight per worker process, on every stack
+PUBLISHERS = 8  # executions created and published at once
+DONE = {"data": {"$regex": '"status":"DONE"'}}  # in `data`, where both stores keep the execution
+POLL = 0.05
+
+
+@dataclass
+class Rate:
+    stack: str
+    workers: int
+    executions: int
+    events: int
+    seconds: float
+    drained: bool
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class Takeover:
+    lost: int  # partitions the killed worker held
+    lease_left: float  # the least time its leases had left when it died
+    owned: float  # seconds from the kill until the survivor owned every one of them
+    first_claim: float  # ... until its first queued message there was claimed
+    all_claimed: float  # ... until every one was
+    epochs_bumped: bool = True
+
+
+@dataclass
+class Workers:
+    url: str
+    db: str
+    models: Path
+    logs: Path
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, stack: str, name: str) -> None:
+        env = dict(os.environ)
+        if stack == "harel-own":
+            argv = [sys.executable, "-m", "harel.worker"]
+            env.update(HAREL_STORE_BACKEND="mongo", HAREL_TRANSPORT_BACKEND="mongo", HAREL_MONGO_URL=self.url,
+                       HAREL_MONGO_DB=self.db, HAREL_DEFINITIONS_DIR=str(self.models), HAREL_WORKER_ID=name,
+                       HAREL_CONCURRENCY=str(CONCURRENCY), HAREL_PREFIX="harel")  # fmt: skip
+        else:
+            argv = [sys.executable, "-m", "harel_beanie", "worker", "--url", self.url, "--db", self.db,
+                    "--prefix", "harel", "--definitions", str(self.models), "--transport", stack,
+                    "--worker-id", name, "--concurrency", str(CONCURRENCY)]  # fmt: skip
+        with open(self.logs / f"{name}.log", "wb") as log:
+            self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    def ready(self, name: str) -> bool:
+        return b" ready:" in (self.logs / f"{name}.log").read_bytes()
+
+    def kill(self, name: str) -> None:
+        self.procs[name].send_signal(signal.SIGKILL)
+        self.procs[name].wait()
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.procs.clear()
+
+
+def _wait(predicate: Any, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise TimeoutError(f"waited {timeout:g}s for {what}")
+        time.sleep(0.1)
+
+
+def leases(client: pymongo.MongoClient[Any], db: str) -> dict[int, dict[str, Any]]:
+    return {d["_id"]: d for d in client[db][partition_collection("harel")].find({"_id": {"$type": "int"}})}
+
+
+def balanced(client: pymongo.MongoClient[Any], db: str, n: int) -> bool:
+    """Every partition leased, to `n` owners, none above its fair share."""
+    now = time.time()
+    owners = Counter(d["owner"] for d in leases(client, db).values() if d.get("owner") and d["until"] > now)
+    return (
+        sum(owners.values()) == DEFAULT_PARTITIONS
+        and len(owners) == n
+        and max(owners.values()) <= math.ceil(DEFAULT_PARTITIONS / n)
+    )
+
+
+def _start(stack: str, n: int, url: str, db: str, tmp: Path, stem: str) -> Workers:
+    models = tmp / "models"
+    models.mkdir(exist_ok=True)
+    shutil.copy(MODEL, models / MODEL.name)
+    workers = Workers(url, db, models, tmp)
+    names = [f"{stem}{i}" for i in range(n)]
+    for name in names:
+        workers.start(stack, name)
+    if stack != "harel-own":  # harel's worker says nothing when it is up: the warm-up tells
+        _wait(lambda: all(workers.ready(x) for x in names), 60, "the workers' ready lines")
+    if stack == "beanie":
+        client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
+        _wait(lambda: balanced(client, db, n), 60, "the partitions shared evenly")
+        client.close()
+    return workers
+
+
+async def _stack(stack: str, url: str, db: str) -> tuple[Any, Any]:
+    store = await async_store("harel" if stack == "harel-own" else "beanie", url, db)
+    transport = await open_transport("beanie" if stack == "beanie" else "harel", url, db, "harel", store)
+    return store, transport
+
+
+async def _drive(
+    stack: str, url: str, db: str, executions: int, budget: float, ids: Optional[list[str]] = None
+) -> Rate:
+    """Create `executions` Parcels and publish their events; time until all are DONE."""
+    store, transport = await _stack(stack, url, db)
+    runner = AsyncDistributedRunner(store, transport, load_definitions())
+    client: pymongo.AsyncMongoClient[Any] = pymongo.AsyncMongoClient(url)
+    coll = client[db][EXECUTIONS]
+    made: list[str] = []
+    gate = asyncio.Semaphore(PUBLISHERS)
+
+    async def one() -> None:
+        async with gate:
+            exe = await runner.create("Parcel")
+            made.append(exe.id)
+            for step in STEPS:
+                await runner.send(exe.id, Event(kind=step))
+
+    t = time.perf_counter()
+    publishing = asyncio.gather(*(one() for _ in range(executions)))
+    done = 0
+    while time.perf_counter() - t < budget:
+        await asyncio.sleep(POLL)
+        if publishing.done() and len(made) == executions:
+            done = await coll.count_documents({"_id": {"$in": made}, **DONE})
+            if done == executions:
+                break
+    seconds = time.perf_counter() - t
+    if not publishing.done():
+        publishing.cancel()
+    await asyncio.gather(publishing, return_exceptions=True)
+    await store.close()
+    await transport.close()
+    await client.close()
+    return Rate(stack, 0, executions, done * EVENTS_PER_EXECUTION, seconds, done == executions)
+
+
+def events_per_second(stack: str, n: int, url: str, executions: int, budget: float, say: Any) -> Rate:
+    db = "hbbench_pw_" + uuid.uuid4().hex[:6]
+    tmp = Path(tempfile.mkdtemp(prefix="hbbench-workers-"))
+    workers = _start(stack, n, url, db, tmp, "w")
+    try:
+        warm = asyncio.run(_drive(stack, url, db, 2 * n, 120.0))
+        if not warm.drained:  # reported as such, the logs kept: one stack's failure ends no run
+            say(f"{stack} x{n}: the warm-up did not drain; worker logs kept in {tmp}")
+            return Rate(stack, n, executions, 0, 0.0, False)
+        rate = asyncio.run(_drive(stack, url, db, executions, budget))
+        rate.workers = n
+        say(f"{stack:9s} x{n}: {rate.rate:7.1f} events/s ({rate.events} in {rate.seconds:.1f}s)")
+        shutil.rmtree(tmp, ignore_errors=True)
+        return rate
+    finally:
+        workers.stop_all()
+        pymongo.MongoClient(url).drop_database(db)
+
+
+def takeover(url: str, say: Any) -> Takeover:
+    """Two workers on this package's transport; one SIGKILLed while idle; then one message
+    published to an execution in each of its partitions."""
+    db = "hbbench_pk_" + uuid.uuid4().hex[:6]
+    tmp = Path(tempfile.mkdtemp(prefix="hbbench-kill-"))
+    client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
+    workers = _start("beanie", 2, url, db, tmp, "k")
+    try:
+        held = leases(client, db)
+        lost = sorted(p for p, d in held.items() if str(d.get("owner") or "").startswith("k0:"))
+        ids = [_id_in(p) for p in lost]
+        asyncio.run(_create(url, db, ids))
+        queues = client[db][queue_names("harel")[0]]
+        settled = {"_id": {"$in": ids}, "pending": 0, "token": None}
+        _wait(lambda: queues.count_documents(settled) == len(ids), 60, "the Starts handled")
+        acked = {d["_id"]: d.get("acked", 0) for d in queues.find({"_id": {"$in": ids}})}
+        held = leases(client, db)
+        workers.kill("k0")
+        killed = time.time()
+        asyncio.run(_send(url, db, ids))
+        owned: dict[int, float] = {}
+        claimed: dict[str, float] = {}
+        while len(claimed) < len(ids) and time.time() - killed < 60:
+            now = leases(client, db)
+            for p in lost:
+                d = now.get(p, {})
+                if p not in owned and str(d.get("owner") or "").startswith("k1:"):
+                    owned[p] = time.time() - killed
+            for doc in queues.find({"_id": {"$in": ids}}):
+                if doc["_id"] not in claimed and (doc.get("token") or doc.get("acked", 0) > acked[doc["_id"]]):
+                    claimed[doc["_id"]] = time.time() - killed
+            time.sleep(POLL)
+        final = leases(client, db)
+        result = Takeover(
+            lost=len(lost),
+            lease_left=min(held[p]["until"] for p in lost) - killed,
+            owned=max(owned.values()) if len(owned) == len(lost) else float("nan"),
+            first_claim=min(claimed.values()) if claimed else float("nan"),
+            all_claimed=max(claimed.values()) if len(claimed) == len(ids) else float("nan"),
+            epochs_bumped=all(final[p].get("epoch", 0) > held[p].get("epoch", 0) for p in lost),
+        )
+        say(f"takeover: {len(lost)} partitions owned again after {result.owned:.1f}s, claimed after "
+            f"{result.first_claim:.1f}-{result.all_claimed:.1f}s (lease left at the kill {result.lease_left:.1f}s)")  # fmt: skip
+        return result
+    finally:
+        workers.stop_all()
+        client.drop_database(db)
+        client.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _id_in(part: int) -> str:
+    n = 0
+    while part_of(f"victim-{n}", DEFAULT_PARTITIONS) != part:
+        n += 1
+    return f"victim-{n}"
+
+
+async def _create(url: str, db: str, ids: list[str]) -> None:
+    store, transport = await _stack("beanie", url, db)
+    runner = AsyncDistributedRunner(store, transport, load_definitions())
+    for eid in ids:
+        await runner.create("Parcel", execution_id=eid)
+    await store.close()
+    await transport.close()
+
+
+async def _send(url: str, db: str, ids: list[str]) -> None:
+    store, transport = await _stack("beanie", url, db)
+    runner = AsyncDistributedRunner(store, transport, load_definitions())
+    for eid in ids:
+        await runner.send(eid, Event(kind=STEPS[0]))
+    await store.close()
+    await transport.close()

@@ -1,0 +1,354 @@
+"""Scale-out figures for partitions, in one run (`make bench-partitions`):
+
+    python bench/partitions.py            # full sizes; writes its section of bench/RESULTS.md
+    python bench/partitions.py --stored 200 --backlog 100 --queued 100 --workers 1 --kills 0 --out X.md
+
+1. Work per background operation (bench/partition_work.py): a claim, a post-commit relay read
+   of one family, a timer sweep and a relay sweep, owning 1 of 16 partitions, all 16, and
+   without partition filtering (how main read before partitions), on a database of finished
+   executions with no other pending work and with a backlog of pending entries and queued
+   messages: the documents each selects and its median time.
+2. Events/s with 1, 2 and 4 worker processes on each stack (bench/partition_workers.py).
+3. Seconds from a worker's SIGKILL until its partitions are owned by the survivor and their
+   queued work is claimed again, with 2 workers, beside the stated bound.
+
+It runs on the embedded server (SecantusDB, a child process) and, when MONGODB_URL is set
+(or --url given), on that server too. The machine is shared: only ratios within one run
+mean anything. The section goes between its markers in the output file; the rest of the
+file (bench/run.py's report) is kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from harness import HERE, load_definitions, machine, server_info
+from partition_work import ENTRIES, OP_LABEL, OPS, SCOPE_LABEL, SCOPES, Sizes, WorkCell, cell, run_work
+from partition_workers import CONCURRENCY, STACK_LABEL, STACKS, Rate, Takeover, events_per_second, takeover
+from sections import splice
+
+from harel_beanie.core.partitions import DEFAULT_PARTITIONS
+from harel_beanie.ops.embedded import EmbeddedServer
+from harel_beanie.transport.ownership import LEASE_SECONDS, RENEW_EVERY, TAKEOVER_BOUND
+
+SECTION = "partitions"
+FULL = Sizes()
+
+
+@dataclass
+class Options:
+    sizes: Sizes
+    workers: list[int]
+    executions: int
+    budget: float
+    kills: int
+    stacks: list[str]
+
+
+@dataclass
+class ServerFigures:
+    name: str
+    info: dict[str, str]
+    work: list[WorkCell] = field(default_factory=list)
+    seeding: dict[str, float] = field(default_factory=dict)
+    rates: list[Rate] = field(default_factory=list)
+    takeovers: list[Takeover] = field(default_factory=list)
+    load: list[tuple[float, float, float]] = field(default_factory=list)
+    fresh: bool = False  # the worker processes ran on a fresh server of the same kind, the first stopped
+
+
+def run_server(name: str, url: str, opts: Options) -> ServerFigures:
+    """The first part: work per operation."""
+    say = lambda msg: print(f"[{name}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    figs = ServerFigures(name, server_info(name, url))
+    figs.load.append(os.getloadavg())
+    figs.work, figs.seeding = run_work(url, load_definitions(), opts.sizes, say)
+    return figs
+
+
+def run_workers(figs: ServerFigures, url: str, opts: Options, fresh: bool) -> None:
+    say = lambda msg: print(f"[{figs.name}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    figs.fresh = fresh
+    for i, n in enumerate(opts.workers):
+        order = opts.stacks if i % 2 == 0 else list(reversed(opts.stacks))  # the machine drifts
+        for stack in order:
+            figs.rates.append(events_per_second(stack, n, url, opts.executions, opts.budget, say))
+    for _ in range(opts.kills):
+        figs.takeovers.append(takeover(url, say))
+    figs.load.append(os.getloadavg())
+
+
+# --- the report ------------------------------------------------------------------------------
+
+
+def _f(x: Optional[float], digits: int = 1) -> str:
+    return "-" if x is None or math.isnan(x) else f"{x:,.{digits}f}"
+
+
+def _x(a: Optional[float], b: Optional[float]) -> str:
+    return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}x"
+
+
+def work_table(figs: ServerFigures) -> list[str]:
+    out = [
+        "| operation | partitions | selected: no other work | selected: backlog | ms: no other work | ms: backlog "
+        "| ms: backlog / no other work | ms at backlog vs before | round trips |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for op in OPS:
+        before = cell(figs.work, "backlog", "none", op)
+        for scope in SCOPES:
+            e, b = cell(figs.work, "empty", scope, op), cell(figs.work, "backlog", scope, op)
+            if e is None or b is None:
+                continue
+            versus = "" if scope == "none" or before is None else _x(b.ms, before.ms)
+            out.append(
+                f"| {OP_LABEL[op]} | {SCOPE_LABEL[scope]} | {e.selected:,} | {b.selected:,} | {e.ms:.2f} | "
+                f"{b.ms:.2f} | {_x(b.ms, e.ms)} | {versus} | {b.commands:.0f} |"
+            )
+    return out
+
+
+def rate_table(figs: ServerFigures, opts: Options) -> list[str]:
+    stacks = [s for s in STACKS if any(r.stack == s for r in figs.rates)]
+    head = " | ".join(f"{STACK_LABEL[s]}" for s in stacks)
+    ratios = [s for s in stacks if s != "beanie"] if "beanie" in stacks else []
+    out = [
+        f"| workers | {head} | " + " | ".join(f"partitions / {s}" for s in ratios) + " |",
+        "|---:|" + "---:|" * (len(stacks) + len(ratios)),
+    ]
+
+    def rate(stack: str, n: int) -> Optional[Rate]:
+        return _rate(figs, stack, n)
+
+    for n in opts.workers:
+        cells = []
+        for s in stacks:
+            r, one = rate(s, n), rate(s, opts.workers[0])
+            if r is None:
+                cells.append("-")
+                continue
+            scale = f" ({_x(r.rate, one.rate if one else None)} of {opts.workers[0]})" if n != opts.workers[0] else ""
+            if r.seconds == 0:
+                cells.append("failed (warm-up not drained)")
+                continue
+            cells.append(f"{r.rate:.1f}{scale}" + ("" if r.drained else " (not drained)"))
+        beanie = rate("beanie", n)
+        ratio_cells = [
+            _x(beanie.rate if beanie else None, (rate(s, n) or Rate(s, n, 0, 0, 0.0, False)).rate) for s in ratios
+        ]
+        out.append(f"| {n} | " + " | ".join(cells + ratio_cells) + " |")
+    return out
+
+
+def _rate(figs: ServerFigures, stack: str, n: int) -> Optional[Rate]:
+    return next((r for r in figs.rates if (r.stack, r.workers) == (stack, n)), None)
+
+
+def takeover_table(figs: ServerFigures) -> list[str]:
+    out = [
+        "| repetition | partitions lost | lease left at the kill (s) | all owned again after (s) "
+        "| first queued message claimed after (s) | all claimed after (s) | epochs bumped | bound (s) |",
+        "|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for i, t in enumerate(figs.takeovers, 1):
+        out.append(
+            f"| {i} | {t.lost} | {t.lease_left:.1f} | {_f(t.owned)} | {_f(t.first_claim)} | {_f(t.all_claimed)} "
+            f"| {'yes' if t.epochs_bumped else 'NO'} | {TAKEOVER_BOUND:g} |"
+        )
+    return out
+
+
+def reading(figs: ServerFigures, opts: Options) -> str:
+    """What the figures show, in this run's own numbers."""
+
+    def c(state: str, scope: str, op: str) -> WorkCell:
+        found = cell(figs.work, state, scope, op)
+        assert found is not None
+        return found
+
+    relay = {s: c("backlog", s, "relay read") for s in SCOPES}
+    sweep = {s: c("backlog", s, "relay sweep") for s in SCOPES}
+    claim = {s: c("backlog", s, "claim") for s in SCOPES}
+    timer = {s: c("backlog", s, "timer sweep") for s in SCOPES}
+    parts = [
+        f"With a backlog the post-commit relay read selects {relay['one'].selected:,} document(s) (its own family) "
+        f"where main before partitions selected {relay['none'].selected:,} (every pending document): flat in the "
+        f"backlog ({c('empty', 'one', 'relay read').selected:,} without it). The sweeps and the claim select what "
+        f"the partitions owned hold: owning 1 of {DEFAULT_PARTITIONS}, the relay sweep {sweep['one'].selected:,}, "
+        f"the timer sweep {timer['one'].selected:,} and the claim {claim['one'].selected:,} candidates, against "
+        f"{sweep['all'].selected:,}, {timer['all'].selected:,} and {claim['all'].selected:,} owning all of them "
+        "(the same as without partitions): they grow with the owned share of the backlog, so N workers "
+        "divide it. On mongod those counts are the index keys examined (the claim walks its sorted index and "
+        "stops at its first candidate)."
+    ]
+    parts.append(
+        f"The times are this server's: the relay read took {relay['one'].ms:.1f} ms against "
+        f"{relay['none'].ms:.1f} ms before ({_x(relay['one'].ms, relay['none'].ms)}), a claim owning one "
+        f"partition {claim['one'].ms:.1f} ms against {claim['none'].ms:.1f} ms without partitions. SecantusDB "
+        "plans any filter holding `$or` as a collection scan (the family filter is an `$or` of the id and the id "
+        "range below it; a filter of one `_id` range with `part` is not scanned) and reads a whole collection for "
+        "every `findAndModify`, so here the family read costs time in proportion to the executions stored and "
+        "a claim to the queue documents, not to what their filters select; mongod's cost follows the counts."
+    )
+    if figs.rates and len(opts.workers) > 1:
+        lo, hi = opts.workers[0], opts.workers[-1]
+        scale = []
+        for s in opts.stacks:
+            a, b = _rate(figs, s, lo), _rate(figs, s, hi)
+            if a and b:
+                scale.append(f"{s} {_x(b.rate, a.rate)}")
+        parts.append(
+            f"From {lo} to {hi} worker processes events/s changed by " + ", ".join(scale) + f". The {os.cpu_count()} "
+            "CPUs are shared by the server (one Python process), the workers, the publisher and the machine's "
+            "other work (the load averages above), so more workers add no CPU here and these rates say little "
+            "about scaling; compare the stacks within a row."
+        )
+    stalled = [r for r in figs.rates if not r.drained and r.seconds > 0]  # a failed warm-up says so itself
+    if stalled:
+        parts.append(
+            f"{len(stalled)} configuration(s) did not drain within {opts.budget:g} s (marked): their figure counts "
+            "only the Parcels finished by then, and their ratios compare nothing."
+        )
+    if figs.takeovers:
+        done = [t for t in figs.takeovers if not math.isnan(t.owned)]
+        if done:
+            late = [t.owned - t.lease_left for t in done]
+            claimed = [t.all_claimed - t.owned for t in done if not math.isnan(t.all_claimed)]
+            parts.append(
+                f"After a SIGKILL the survivor owned the dead worker's partitions after "
+                f"{min(t.owned for t in done):.1f}-{max(t.owned for t in done):.1f} s (bound {TAKEOVER_BOUND:g} s: "
+                f"a {LEASE_SECONDS:g} s lease plus a {RENEW_EVERY:g} s look): the lease left at the kill plus "
+                f"{min(late):.1f}-{max(late):.1f} s until the survivor's next look"
+                + (
+                    f"; their queued messages were all claimed {max(claimed):.1f} s after that at most."
+                    if claimed
+                    else "."
+                )
+            )
+    return " ".join(parts)
+
+
+def report(runs: list[ServerFigures], opts: Options, started: datetime.datetime, seconds: float, argv: str) -> str:
+    m = machine()
+    s = opts.sizes
+    out = [
+        "## Partitions: work per operation, events/s per worker count, takeover",
+        "",
+        f"Run {started:%Y-%m-%d %H:%M} UTC with `python bench/partitions.py{argv}` in {seconds / 60:.1f} min.",
+        f"Machine: {m['cpus']} CPUs, {m['cpu']}; {m['os']}; Python {m['python']}; harel {m['harel']}, "
+        f"pymongo {m['pymongo']}, motor {m['motor']}, beanie {m['beanie']}.",
+        f"Sizes: {s.stored:,} stored (finished) executions; backlog {s.backlog:,} pending outbox entries over "
+        f"{max(1, s.backlog // ENTRIES):,} other executions (each with a timer, half of them due) and {s.queued:,} "
+        f"queued messages over as many groups; {DEFAULT_PARTITIONS} partitions; median of up to {s.reps} "
+        f"operations each; {opts.executions} Parcels ({opts.executions * 5:,} events) per worker "
+        f"configuration, concurrency {CONCURRENCY} per worker process; {opts.kills} kill(s)."
+        + (" Reduced from the full sizes." if (s.stored, s.backlog, s.queued) != (FULL.stored, FULL.backlog, FULL.queued) else ""),
+    ]  # fmt: skip
+    for figs in runs:
+        info = figs.info
+        out += ["", f"### {info['server']}", ""]
+        out.append(
+            f"Reports itself as {info['reports']}, {info['topology']}. Load average (1/5/15 min) "
+            + " at the start, ".join("/".join(f"{x:.2f}" for x in la) for la in figs.load)
+            + " at the end. Seeding took "
+            + ", ".join(f"{k} {v:.1f} s" for k, v in figs.seeding.items())
+            + " (clones of documents the store wrote, by insert_many)."
+        )
+        out += ["", "#### Work per operation", ""]
+        out.append(
+            "*selected*: the documents the operation's filters select, counted by `count_documents` on the "
+            "filters it sent: what mongod's index scan examines (this server's `explain` is synthesised). "
+            "*before*: a store and transport without partition filtering (`PartitionScope(held=None)`), the "
+            "relay read as main made it then (`pending_spawns()` over every pending document). *ms*: median "
+            "per operation; the relay read is `pending_spawns(within=x)` then `pending_outbox(within=x)`."
+        )
+        out += [""] + work_table(figs)
+        if figs.rates:
+            out += ["", "#### Events/s per number of worker processes", ""]
+            out.append(
+                "From the first publish until every Parcel is DONE; in brackets the rate against the same "
+                "stack's with one worker; the last columns: partitions' stack over the others. A fresh database "
+                "per configuration"
+                + (
+                    ", on a second embedded server started for the worker runs once the first was stopped."
+                    if figs.fresh
+                    else "."
+                )
+            )
+            out += [""] + rate_table(figs, opts)
+        if figs.takeovers:
+            out += ["", "#### Takeover after a SIGKILL (2 workers)", ""]
+            out.append(
+                "Seconds from the SIGKILL until the survivor owned every partition the dead worker held (the "
+                f"`{'<prefix>'}_hb_partitions` collection, polled every 50 ms), and until the message published "
+                "to an execution in each of them was claimed (the queue collection). The bound is "
+                "`TAKEOVER_BOUND` in transport/ownership.py."
+            )
+            out += [""] + takeover_table(figs)
+        out += ["", "#### What they show", "", reading(figs, opts)]
+    return "\n".join(out) + "\n"
+
+
+# --- the command -----------------------------------------------------------------------------
+
+
+def parse_args(argv: Optional[list[str]] = None) -> tuple[Options, argparse.Namespace]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--stored", type=int, default=FULL.stored, help="finished executions (default 20000)")
+    p.add_argument("--backlog", type=int, default=FULL.backlog, help="pending outbox entries (default 10000)")
+    p.add_argument("--queued", type=int, default=FULL.queued, help="queued messages, one a group (default 10000)")
+    p.add_argument("--reps", type=int, default=FULL.reps, help="timed operations per cell (default 15)")
+    p.add_argument("--workers", default="1,2,4", help="worker process counts (default 1,2,4)")
+    p.add_argument("--executions", type=int, default=150, help="Parcels per worker configuration (default 150)")
+    p.add_argument("--budget", type=float, default=30.0, help="seconds per worker configuration (default 30)")
+    p.add_argument("--kills", type=int, default=3, help="takeover repetitions (default 3; 0 skips)")
+    p.add_argument("--stacks", default=",".join(STACKS), help=f"worker stacks (default {','.join(STACKS)})")
+    p.add_argument("--url", default=os.environ.get("MONGODB_URL"), help="also run on this server ($MONGODB_URL)")
+    p.add_argument("--no-embedded", action="store_true", help="skip the embedded server (needs --url)")
+    p.add_argument("--out", default=str(HERE / "RESULTS.md"), help="the file the section goes in")
+    a = p.parse_args(argv)
+    sizes = Sizes(stored=a.stored, backlog=a.backlog, queued=a.queued, reps=a.reps)
+    stacks = [s for s in a.stacks.split(",") if s]
+    if not set(stacks) <= set(STACKS):
+        p.error(f"--stacks: one of {', '.join(STACKS)}")
+    workers = [int(n) for n in a.workers.split(",") if n] if a.workers else []
+    return Options(sizes, workers, a.executions, a.budget, a.kills, stacks), a
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    opts, a = parse_args(argv)
+    if a.no_embedded and not a.url:
+        print("--no-embedded needs --url or MONGODB_URL", file=sys.stderr)
+        return 2
+    started = datetime.datetime.now(datetime.timezone.utc)
+    t = time.perf_counter()
+    runs = []
+    if not a.no_embedded:
+        with EmbeddedServer() as server:
+            runs.append(run_server("embedded", server.url, opts))
+        # the worker processes on a fresh embedded server, the first one stopped: it spends
+        # seconds of CPU on the large database the first part dropped
+        with EmbeddedServer() as fresh:
+            run_workers(runs[-1], fresh.url, opts, fresh=True)
+    if a.url:
+        runs.append(run_server("url", a.url, opts))
+        run_workers(runs[-1], a.url, opts, fresh=False)
+    shown = " ".join(sys.argv[1:] if argv is None else argv)
+    text = report(runs, opts, started.replace(tzinfo=None), time.perf_counter() - t, f" {shown}" if shown else "")
+    print(text)
+    splice(Path(a.out), SECTION, text)
+    print(f"written to {a.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
