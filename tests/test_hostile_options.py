@@ -79,23 +79,6 @@ def _value_doors() -> list[Door]:
 
 VALUE_DOORS = _value_doors()
 
-#: doors this layer found that do not yet refuse every wrong value naming it: each fails
-#: (strictly: fixing one turns its test red until it leaves this list)
-GAPS = {
-    "CollectionArchive.__init__-name",
-    "ExecutionFilter.query-status",
-    "ScopedStore.__init__-execution_id",
-    "ScopedStore.__init__-own_spawns",
-    "candidates_filter-after",
-    "candidates_filter-before",
-    "candidates_filter-status",
-    "parse_age-text",
-    "parse_before-text",
-    "prune-stop_after_batches",
-    "sweep-trace",
-}
-
-
 # --- how each door is called --------------------------------------------------------------
 
 
@@ -388,13 +371,7 @@ def _wrong(d: Door) -> list[Any]:
     return values
 
 
-def _door_param(d: Door) -> Any:
-    name = f"{d.call}-{d.param}"
-    marks = [pytest.mark.xfail(strict=True, reason="a known gap (GAPS)")] if name in GAPS else []
-    return pytest.param(d, id=name, marks=marks)
-
-
-@pytest.mark.parametrize("door", [_door_param(d) for d in VALUE_DOORS])
+@pytest.mark.parametrize("door", VALUE_DOORS, ids=[f"{d.call}-{d.param}" for d in VALUE_DOORS])
 def test_every_option_refuses_a_wrong_value_naming_it(ctx: Ctx, door: Door) -> None:
     run = CALLS[door.call]
     failures = [_refused_naming(door.call, door.param, v, lambda v=v: run(ctx, {door.param: v})) for v in _wrong(door)]
