@@ -79,41 +79,6 @@ def _value_doors() -> list[Door]:
 
 VALUE_DOORS = _value_doors()
 
-#: doors this layer found that do not yet refuse every wrong value naming it: each fails
-#: (strictly: fixing one turns its test red until it leaves this list)
-GAPS = {
-    "CollectionArchive.__init__-name",
-    "DashboardActions.__init__-cancel",
-    "DashboardActions.__init__-redrive",
-    "DashboardActions.__init__-send",
-    "ExecutionFilter.query-status",
-    "HistoryWriter.info-f",
-    "HistoryWriter.invoke-f",
-    "Migrator.run_step-version",
-    "ScopedStore.__init__-execution_id",
-    "ScopedStore.__init__-own_spawns",
-    "StoreMetrics.observe_commit-definition",
-    "StoreMetrics.observe_commit-seconds",
-    "bind-prefix",
-    "bind_queues-prefix",
-    "candidates_filter-after",
-    "candidates_filter-before",
-    "candidates_filter-status",
-    "check-seen",
-    "dashboard_router-name",
-    "dashboard_router-title",
-    "document_models-prefix",
-    "otel_tracer-name",
-    "parse_age-text",
-    "parse_before-text",
-    "prune-stop_after_batches",
-    "run_beanie_step-direction",
-    "run_beanie_step-version",
-    "sweep-trace",
-    "token_auth-token",
-}
-
-
 # --- how each door is called --------------------------------------------------------------
 
 
@@ -406,13 +371,7 @@ def _wrong(d: Door) -> list[Any]:
     return values
 
 
-def _door_param(d: Door) -> Any:
-    name = f"{d.call}-{d.param}"
-    marks = [pytest.mark.xfail(strict=True, reason="a known gap (GAPS)")] if name in GAPS else []
-    return pytest.param(d, id=name, marks=marks)
-
-
-@pytest.mark.parametrize("door", [_door_param(d) for d in VALUE_DOORS])
+@pytest.mark.parametrize("door", VALUE_DOORS, ids=[f"{d.call}-{d.param}" for d in VALUE_DOORS])
 def test_every_option_refuses_a_wrong_value_naming_it(ctx: Ctx, door: Door) -> None:
     run = CALLS[door.call]
     failures = [_refused_naming(door.call, door.param, v, lambda v=v: run(ctx, {door.param: v})) for v in _wrong(door)]

@@ -23,7 +23,7 @@ from harel.engine.schema import DEFAULT_PREFIX, Names
 from pydantic import BaseModel, ConfigDict, Field
 from pymongo import ASCENDING, IndexModel
 
-from harel_beanie.core.arguments import BadArgumentType
+from harel_beanie.core.arguments import BadArgumentType, require_str
 from harel_beanie.core.keys import ANY_TIME
 
 #: The layout version this package writes and reads; recorded in the counters collection.
@@ -277,12 +277,17 @@ def projection(model: type[BaseModel]) -> dict[str, Any]:
     return dict(proj)
 
 
-@lru_cache(maxsize=None)
 def bind(prefix: str = DEFAULT_PREFIX) -> tuple[type[ExecutionDocument], type[CounterDocument]]:
     """The document classes for the collections under `prefix` (validated as harel does).
 
     Pass them to your own `init_beanie(document_models=[...])` to query the store's data
     with Beanie; the stores use the same classes."""
+    # checked before the cache, which would refuse a dict as unhashable without naming it
+    return _bind(require_str("prefix", prefix))
+
+
+@lru_cache(maxsize=None)
+def _bind(prefix: str) -> tuple[type[ExecutionDocument], type[CounterDocument]]:
     names = Names(prefix)  # raises ValueError on a prefix harel would refuse
     if prefix == DEFAULT_PREFIX:
         return ExecutionDocument, CounterDocument

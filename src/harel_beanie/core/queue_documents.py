@@ -26,6 +26,7 @@ from harel.engine.schema import DEFAULT_PREFIX, Names
 from pydantic import BaseModel, ConfigDict, Field
 from pymongo import ASCENDING, IndexModel
 
+from harel_beanie.core.arguments import require_str
 from harel_beanie.core.documents import bound_class
 
 #: A group keeps at most this many messages inline; later ones go to overflow documents.
@@ -131,10 +132,15 @@ class OverflowDocument(Document):
         ]
 
 
-@lru_cache(maxsize=None)
 def bind_queues(prefix: str = DEFAULT_PREFIX) -> tuple[type[QueueDocument], type[OverflowDocument]]:
     """The queue document classes for the collections under `prefix` (as `bind` does for the
     store's): pass them to your own `init_beanie` to query the queues."""
+    # checked before the cache, which would refuse a dict as unhashable without naming it
+    return _bind_queues(require_str("prefix", prefix))
+
+
+@lru_cache(maxsize=None)
+def _bind_queues(prefix: str) -> tuple[type[QueueDocument], type[OverflowDocument]]:
     queues, overflow = queue_names(prefix)
     if prefix == DEFAULT_PREFIX:
         return QueueDocument, OverflowDocument

@@ -13,6 +13,8 @@ from typing import Callable, Optional
 
 from fastapi import HTTPException, Request
 
+from harel_beanie.core.arguments import BadArgument, require_str
+
 #: the cookie the standalone server sets once a request carried the right token in `?token=`
 COOKIE = "harel_dashboard_token"
 
@@ -33,8 +35,9 @@ def presented_token(request: Request) -> Optional[str]:
 def token_auth(token: str) -> Callable[[Request], None]:
     """A FastAPI dependency accepting only requests that carry `token` (compared in constant
     time); anything else gets 401."""
+    token = require_str("token", token)
     if not token:
-        raise ValueError("the dashboard token must not be empty")
+        raise BadArgument("token", "must not be empty: the dashboard token is what guards it")
     expected = token.encode()
 
     def check(request: Request) -> None:

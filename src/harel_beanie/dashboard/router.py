@@ -29,7 +29,7 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Resp
 from fastapi.templating import Jinja2Templates
 
 from harel_beanie import queries
-from harel_beanie.core.arguments import require_int, require_seconds
+from harel_beanie.core.arguments import require_bool, require_int, require_seconds, require_str
 from harel_beanie.core.documents import bind
 from harel_beanie.core.errors import SchemaMismatch
 from harel_beanie.dashboard import views
@@ -84,6 +84,8 @@ class DashboardActions:
         return [name for name in ACTIONS if getattr(self, name)]
 
     def __post_init__(self) -> None:
+        for action in ACTIONS:  # 1 or "false" is not a switch: an action is on only when asked with True
+            setattr(self, action, require_bool(action, getattr(self, action)))
         if self.enabled() and self.runner is None:
             raise ValueError("DashboardActions: an enabled action needs the harel runner to call (runner=...)")
 
@@ -153,6 +155,7 @@ def dashboard_router(
         raise ValueError("dashboard_router needs auth=: your FastAPI dependency, or no_auth to leave it open")
     stuck_after = require_seconds("stuck_after", stuck_after)
     page_size = require_int("page_size", page_size, low=1, high=MAX_PAGE)
+    title, name = require_str("title", title), require_str("name", name)
     acts = actions or DashboardActions()
     templates = _templates()
     forms = FormSigner(secret, name)  # a cross-site form cannot know its key

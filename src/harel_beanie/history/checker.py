@@ -60,6 +60,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional
 
+from harel_beanie.core.arguments import require_str
 from harel_beanie.history.records import OUTCOMES, Operation, Paired, pair
 from harel_beanie.history.verdict import Anomaly, Verdict
 from harel_beanie.history.wording import diff, listed, ranges, times
@@ -91,6 +92,7 @@ Replay = Callable[[ReplayCase], Mapping[str, Any]]
 def check(records: Iterable[Mapping[str, Any]], replay: Optional[Replay] = None, *, seen: str = "seen") -> Verdict:
     """Judge `records` by the module's rules; `seen` names the context field listing the ids
     of the events applied. Without `replay`, final states are not compared (rule 4)."""
+    seen = require_str("seen", seen)  # before the records are read: they may be a one-pass iterator
     h = _History(pair(records), seen)
     replayed: list[int] = [0, 0]  # replayed, skipped
     anomalies = [

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Union
 
+from harel_beanie.core.arguments import require_str
+
 #: what an invoke may end as, in a record of its own
 COMPLETIONS = ("ok", "fail", "unknown")
 #: what an operation ended as, seen from the history (`incomplete`: no completion was written)
@@ -62,6 +64,7 @@ class HistoryWriter:
         self._open: dict[int, str] = {}  # index -> operation, for invokes not yet completed
 
     def invoke(self, f: str, **fields: Any) -> int:
+        f = require_str("f", f)  # the operation's name: what the checker pairs and groups by
         i = self._take()
         self._open[i] = f
         self._emit({**fields, "type": "invoke", "f": f}, i)
@@ -76,6 +79,7 @@ class HistoryWriter:
         self._emit({**fields, "type": type, "f": f}, i)
 
     def info(self, f: str, **fields: Any) -> None:
+        f = require_str("f", f)
         self._emit({**fields, "type": "info", "f": f}, self._take())
 
     def write(self, record: Mapping[str, Any]) -> None:

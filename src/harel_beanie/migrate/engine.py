@@ -38,7 +38,7 @@ from harel.engine.schema import DEFAULT_PREFIX, Names
 from pymongo import UpdateOne
 from pymongo.errors import CursorNotFound
 
-from harel_beanie.core.arguments import require_int
+from harel_beanie.core.arguments import require_choice, require_int
 from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
 from harel_beanie.migrate.step import DOWN, UP, MigrationError, Step
 from harel_beanie.store.settings import DEFAULT_WRITE_CONCERN
@@ -206,8 +206,8 @@ class Migrator:
         """Run step `version` in `direction`, resuming it if it was interrupted. A no-op when
         the database is already past it; refused when an earlier step (up) or a later one
         (down) has not run, or another step is half-way."""
-        if direction not in (UP, DOWN):
-            raise ValueError(f"direction must be {UP!r} or {DOWN!r}, got {direction!r}")
+        version = require_int("version", version)  # a bool, a float or a str is not a version
+        direction = require_choice("direction", direction, (UP, DOWN))
         step = self.steps.get(version)
         if step is None:
             raise MigrationError(f"there is no migration to layout version {version} (known: 1..{SCHEMA_VERSION})")
@@ -348,6 +348,8 @@ async def run_beanie_step(version: int, direction: str) -> StepReport:
 
     from harel_beanie.ops.where import ConfigError, prefix_from
 
+    version = require_int("version", version)  # checked before the database is looked for
+    direction = require_choice("direction", direction, (UP, DOWN))
     db = DBHandler.get_db()
     if db is None:
         raise MigrationError("Beanie's migration runner has no database")

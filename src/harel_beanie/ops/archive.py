@@ -274,6 +274,7 @@ class CollectionArchive:
     copying it back restores it) under `document`. Through the journal `<NAME>_pending`."""
 
     def __init__(self, db: Any, name: str, clock: Callable[[], float] = time.time) -> None:
+        name = require_str("name", name)
         self.coll = db[name]
         self.journal = db[name + "_pending"]
         self.clock = clock

@@ -31,6 +31,7 @@ from typing import Any, Callable
 from harel.engine.aio.distributed import AsyncTransportDriver
 from harel.engine.store import StoreConflict
 
+from harel_beanie.core.arguments import require_bool, require_str
 from harel_beanie.core.documents import PENDING
 from harel_beanie.core.keys import ANY_SEQ
 
@@ -49,8 +50,9 @@ class ScopedStore:
 
     def __init__(self, store: Any, execution_id: str, *, own_spawns: bool = False) -> None:
         self._store = store
-        self._execution_id = execution_id
-        self._own_spawns = own_spawns
+        # the id ends up in the store's `within=` filter: a dict there would be an operator
+        self._execution_id = require_str("execution_id", execution_id)
+        self._own_spawns = require_bool("own_spawns", own_spawns)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
@@ -79,6 +81,7 @@ async def sweep(
     how many executions held any. A relay that conflicts with a handler doing the same is
     left for the next sweep. `trace` as the worker's: the children it starts record their
     first step too."""
+    trace = require_bool("trace", trace)  # checked before anything is read
     owners: dict[str, Any] = {}
     scope = getattr(store, "partitions", None)
     scoped = scope.sweep_filter() if scope is not None else {}

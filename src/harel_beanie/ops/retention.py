@@ -48,6 +48,7 @@ from pymongo import DeleteOne
 
 from harel_beanie.core.arguments import (
     BadArgument,
+    optional_str,
     parse_number,
     require_bool,
     require_int,
@@ -70,7 +71,8 @@ _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 def parse_age(text: str) -> float:
     """`90s`, `15m`, `12h`, `30d`, `2w` (or a plain number of seconds) as seconds: finite, and
     at most `MAX_AGE`."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", require_str("age", text))
+    text = require_str("text", text)
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
     if not m:
         raise BadArgument("age", f"is not an age: {text[:100]!r} (expected e.g. 30d, 12h, 90m)")
     return require_seconds("age", float(m.group(1)) * _UNITS[m.group(2) or "s"], high=MAX_AGE)
@@ -81,7 +83,7 @@ def parse_before(text: str, now: Optional[float] = None) -> float:
     date or date-time (`2026-01-31`, `2026-01-31T12:00:00+00:00`; UTC unless it says), or
     `@<epoch seconds>`."""
     now = time.time() if now is None else require_time("now", now)
-    text = require_str("finished_before", text).strip()
+    text = require_str("text", text).strip()
     if text.startswith("@"):
         return parse_number("finished_before", text[1:])
     if re.fullmatch(r"[\d.]+\s*[smhdw]?", text):
@@ -119,6 +121,8 @@ class PruneReport:
 def candidates_filter(status: str, before: float, after: Optional[str]) -> dict[str, Any]:
     """A batch's read: one finished status, finished before the cut-off, holding an execution,
     nothing pending, after the last `_id` seen. Index: hb_status (status, _id)."""
+    # each goes into the filter: a dict would be an operator, a NaN cut-off would match nothing
+    status, before, after = require_str("status", status), require_time("before", before), optional_str("after", after)
     q: dict[str, Any] = {"status": status, "finished_at": {"$lt": before}, "data": {"$exists": True}}
     if after is not None:
         q["_id"] = {"$gt": after}
@@ -142,6 +146,8 @@ async def prune(
     before = require_time("before", before)
     batch_size = require_int("batch_size", batch_size, low=1, high=2**31 - 1)
     dry_run = require_bool("dry_run", dry_run)
+    if stop_after_batches is not None:
+        stop_after_batches = require_int("stop_after_batches", stop_after_batches, low=0)
     report = PruneReport(before=before, dry_run=dry_run)
     if archive is not None and not dry_run:
         report.recovered = await archive.recover(executions)

@@ -76,6 +76,7 @@ class ExecutionFilter:
         """The filter document; `status=False` leaves the status out (for counts per status).
         A filter that a tombstone could match (nothing but roots, or nothing at all) also
         leaves tombstones out."""
+        status = require_bool("status", status)
         q: dict[str, Any] = {}
         if self.parent_id is not None:
             q["parent_id"] = self.parent_id

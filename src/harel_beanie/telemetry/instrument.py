@@ -22,6 +22,8 @@ import inspect
 import time
 from typing import Any, Callable, Iterator, Optional
 
+from harel_beanie.core.arguments import require_str
+
 #: the store operations harel calls (sync and async stores share the names)
 OPERATIONS = (
     "load", "load_for_event", "list_executions", "save", "commit", "is_processed", "append_trace", "read_trace",
@@ -32,6 +34,7 @@ OPERATIONS = (
 
 def otel_tracer(name: str = "harel_beanie") -> Optional[Any]:
     """The OpenTelemetry API's tracer, or None when `opentelemetry-api` is not installed."""
+    name = require_str("name", name)
     try:
         from opentelemetry import trace
     except ImportError:

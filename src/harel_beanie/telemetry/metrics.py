@@ -20,6 +20,7 @@ from typing import Any, Optional
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from harel_beanie import queries
+from harel_beanie.core.arguments import require_seconds, require_str
 from harel_beanie.core.documents import ExecutionDocument
 
 #: commits take milliseconds on mongod, up to a second on a loaded server or SecantusDB
@@ -101,6 +102,8 @@ class StoreMetrics:
         """Record one commit (called by `harel_beanie.telemetry.instrument.InstrumentedStore`)."""
         from harel.engine.store.base import StoreConflict
 
+        definition = require_str("definition", definition)  # a label: a dict would be its repr
+        seconds = require_seconds("seconds", seconds)  # a NaN or infinite sum spoils every later rate
         self.commit_seconds.labels(definition).observe(seconds)
         if isinstance(error, StoreConflict):
             self.commit_conflicts.labels(definition).inc()
