@@ -195,7 +195,10 @@ async def test_the_operators_side(mongo_url: str, audits: Any) -> None:
     now = time.time()
     for i in range(6):
         status = (Status.DONE, Status.FAILED, Status.RUNNING)[i % 3]
-        exe = Execution(id=f"op-{i}", definition_id="Payment", status=status, updated_at=now - 86400 * 30)
+        finished = now - 86400 * 30 if status is Status.DONE else None
+        exe = Execution(
+            id=f"op-{i}", definition_id="Payment", status=status, updated_at=now - 86400 * 30, finished_at=finished
+        )
         await store.save(exe)
     app = FastAPI()
     app.include_router(dashboard_router(store, auth=no_auth, metrics=StoreMetrics(CollectorRegistry())))
@@ -217,9 +220,10 @@ async def test_the_operators_side(mongo_url: str, audits: Any) -> None:
         OP.reset(token)
     token = OP.set("prune")
     try:
-        await prune(client[db]["harel_executions"], now)
+        pruned = await prune(client[db]["harel_executions"], now)
     finally:
         OP.reset(token)
+    assert pruned.removed == 2, pruned  # its deletes are among the audited commands
     await client.close()
     assert not audit.problems(), "\n".join(audit.problems())
 

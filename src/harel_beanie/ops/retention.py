@@ -165,6 +165,7 @@ async def prune(
                 "parent_id": 1,
                 "born": 1,
                 "created_at": 1,
+                "part": 1,
                 "outbox": {"$slice": 1},
                 "spawns": {"$slice": 1},
             }
@@ -208,9 +209,19 @@ async def _prune_batch(
     if archive is not None:
         await archive.begin(chosen)
     # guarded on the incarnation too: an id removed and created again in between is another
-    # execution, not the one read (and journaled)
+    # execution, not the one read (and journaled); with the partition it carries, so that on a
+    # sharded cluster each delete names the whole shard key and reaches one shard
     deletes = [
-        DeleteOne({"_id": d["_id"], "version": d["version"], "status": d["status"], **identity(d), **_NOTHING_PENDING})
+        DeleteOne(
+            {
+                "_id": d["_id"],
+                **({"part": d["part"]} if "part" in d else {}),
+                "version": d["version"],
+                "status": d["status"],
+                **identity(d),
+                **_NOTHING_PENDING,
+            }
+        )
         for d in chosen
     ]
     await executions.bulk_write(deletes, ordered=False)
