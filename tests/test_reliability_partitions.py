@@ -36,6 +36,8 @@ ALLOWANCE = 5.0
 
 KILL_AT, FREEZE_AT, LEAVE_AT, BACK_AT = 3.0, 5.0, 1.0, 12.0
 FREEZE_FOR = LEASE_SECONDS + RENEW_EVERY + 2.0  # past its lease, and past the others' next look
+#: a run that has not ended by then fails rather than holding the suite (it takes about a minute)
+RUN_LIMIT = 480.0
 
 PARTITIONS = Scenario("partitions", faults=(), kills=0, workers=4, executions=8, seconds=28, echo_share=0.1)
 
@@ -51,7 +53,8 @@ class PartitionRun(Run):
 
     async def _kills(self) -> None:
         begun = time.monotonic()
-        watcher = asyncio.create_task(self._watch(begun))
+        done = asyncio.Event()
+        watcher = asyncio.create_task(self._watch(begun, done))
 
         async def at(t: float) -> None:
             await asyncio.sleep(max(0.0, begun + t - time.monotonic()))
@@ -84,8 +87,8 @@ class PartitionRun(Run):
             while time.monotonic() < settle and not self._all_owned():
                 await asyncio.sleep(WATCH)
             await asyncio.sleep(2 * WATCH)
-            watcher.cancel()
-            await asyncio.gather(watcher, return_exceptions=True)
+            done.set()
+            await asyncio.wait_for(watcher, timeout=60)
 
     def _all_owned(self) -> bool:
         return (
@@ -101,14 +104,23 @@ class PartitionRun(Run):
         now, leases = self.watched[-1]
         return sorted(p for p, d in leases.items() if str(d.get("owner") or "").startswith(owner_prefix))
 
-    async def _watch(self, begun: float) -> None:
+    async def _watch(self, begun: float, done: asyncio.Event) -> None:
+        """Read the leases every WATCH seconds until `done` (never cancelled mid-read: a read
+        cut short can leave the client's close waiting for its connection)."""
         client: Any = pymongo.AsyncMongoClient(url_of(*self.network.server_addr))
         coll = client[DB][partition_collection(PREFIX)]
         try:
-            while True:
-                docs = await coll.find({"_id": {"$type": "int"}}).to_list(None)
-                self.watched.append((time.monotonic() - begun, {d["_id"]: d for d in docs}))
-                await asyncio.sleep(WATCH)
+            while not done.is_set():
+                try:
+                    docs = await coll.find({"_id": {"$type": "int"}}).to_list(None)
+                except pymongo.errors.PyMongoError:
+                    docs = None  # the server busy past the driver's timeout: read again
+                if docs is not None:
+                    self.watched.append((time.monotonic() - begun, {d["_id"]: d for d in docs}))
+                try:
+                    await asyncio.wait_for(done.wait(), timeout=WATCH)
+                except asyncio.TimeoutError:
+                    pass
         finally:
             await client.close()
 
@@ -133,7 +145,7 @@ def _taken_over(run: PartitionRun, event: str, lost: list[int], owner_prefix: st
 
 def test_partitions_are_taken_over_within_the_bound_and_work_is_done_once(tmp_path: Path, figures: Any) -> None:
     run = PartitionRun(PARTITIONS, tmp_path, transport="beanie", layer="loopback")
-    outcome = asyncio.run(run.go())
+    outcome = asyncio.run(asyncio.wait_for(run.go(), timeout=RUN_LIMIT))
     verdict = outcome.verdict
     assert verdict is not None
     where = f"(history: {outcome.history}; logs beside it)"
@@ -180,7 +192,7 @@ def test_partition_takeovers_soak(tmp_path: Path, seed: int, figures: Any) -> No
     """The same run again with other draws of the client's events (seeds), longer sends."""
     scenario = Scenario("partitions", faults=(), kills=0, workers=4, executions=12, seconds=40, echo_share=0.2)
     run = PartitionRun(scenario, tmp_path, transport="beanie", layer="loopback", seed=seed)
-    outcome = asyncio.run(run.go())
+    outcome = asyncio.run(asyncio.wait_for(run.go(), timeout=RUN_LIMIT))
     assert outcome.verdict is not None and outcome.settled and outcome.verdict.ok, outcome.verdict
     killed = _taken_over(run, "kill", run.owners_at["kill"], "w1-")
     frozen = _taken_over(run, "freeze", run.owners_at["freeze"], "w2-")
