@@ -101,8 +101,9 @@ def round_trips(url: str, messages: int = 50) -> dict[str, dict[str, float]]:
     return {kind: asyncio.run(one(kind)) for kind in ("harel", "beanie")}
 
 
-async def _latency(label: str, store_kind: str, transport_kind: str, url: str, defs: dict[str, Any], n: int,
-                   rate: float, timers: int) -> Latency:  # fmt: skip
+async def _latency(
+    label: str, store_kind: str, transport_kind: str, url: str, defs: dict[str, Any], n: int, rate: float, timers: int
+) -> Latency:
     """`n` Parcels started at `rate` per second onto an idle worker (concurrency 16), then
     `timers` Waiters whose one-second timer fires while the worker idles."""
     out = Latency(label)

@@ -85,13 +85,37 @@ class Workers:
         env = dict(os.environ)
         if stack == "harel-own":
             argv = [sys.executable, "-m", "harel.worker"]
-            env.update(HAREL_STORE_BACKEND="mongo", HAREL_TRANSPORT_BACKEND="mongo", HAREL_MONGO_URL=self.url,
-                       HAREL_MONGO_DB=self.db, HAREL_DEFINITIONS_DIR=str(self.models), HAREL_WORKER_ID=name,
-                       HAREL_CONCURRENCY=str(CONCURRENCY), HAREL_PREFIX="harel")  # fmt: skip
+            env.update(
+                HAREL_STORE_BACKEND="mongo",
+                HAREL_TRANSPORT_BACKEND="mongo",
+                HAREL_MONGO_URL=self.url,
+                HAREL_MONGO_DB=self.db,
+                HAREL_DEFINITIONS_DIR=str(self.models),
+                HAREL_WORKER_ID=name,
+                HAREL_CONCURRENCY=str(CONCURRENCY),
+                HAREL_PREFIX="harel",
+            )
         else:
-            argv = [sys.executable, "-m", "harel_beanie", "worker", "--url", self.url, "--db", self.db,
-                    "--prefix", "harel", "--definitions", str(self.models), "--transport", stack,
-                    "--worker-id", name, "--concurrency", str(CONCURRENCY)]  # fmt: skip
+            argv = [
+                sys.executable,
+                "-m",
+                "harel_beanie",
+                "worker",
+                "--url",
+                self.url,
+                "--db",
+                self.db,
+                "--prefix",
+                "harel",
+                "--definitions",
+                str(self.models),
+                "--transport",
+                stack,
+                "--worker-id",
+                name,
+                "--concurrency",
+                str(CONCURRENCY),
+            ]
         with open(self.logs / f"{name}.log", "wb") as log:
             self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
 
@@ -258,8 +282,10 @@ def takeover(url: str, say: Any) -> Takeover:
             all_claimed=max(claimed.values()) if len(claimed) == len(ids) else float("nan"),
             epochs_bumped=all(final[p].get("epoch", 0) > held[p].get("epoch", 0) for p in lost),
         )
-        say(f"takeover: {len(lost)} partitions owned again after {result.owned:.1f}s, claimed after "
-            f"{result.first_claim:.1f}-{result.all_claimed:.1f}s (lease left at the kill {result.lease_left:.1f}s)")  # fmt: skip
+        say(
+            f"takeover: {len(lost)} partitions owned again after {result.owned:.1f}s, claimed after "
+            f"{result.first_claim:.1f}-{result.all_claimed:.1f}s (lease left at the kill {result.lease_left:.1f}s)"
+        )
         return result
     finally:
         workers.stop_all()

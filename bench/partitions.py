@@ -252,8 +252,12 @@ def report(runs: list[ServerFigures], opts: Options, started: datetime.datetime,
         f"queued messages over as many groups; {DEFAULT_PARTITIONS} partitions; median of up to {s.reps} "
         f"operations each; {opts.executions} Parcels ({opts.executions * 5:,} events) per worker "
         f"configuration, concurrency {CONCURRENCY} per worker process; {opts.kills} kill(s)."
-        + (" Reduced from the full sizes." if (s.stored, s.backlog, s.queued) != (FULL.stored, FULL.backlog, FULL.queued) else ""),
-    ]  # fmt: skip
+        + (
+            " Reduced from the full sizes."
+            if (s.stored, s.backlog, s.queued) != (FULL.stored, FULL.backlog, FULL.queued)
+            else ""
+        ),
+    ]
     for figs in runs:
         info = figs.info
         out += ["", f"### {info['server']}", ""]

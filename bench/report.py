@@ -62,11 +62,14 @@ def reading(run: ServerRun) -> list[str]:
         f"- The server's cost model. A bare update by `_id` runs at {seq:,.0f}/s on a collection with only `_id`, "
         f"and at {indexed:,.0f}/s on one carrying this store's {len(index_models(ExecutionDocument))} indexes, "
         "although it changes no indexed field. "
-        + ("This server maintains and plans over every secondary index on every write (mongod only rewrites "
-           "the keys that change), so each index this store declares is paid on every commit, insert and ack "
-           "here, whatever the commit changes. harel's store has no secondary index to pay for."
-           if run.name == "embedded" else "")
-    )  # fmt: skip
+        + (
+            "This server maintains and plans over every secondary index on every write (mongod only rewrites "
+            "the keys that change), so each index this store declares is paid on every commit, insert and ack "
+            "here, whatever the commit changes. harel's store has no secondary index to pay for."
+            if run.name == "embedded"
+            else ""
+        )
+    )
     bare = [(r, run.ratio(r, "empty", BARE), run.ratio(r, "empty")) for r in RUNNERS]
     bare = [(r, z, x) for r, z, x in bare if z is not None and x is not None]
     if bare:
@@ -160,18 +163,21 @@ def report_server(run: ServerRun) -> str:
     seq = statistics.mean(c[0] for c in run.ceiling)
     par = statistics.mean(c[1] for c in run.ceiling)
     lines = [f"## {run.info['server']}", ""]
-    lines.append(f"Reports itself as {run.info['reports']}, {run.info['topology']}. Load average (1/5/15 min) "
-                 + " at the start, ".join("/".join(f"{x:.2f}" for x in la) for la in run.load)
-                 + " at the end of the measurements (the machine's other work shares its CPUs).")  # fmt: skip
+    lines.append(
+        f"Reports itself as {run.info['reports']}, {run.info['topology']}. Load average (1/5/15 min) "
+        + " at the start, ".join("/".join(f"{x:.2f}" for x in la) for la in run.load)
+        + " at the end of the measurements (the machine's other work shares its CPUs)."
+    )
     lines.append("")
     lines.append(
         "Ceiling (bare `update_one` by `_id`, write concern w:1): "
-        + ", ".join(f"{s:,.0f}" for s, _, _ in run.ceiling) + " updates/s one at a time (start, end of run); "
-        + ", ".join(f"{p:,.0f}" for _, p, _ in run.ceiling) + " with 16 in flight. The same update one at a "
+        + ", ".join(f"{s:,.0f}" for s, _, _ in run.ceiling)
+        + " updates/s one at a time (start, end of run); "
+        + ", ".join(f"{p:,.0f}" for _, p, _ in run.ceiling)
+        + " with 16 in flight. The same update one at a "
         f"time on a collection carrying this store's {len(index_models(ExecutionDocument))} indexes (it changes no "
-        "indexed field): "
-        + ", ".join(f"{x:,.0f}" for _, _, x in run.ceiling) + " updates/s."
-    )  # fmt: skip
+        "indexed field): " + ", ".join(f"{x:,.0f}" for _, _, x in run.ceiling) + " updates/s."
+    )
     lines += ["", "### Events/s through harel's engine", ""]
     lines.append(
         f"Median of {len(run.rates(RUNNERS[0], 'empty', 'beanie'))} interleaved round(s); *ratio* is the median of "
@@ -240,8 +246,10 @@ def report_server(run: ServerRun) -> str:
         lines.append("|---|---:|---:|---:|---:|---:|")
         for runner in EQUAL_RUNNERS:
             h, b, e = (run.rate(runner, "empty", k) for k in ("harel", "beanie", EQUAL))
-            lines.append(f"| {RUNNER_LABEL[runner]} | {_f(h)} | {_f(b)} | {_x(run.ratio(runner, 'empty'))} | "
-                         f"{_f(e)} | {_x(run.ratio(runner, 'empty', EQUAL))} |")  # fmt: skip
+            lines.append(
+                f"| {RUNNER_LABEL[runner]} | {_f(h)} | {_f(b)} | {_x(run.ratio(runner, 'empty'))} | "
+                f"{_f(e)} | {_x(run.ratio(runner, 'empty', EQUAL))} |"
+            )
     lines += ["", "### Targets", ""]
     lines.append(
         f"What this store aims for: on an empty database, at least {TARGET[False]:.1f}x harel's rate untraced "
@@ -254,9 +262,11 @@ def report_server(run: ServerRun) -> str:
         goal = TARGET[split_runner(runner)[1]]
         ok1 = "met" if x and x >= goal else "NOT met"
         ok3 = "met" if xe and xe >= goal else "NOT met"
-        lines.append(f"- {RUNNER_LABEL[runner]}: empty database {_x(x)} harel's at the stores' defaults (target {goal:.1f}x: "
-                     f"{ok1}), {_x(xe)} at equal write concern ({ok3}); with {run.stored:,} stored {_x(run.ratio(runner, 'stored'))} "
-                     f"harel's, {_pct(bs, b)} of its own empty-database rate.")  # fmt: skip
+        lines.append(
+            f"- {RUNNER_LABEL[runner]}: empty database {_x(x)} harel's at the stores' defaults (target {goal:.1f}x: "
+            f"{ok1}), {_x(xe)} at equal write concern ({ok3}); with {run.stored:,} stored {_x(run.ratio(runner, 'stored'))} "
+            f"harel's, {_pct(bs, b)} of its own empty-database rate."
+        )
     if any(c.store == BARE for c in run.cells):
         lines += ["", "### With fewer indexes", ""]
         lines.append(
@@ -296,8 +306,11 @@ def report_server(run: ServerRun) -> str:
         lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
         for runner in sequential:
             base = run.split(runner, "empty", "harel")
-            for kind, label in (("harel", "harel MongoStore"), (BARE, "harel-beanie, `_id` only"),
-                                ("beanie", "harel-beanie")):  # fmt: skip
+            for kind, label in (
+                ("harel", "harel MongoStore"),
+                (BARE, "harel-beanie, `_id` only"),
+                ("beanie", "harel-beanie"),
+            ):
                 got = run.split(runner, "empty", kind)
                 if got is None or base is None:
                     continue
@@ -330,8 +343,10 @@ def report_server(run: ServerRun) -> str:
         )
         lines.append("|---|---:|---:|---:|---:|")
         for kind, what in COMMIT_KINDS.items():
-            lines.append(f"| {kind}: {what} | {costs['harel'][kind]:.2f} | {costs['all'][kind]:.2f} | "
-                         f"{costs['none'][kind]:.2f} | {costs['cost_all'][kind]:+.2f} |")  # fmt: skip
+            lines.append(
+                f"| {kind}: {what} | {costs['harel'][kind]:.2f} | {costs['all'][kind]:.2f} | "
+                f"{costs['none'][kind]:.2f} | {costs['cost_all'][kind]:+.2f} |"
+            )
         lines.append("")
         lines.append("Per index: ms it adds, and keys written (SecantusDB / mongod), per operation.")
         lines.append("")
@@ -360,8 +375,11 @@ def report_server(run: ServerRun) -> str:
 def report(runs: list[ServerRun], opts: Options, started: datetime.datetime, wall: float) -> str:
     m = machine()
     lines = ["# Benchmark results", ""]
-    lines.append(f"Run {started:%Y-%m-%d %H:%M} UTC with `python bench/run.py"
-                 + (" --quick" if opts.quick else "") + f"` in {wall / 60:.1f} min.")  # fmt: skip
+    lines.append(
+        f"Run {started:%Y-%m-%d %H:%M} UTC with `python bench/run.py"
+        + (" --quick" if opts.quick else "")
+        + f"` in {wall / 60:.1f} min."
+    )
     lines.append(
         f"Machine: {m['cpus']} CPUs, {m['cpu']}; {m['os']}; Python {m['python']}; harel {m['harel']}, "
         f"pymongo {m['pymongo']}, motor {m['motor']}, beanie {m['beanie']}."

@@ -74,8 +74,9 @@ from harel_beanie.ops.embedded import EmbeddedServer
 # --- the run ----------------------------------------------------------------------------------
 
 
-def run_stacks(run: ServerRun, url: str, opts: Options, defs: dict[str, Definition], stored_db: dict[str, str],
-               tag: str, say: Any) -> None:  # fmt: skip
+def run_stacks(
+    run: ServerRun, url: str, opts: Options, defs: dict[str, Definition], stored_db: dict[str, str], tag: str, say: Any
+) -> None:
     """The production stacks side by side, in rounds of their own (each store on its own
     transport), and the transports' round trips per message."""
     client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)

@@ -68,8 +68,11 @@ def _latency(run: ServerRun) -> list[str]:
         "sends the server per second (serverStatus opcounters, before any work). Wall-clock figures of this "
         "machine, from one run: compare the rows, not the numbers across machines."
     )
-    lines += ["", "| setup | handler p50 ms | p99 ms | max ms | timer lateness p50 ms | p99 ms | idle commands/s |",
-              "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines += [
+        "",
+        "| setup | handler p50 ms | p99 ms | max ms | timer lateness p50 ms | p99 ms | idle commands/s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for lat in run.latencies:
         p50, p99, top = summary(lat.handler_ms)
         t50, t99, _ = summary(lat.timer_ms)
@@ -91,7 +94,12 @@ def _profile(run: ServerRun) -> list[str]:
     for kind in ("harel", "beanie"):
         rows = run.profile.get(kind, [])
         total = math.fsum(ms for _, ms in rows)
-        lines += ["", f"{LABEL[kind]} (these {len(rows)}: {total:.2f} ms per event):", "", "| function | ms per event |",
-                  "|---|---:|"]  # fmt: skip
+        lines += [
+            "",
+            f"{LABEL[kind]} (these {len(rows)}: {total:.2f} ms per event):",
+            "",
+            "| function | ms per event |",
+            "|---|---:|",
+        ]
         lines += [f"| `{name}` | {ms:.3f} |" for name, ms in rows]
     return lines

@@ -222,9 +222,16 @@ def drop_transport(url: str, db: str, kind: str, prefix: str) -> None:
 
 
 async def _measure_worker(
-    kind: str, url: str, db: str, defs: dict[str, Definition], concurrency: int, cap: int, budget: float, trace: bool,
+    kind: str,
+    url: str,
+    db: str,
+    defs: dict[str, Definition],
+    concurrency: int,
+    cap: int,
+    budget: float,
+    trace: bool,
     transport_kind: str = "harel",
-) -> tuple[Cell, list[str]]:  # fmt: skip
+) -> tuple[Cell, list[str]]:
     store = await async_store(kind, url, db)
     prefix = "hbq" + uuid.uuid4().hex[:8]  # a queue of its own: nothing left over from another cell
     inner = await open_transport(transport_kind, url, db, prefix, store)
@@ -271,8 +278,9 @@ async def _measure_worker(
     await transport.close()
     drop_transport(url, db, transport_kind, prefix)
     runner_name = f"worker-{concurrency}" + (TRACED if trace else "")
-    cell = Cell(runner_name, "", kind, handled, drain_seconds, submit_events=submitted, submit_seconds=submit_seconds,
-                wire=wire)  # fmt: skip
+    cell = Cell(
+        runner_name, "", kind, handled, drain_seconds, submit_events=submitted, submit_seconds=submit_seconds, wire=wire
+    )
     return cell, ids
 
 

@@ -68,11 +68,22 @@ def run_tests(kind: str, extra: list[str]) -> tuple[int, dict[str, Any]]:
         lines = Path(scratch) / "figures.jsonl"
         env = {**os.environ, ENV: str(lines)}
         marker = ["-m", "soak"] if kind in ("soak", "rerun") else []
-        argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *marker, *extra,
-                *(rel(f) for f in test_files())]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *marker,
+            *extra,
+            *(rel(f) for f in test_files()),
+        ]
         print("running:", " ".join(["python", *argv[1:]]), flush=True)
-        at = {"commit": git("rev-parse", "--short=12", "HEAD"),
-              "uncommitted_changes": bool(git("status", "--porcelain", "--", "src", "tests"))}  # fmt: skip
+        at = {
+            "commit": git("rev-parse", "--short=12", "HEAD"),
+            "uncommitted_changes": bool(git("status", "--porcelain", "--", "src", "tests")),
+        }
         started = time.monotonic()
         status = subprocess.call(argv, cwd=ROOT, env=env)
         seconds = time.monotonic() - started
@@ -130,8 +141,14 @@ def functions(path: Path) -> list[dict[str, Any]]:
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_"):
             marks = {ast.unparse(d).split("(")[0].removeprefix("pytest.mark.") for d in node.decorator_list}
-            out.append({"name": node.name, "doc": ast.get_docstring(node) or "", "soak": "soak" in marks,
-                        "xfail": "xfail" in marks})  # fmt: skip
+            out.append(
+                {
+                    "name": node.name,
+                    "doc": ast.get_docstring(node) or "",
+                    "soak": "soak" in marks,
+                    "xfail": "xfail" in marks,
+                }
+            )
     return out
 
 
@@ -152,8 +169,9 @@ def cases(run: Optional[dict[str, Any]], path: Path, name: str) -> str:
     if run is None:
         return ""
     prefix = rel(path) + "::"
-    got = Counter(t.get("outcome", "?") for nid, t in run["tests"].items()
-                  if nid.startswith(prefix) and function_of(nid) == name)  # fmt: skip
+    got = Counter(
+        t.get("outcome", "?") for nid, t in run["tests"].items() if nid.startswith(prefix) and function_of(nid) == name
+    )
     return ", ".join(f"{n} {outcome}" for outcome, n in sorted(got.items()))
 
 
@@ -187,13 +205,15 @@ def describe(run: dict[str, Any]) -> str:
     machine = s.get("machine") or {}
     totals = ", ".join(f"{n} {k}" for k, n in run["totals"].items())
     changes = " (with uncommitted changes to src/ or tests/)" if run.get("uncommitted_changes") else ""
-    return "\n".join([
-        f"- command: `{run['command']}`, {run['seconds']:.0f} s, pytest exit status {run['pytest_status']}: {totals}",
-        f"- date: {s.get('date', '?')}, at commit `{run.get('commit') or '?'}`{changes}",
-        f"- server: {server.get('name', '?')} {server.get('version', '?')} ({server.get('topology', '?')})",
-        "- versions: " + ", ".join(f"{k} {v}" for k, v in pkgs.items()) + f", Python {s.get('python', '?')}",
-        f"- machine: {machine.get('system', '?')} {machine.get('arch', '')}, {machine.get('cpus', '?')} CPUs",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"- command: `{run['command']}`, {run['seconds']:.0f} s, pytest exit status {run['pytest_status']}: {totals}",
+            f"- date: {s.get('date', '?')}, at commit `{run.get('commit') or '?'}`{changes}",
+            f"- server: {server.get('name', '?')} {server.get('version', '?')} ({server.get('topology', '?')})",
+            "- versions: " + ", ".join(f"{k} {v}" for k, v in pkgs.items()) + f", Python {s.get('python', '?')}",
+            f"- machine: {machine.get('system', '?')} {machine.get('arch', '')}, {machine.get('cpus', '?')} CPUs",
+        ]
+    )
 
 
 def figures_table(run: dict[str, Any]) -> str:
@@ -221,8 +241,10 @@ def runs_section(runs: dict[str, dict[str, Any]]) -> str:
                 f"### {title}\n\nNot recorded yet: `python docs/reliability.py{' --soak' if kind == 'soak' else ''}`."
             )
             continue
-        out.append(f"### {title}\n\n{describe(run)}\n\nEvery test that recorded figures, and every test that "
-                   f"did not simply pass:\n\n{figures_table(run)}")  # fmt: skip
+        out.append(
+            f"### {title}\n\n{describe(run)}\n\nEvery test that recorded figures, and every test that "
+            f"did not simply pass:\n\n{figures_table(run)}"
+        )
     return "\n\n".join(out)
 
 
@@ -266,8 +288,11 @@ def render(runs: dict[str, dict[str, Any]]) -> str:
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--soak", action="store_true", help="run the soak (-m soak) instead of the default tests")
-    parser.add_argument("--rerun", action="store_true",
-                        help="run soak tests chosen by the pytest arguments (-k ...) after a fix, kept beside the soak")  # fmt: skip
+    parser.add_argument(
+        "--rerun",
+        action="store_true",
+        help="run soak tests chosen by the pytest arguments (-k ...) after a fix, kept beside the soak",
+    )
     parser.add_argument("--render", action="store_true", help="only render from the recorded runs")
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
     args = parser.parse_args(argv)

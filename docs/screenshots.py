@@ -45,8 +45,18 @@ DB = "shop"
 #: demo runs, a sample after each: the charts' minutes
 ROUNDS = 12
 WIDTH = 1360
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", "--no-first-run", "--disable-quic", "--hide-scrollbars", f"--window-size={WIDTH},900")  # fmt: skip
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+    "--hide-scrollbars",
+    f"--window-size={WIDTH},900",
+)
 
 
 def cli(*args: str) -> list[str]:
@@ -67,8 +77,9 @@ def fill(url: str, work: Path) -> str:
     now = time.time()
     first = ""
     for i in range(ROUNDS):
-        done = subprocess.run(cli("demo", "-n", "16", "--url", url, "--db", DB), cwd=work, capture_output=True,
-                              text=True)  # fmt: skip
+        done = subprocess.run(
+            cli("demo", "-n", "16", "--url", url, "--db", DB), cwd=work, capture_output=True, text=True
+        )
         if done.returncode != 0:
             sys.exit(done.stdout + done.stderr)
         first = first or re.search(r"Run (demo-[0-9a-f]+)", done.stdout).group(1)  # type: ignore[union-attr]
@@ -85,22 +96,45 @@ def forked_order(url: str, delivered: str) -> str:
     assert root is not None, delivered
     store = MongoStore(pymongo.MongoClient(url), DB)
     forked = "order-4410"
-    store.save(Execution(id=forked, definition_id="Order", status=Status.RUNNING, active_path="Fulfilment",
-                         created_at=root["created_at"], updated_at=time.time() - 90,
-                         context={"order_id": forked, "amount": 24.5, "lines": ["SKU-3", "SKU-4"]}))  # fmt: skip
+    store.save(
+        Execution(
+            id=forked,
+            definition_id="Order",
+            status=Status.RUNNING,
+            active_path="Fulfilment",
+            created_at=root["created_at"],
+            updated_at=time.time() - 90,
+            context={"order_id": forked, "amount": 24.5, "lines": ["SKU-3", "SKU-4"]},
+        )
+    )
     for step in store.read_trace(delivered):
         store.append_trace(forked, {k: v for k, v in step.items() if k != "index"})
         if step.get("to_path") == "Fulfilment":
             break
     for child in executions.find({"parent_id": delivered}):
         packing = child["definition_id"] == "Order" and ".Warehouse." in child["active_path"] + "."
-        store.save(Execution(id=forked + child["_id"][len(delivered) :], definition_id=child["definition_id"],
-                             parent_id=forked, status=Status.RUNNING if packing else Status(child["status"]),
-                             outcome=None if packing else child.get("outcome"), updated_at=time.time() - 60,
-                             active_path="Fulfilment.Warehouse.Packing" if packing else child["active_path"]))  # fmt: skip
-    store.save(Execution(id="order-7731", definition_id="Order", status=Status.FAILED, active_path="Paying",
-                         error="ConnectionError: payment gateway timed out after 30s", updated_at=time.time() - 420,
-                         context={"order_id": "order-7731", "amount": 59.7, "lines": ["SKU-2", "SKU-9"]}))  # fmt: skip
+        store.save(
+            Execution(
+                id=forked + child["_id"][len(delivered) :],
+                definition_id=child["definition_id"],
+                parent_id=forked,
+                status=Status.RUNNING if packing else Status(child["status"]),
+                outcome=None if packing else child.get("outcome"),
+                updated_at=time.time() - 60,
+                active_path="Fulfilment.Warehouse.Packing" if packing else child["active_path"],
+            )
+        )
+    store.save(
+        Execution(
+            id="order-7731",
+            definition_id="Order",
+            status=Status.FAILED,
+            active_path="Paying",
+            error="ConnectionError: payment gateway timed out after 30s",
+            updated_at=time.time() - 420,
+            context={"order_id": "order-7731", "amount": 59.7, "lines": ["SKU-2", "SKU-9"]},
+        )
+    )
     store.close()
     return forked
 
@@ -108,8 +142,10 @@ def forked_order(url: str, delivered: str) -> str:
 def search(url: str, run_id: str) -> str:
     """The query string of a search: the run's delivered orders, in the first half of its span."""
     executions: Any = pymongo.MongoClient(url)[DB]["harel_executions"]
-    times = sorted(d["updated_at"] for d in executions.find({"_id": {"$regex": f"^{run_id}-order-"},
-                                                             "definition_id": "Order", "status": "DONE"}))  # fmt: skip
+    times = sorted(
+        d["updated_at"]
+        for d in executions.find({"_id": {"$regex": f"^{run_id}-order-"}, "definition_id": "Order", "status": "DONE"})
+    )
     iso = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))  # noqa: E731
     span = {"from": iso(times[0] - 1), "to": iso(times[len(times) // 2] + 1)}
     return urlencode({"definition": "Order", "status": "DONE", "outcome": "success", **span})
@@ -135,8 +171,12 @@ def main() -> None:
         run_id = fill(server.url, work)
         forked = forked_order(server.url, f"{run_id}-order-0000")
         port = free_port()
-        dash = subprocess.Popen(cli("dashboard", "--url", server.url, "--db", DB, "--port", str(port), "--token", TOKEN),
-                                cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        dash = subprocess.Popen(
+            cli("dashboard", "--url", server.url, "--db", DB, "--port", str(port), "--token", TOKEN),
+            cwd=work,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         options = webdriver.ChromeOptions()
         options.binary_location = "/usr/bin/chromium"
         for flag in FLAGS:

@@ -25,10 +25,16 @@ CHROMEDRIVER = os.environ.get("HAREL_CHROMEDRIVER", "/usr/bin/chromedriver")
 # no sync, updates or background fetches: this machine's network is closed, and a test
 # browser should not talk to anyone but the page under test
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
     "--window-size=1400,1000",
-)  # fmt: skip
+)
 
 
 def browser_missing() -> Optional[str]:

@@ -118,8 +118,15 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         elif report.skipped and isinstance(report.longrepr, tuple):
             reason = str(report.longrepr[2]).removeprefix("Skipped: ")
         phase = "" if report.when == "call" else f" in {report.when}"
-        write({"kind": "outcome", "test": report.nodeid, "outcome": outcome + phase, "reason": reason,
-               "seconds": round(report.duration, 2)})  # fmt: skip
+        write(
+            {
+                "kind": "outcome",
+                "test": report.nodeid,
+                "outcome": outcome + phase,
+                "reason": reason,
+                "seconds": round(report.duration, 2),
+            }
+        )
 
 
 def pytest_configure(config: pytest.Config) -> None:

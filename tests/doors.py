@@ -117,8 +117,14 @@ def _exports(path: str) -> Iterator[tuple[str, Any]]:
     module = importlib.import_module(path)
     names = getattr(module, "__all__", None)
     if names is None:  # a plugin module: its own public functions (pytest's hooks aside)
-        names = [n for n, o in vars(module).items() if inspect.isfunction(o) and o.__module__ == path
-                 and not n.startswith(("_", "pytest_")) and not hasattr(o, "_fixture_function_marker")]  # fmt: skip
+        names = [
+            n
+            for n, o in vars(module).items()
+            if inspect.isfunction(o)
+            and o.__module__ == path
+            and not n.startswith(("_", "pytest_"))
+            and not hasattr(o, "_fixture_function_marker")
+        ]
     for name in names:
         yield name, getattr(module, name)
 

@@ -55,8 +55,19 @@ def suite_root() -> Path:
     cache_dir().mkdir(parents=True, exist_ok=True)
     tarball = cache_dir() / f"harel-{v}.tar.gz"
     if not tarball.exists():
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-               f"harel=={v}", "-d", str(cache_dir()), "-q"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            f"harel=={v}",
+            "-d",
+            str(cache_dir()),
+            "-q",
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if done.returncode != 0 or not tarball.exists():
             pytest.skip(f"harel's sdist could not be downloaded: {done.stderr.strip()[-300:]}")
@@ -82,8 +93,13 @@ def run_suite(
     root = suite_root()
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.xml"
-        env = {**os.environ, "HB_SWAP_STORE": store, "HB_SWAP_SERVER": server, "HB_SWAP_TRANSPORT": transport,
-               "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
+        env = {
+            **os.environ,
+            "HB_SWAP_STORE": store,
+            "HB_SWAP_SERVER": server,
+            "HB_SWAP_TRANSPORT": transport,
+            "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        }
         for var in ("HAREL_STORE_BACKEND", "HAREL_TRANSPORT_BACKEND", "HAREL_MONGO_URL", "HAREL_MONGO_DB"):
             env.pop(var, None)
         if server != "mongomock":  # harel's `stack` tests for its Mongo stores (and transports)
@@ -100,12 +116,26 @@ def run_suite(
                 HAREL_STORE_BACKEND="mongo", HAREL_MONGO_URL="mongodb://in-memory.invalid", HAREL_MONGO_DB="harel"
             )
         cmd = [
-            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.harel_swap",
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "tests.harel_swap",
             # the installed harel, not the sdist's src/: the one this store is built against
-            "-o", "pythonpath=test deploy", "-m", "stack or not stack", "--junitxml", str(report),
-            "-o", "junit_family=xunit1", "--continue-on-collection-errors",
+            "-o",
+            "pythonpath=test deploy",
+            "-m",
+            "stack or not stack",
+            "--junitxml",
+            str(report),
+            "-o",
+            "junit_family=xunit1",
+            "--continue-on-collection-errors",
             *targets,
-        ]  # fmt: skip
+        ]
         for d in deselect:
             cmd += ["--deselect", d]
         if keyword:

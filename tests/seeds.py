@@ -127,8 +127,10 @@ def seed_harel_layout(mongo_url: str, db_name: str) -> dict[str, dict[str, Any]]
             harel.commit(exe, [], **commit)
             out[exe.id] = {"definition_id": exe.definition_id, "status": exe.status.value}
 
-        put(_exe("legacy-1", "Order", Status.SUSPENDED, active_path="Waiting"),
-            timers=(TimerOp("schedule", "Waiting.Nudge", NOW + 60), TimerOp("schedule", "Late", NOW - 60)))  # fmt: skip
+        put(
+            _exe("legacy-1", "Order", Status.SUSPENDED, active_path="Waiting"),
+            timers=(TimerOp("schedule", "Waiting.Nudge", NOW + 60), TimerOp("schedule", "Late", NOW - 60)),
+        )
         put(_exe("legacy/2", "Legacy", Status.FAILED, error="boom"), spawns=(("legacy/2:R:0", "R", {"k": "v"}),))
         put(_exe("legacy/2:R:0", "R", Status.RUNNING, parent_id="legacy/2"))
         put(_exe("legacy-3", "Order", Status.DONE, outcome="shipped", finished_at=NOW - 60))

@@ -19,8 +19,11 @@ def test_bench_quick_run_writes_a_report(tmp_path: Path) -> None:
     out = tmp_path / "RESULTS.md"
     done = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     text = out.read_text()
     assert "SecantusDB" in text or "MONGODB_URL" in text
@@ -94,9 +97,26 @@ def test_bench_partitions_writes_its_section_and_keeps_the_rest(tmp_path: Path) 
     out = tmp_path / "RESULTS.md"
     old = "<!-- section partitions: begin -->\nold figures\n<!-- section partitions: end -->\n"
     out.write_text("# Benchmark results\n\nthe main report\n\n" + old + "\nafter it\n")
-    argv = [sys.executable, str(ROOT / "bench" / "partitions.py"), "--stored", "200", "--backlog", "100",
-            "--queued", "100", "--reps", "3", "--workers", "1", "--executions", "6", "--kills", "0",
-            "--out", str(out)]  # fmt: skip
+    argv = [
+        sys.executable,
+        str(ROOT / "bench" / "partitions.py"),
+        "--stored",
+        "200",
+        "--backlog",
+        "100",
+        "--queued",
+        "100",
+        "--reps",
+        "3",
+        "--workers",
+        "1",
+        "--executions",
+        "6",
+        "--kills",
+        "0",
+        "--out",
+        str(out),
+    ]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-4000:]
     text = out.read_text()

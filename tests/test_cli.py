@@ -28,8 +28,17 @@ from harel_beanie.ops.where import CLI_RETRY, Target
 MODELS = default_models_dir()  # the shop models, shipped in the package
 
 # what a command could otherwise pick up from the developer's environment
-_SCRUB = ("MONGODB_URL", "HAREL_MONGO_URL", "HAREL_MONGO_DB", "HAREL_PREFIX", "HAREL_DEFINITIONS_DIR",
-          "HAREL_CONCURRENCY", "HAREL_WORKER_ID", "HAREL_BEANIE_DATA", "HAREL_BEANIE_DEBUG")  # fmt: skip
+_SCRUB = (
+    "MONGODB_URL",
+    "HAREL_MONGO_URL",
+    "HAREL_MONGO_DB",
+    "HAREL_PREFIX",
+    "HAREL_DEFINITIONS_DIR",
+    "HAREL_CONCURRENCY",
+    "HAREL_WORKER_ID",
+    "HAREL_BEANIE_DATA",
+    "HAREL_BEANIE_DEBUG",
+)
 
 
 def cli_env(**extra: str) -> dict[str, str]:
@@ -69,11 +78,15 @@ def test_the_console_script_refuses_in_one_line(tmp_path, mongo_url):
     dead = f"mongodb://user:s3cret@127.0.0.1:{free_port()}"
     cases = [
         (["demo", "--bogus"], "harel-beanie demo: unrecognized arguments: --bogus"),
-        (["status", "--url", dead, "--connect-attempts", "2", "--connect-timeout", "0.3"],
-         f"harel-beanie status: MongoDB at mongodb://user:***@127.0.0.1:{dead.rsplit(':', 1)[1]} did not answer a ping after 2 attempts"),
-        (["worker", "--url", mongo_url, "--definitions", str(tmp_path / "nope")],
-         f"harel-beanie worker: no definitions directory at {tmp_path / 'nope'}"),
-    ]  # fmt: skip
+        (
+            ["status", "--url", dead, "--connect-attempts", "2", "--connect-timeout", "0.3"],
+            f"harel-beanie status: MongoDB at mongodb://user:***@127.0.0.1:{dead.rsplit(':', 1)[1]} did not answer a ping after 2 attempts",
+        ),
+        (
+            ["worker", "--url", mongo_url, "--definitions", str(tmp_path / "nope")],
+            f"harel-beanie worker: no definitions directory at {tmp_path / 'nope'}",
+        ),
+    ]
     for args, expected in cases:
         line = one_line_error(run_cli(*args, cwd=tmp_path, timeout=60))
         assert line.startswith(expected), (args, line)
@@ -92,8 +105,20 @@ _REFUSALS = [
     (["prune", "--url", "{url}", "--finished-before", "@nan"], "finished_before must be a finite number"),
     (["prune", "--url", "{url}", "--finished-before", "99999999999999999999999999999999d"], "age must be"),
     (["migrate", "up", "--url", "{url}", "--batch-size", "0"], "must be from 1 to"),
-    (["worker", "--url", "{dead}", "--definitions", "{models}", "--connect-attempts", "1", "--connect-timeout", "0.2"],
-     "did not answer a ping after 1 attempts"),
+    (
+        [
+            "worker",
+            "--url",
+            "{dead}",
+            "--definitions",
+            "{models}",
+            "--connect-attempts",
+            "1",
+            "--connect-timeout",
+            "0.2",
+        ],
+        "did not answer a ping after 1 attempts",
+    ),
     (["status", "--url", "not-a-url"], "not-a-url (from --url) is not a MongoDB URL"),
     (["status", "--url", "mongodb://h:notaport"], "cannot use mongodb://h:notaport"),
     (["status", "--url", "{url}", "--db", "bad.name"], "is not a MongoDB database name"),
@@ -104,7 +129,7 @@ _REFUSALS = [
     (["monitor", "--url", "{url}", "--definitions", "{tmp}/nope"], "no definitions directory at"),
     (["monitor", "--url", "{dead}", "--connect-attempts", "1", "--connect-timeout", "0.2"], "did not answer"),
     (["demo", "--url", "{url}", "--models", "{tmp}/nope"], "no models directory at"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(
@@ -159,11 +184,25 @@ def test_migrate_is_parsed_like_every_command(monkeypatch):
 
 
 def test_python_m_harel_beanie_migrate_is_the_migrate_command(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "harel_beanie.migrate", "--help"], cwd=tmp_path, env=cli_env(),
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "harel_beanie.migrate", "--help"],
+        cwd=tmp_path,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0 and "harel-beanie migrate" in proc.stdout and "{up,down,status}" in proc.stdout
-    line = one_line_error(subprocess.run([sys.executable, "-m", "harel_beanie.migrate", "up"], cwd=tmp_path,
-                                         env=cli_env(), capture_output=True, text=True, timeout=60))  # fmt: skip
+    line = one_line_error(
+        subprocess.run(
+            [sys.executable, "-m", "harel_beanie.migrate", "up"],
+            cwd=tmp_path,
+            env=cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    )
     assert line.startswith("harel-beanie migrate: no MongoDB URL"), line
 
 
@@ -181,11 +220,17 @@ async def seed_backlog(astore: Any, now: float) -> None:
     for i in range(3):
         await astore.save(exe(f"done-{i}", "Order", Status.DONE, now - 60))
     await astore.save(exe("failed", "Payment", Status.FAILED, now - 60))
-    await astore.commit(exe("emitter", "Order", Status.RUNNING, now - 5), [("silent", Event(kind="Ping"))],
-                        timers=(TimerOp("schedule", "CoolingOff", now + 600),))  # fmt: skip
-    await astore.commit(exe("forker", "Order", Status.RUNNING, now - 5), [],
-                        timers=(TimerOp("schedule", "Charging", now - 30),),
-                        spawns=(("forker:Fulfilment.Warehouse:0", "Fulfilment.Warehouse", {}),))  # fmt: skip
+    await astore.commit(
+        exe("emitter", "Order", Status.RUNNING, now - 5),
+        [("silent", Event(kind="Ping"))],
+        timers=(TimerOp("schedule", "CoolingOff", now + 600),),
+    )
+    await astore.commit(
+        exe("forker", "Order", Status.RUNNING, now - 5),
+        [],
+        timers=(TimerOp("schedule", "Charging", now - 30),),
+        spawns=(("forker:Fulfilment.Warehouse:0", "Fulfilment.Warehouse", {}),),
+    )
 
 
 async def test_status_reports_the_backlog_that_is_there(astore, mongo_url, db_name, tmp_path):
@@ -214,8 +259,20 @@ async def test_status_reports_the_backlog_that_is_there(astore, mongo_url, db_na
     table = run_cli("status", *where, "--stuck-after", "600", cwd=tmp_path, env=cli_env(COLUMNS="120"))
     assert table.returncode == 0, table.stderr
     out = table.stdout
-    for text in ("Executions", "Order", "Payment", "Pending work", "outbox entries", "oldest",
-                 "Next timers", "Charging", "due", "Stuck", "silent", "60m"):  # fmt: skip
+    for text in (
+        "Executions",
+        "Order",
+        "Payment",
+        "Pending work",
+        "outbox entries",
+        "oldest",
+        "Next timers",
+        "Charging",
+        "due",
+        "Stuck",
+        "silent",
+        "60m",
+    ):
         assert text in out, (text, out)
 
 
@@ -236,8 +293,14 @@ async def test_monitor_starts_and_lists_the_executions(astore, mongo_url, db_nam
 
     ids = ["order-a", "order-b", "payment-c"]
     for i in ids:
-        await astore.save(Execution(id=i, definition_id="Order" if i.startswith("order") else "Payment",
-                                    status=Status.RUNNING, updated_at=time.time()))  # fmt: skip
+        await astore.save(
+            Execution(
+                id=i,
+                definition_id="Order" if i.startswith("order") else "Payment",
+                status=Status.RUNNING,
+                updated_at=time.time(),
+            )
+        )
     app = build_app(Target(mongo_url, db_name, "harel", CLI_RETRY, "--url"), str(MODELS), interval=0.25)
     try:
         async with app.run_test(size=(140, 40)) as pilot:

@@ -21,9 +21,19 @@ def test_demo_runs_the_models_on_a_given_server_and_summarises(tmp_path, mongo_u
     run_id = re.search(r"Run (demo-[0-9a-f]{6}): (\d+) executions", out)
     assert run_id, out
     # the per-model table, the endings each as the model says, the round trips, the data
-    for text in ("Order", "pay.Payment", "pick.PickLine", "events/s", "round trips/event",
-                 "How the orders and payments ended", "Round trips", "the transport",
-                 "Where the data lives", f"database   {db_name}", "harel_executions"):  # fmt: skip
+    for text in (
+        "Order",
+        "pay.Payment",
+        "pick.PickLine",
+        "events/s",
+        "round trips/event",
+        "How the orders and payments ended",
+        "Round trips",
+        "the transport",
+        "Where the data lives",
+        f"database   {db_name}",
+        "harel_executions",
+    ):
         assert text in out, (text, out)
     assert "no, expected" not in out
     for ending in ("Completed", "PaymentFailed", "Unfulfilled", "Cancelled", "Lost", "GaveUp"):

@@ -53,10 +53,26 @@ async def queued_groups(db: Any, kind: str) -> set[str]:
 
 async def start_worker(mongo_url: str, db_name: str, worker_id: str, *extra: str) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harel_beanie", "worker", "--url", mongo_url, "--db", db_name,
-         "--definitions", str(MODELS), "--worker-id", worker_id, *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "harel_beanie",
+            "worker",
+            "--url",
+            mongo_url,
+            "--db",
+            db_name,
+            "--definitions",
+            str(MODELS),
+            "--worker-id",
+            worker_id,
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+    )
     assert proc.stdout is not None
     before = ""
     while True:  # the ready line, after whatever it says while starting
@@ -203,10 +219,23 @@ async def test_the_worker_refuses_to_strand_the_other_transports_messages(mongo_
     )
     await transport.close()
     proc = subprocess.run(
-        [sys.executable, "-m", "harel_beanie", "worker", "--url", mongo_url, "--db", db_name,
-         "--definitions", str(MODELS)],
-        capture_output=True, text=True, env=cli_env(), timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "harel_beanie",
+            "worker",
+            "--url",
+            mongo_url,
+            "--db",
+            db_name,
+            "--definitions",
+            str(MODELS),
+        ],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=60,
+    )
     assert proc.returncode == 2 and "1 message(s) wait in the harel transport" in proc.stderr, proc.stderr
     assert "harel-beanie migrate-transport up" in proc.stderr
 
@@ -220,9 +249,11 @@ async def test_a_connection_lost_while_starting_does_not_end_the_worker(tmp_path
     with EmbeddedServer(test_commands=True, log_path=tmp_path / "server.log") as server:
         admin: Any = pymongo.MongoClient(server.url)
         admin.admin.command(
-            "configureFailPoint", "failCommand", mode={"times": 2},
+            "configureFailPoint",
+            "failCommand",
+            mode={"times": 2},
             data={"failCommands": ["createIndexes"], "closeConnection": True},
-        )  # fmt: skip
+        )
         proc, said = await start_worker(server.url, "startup", "w-start", "--connect-attempts", "10")
         assert said.count("lost the server while starting") == 2, said
         # the fail point is spent: both closes were on the store's set-up
@@ -245,9 +276,11 @@ async def test_a_write_concern_error_on_a_claim_does_not_end_the_worker(tmp_path
         try:
             wce = {"code": 64, "codeName": "WriteConcernFailed", "errmsg": "injected"}
             admin.admin.command(
-                "configureFailPoint", "failCommand", mode={"times": 2},
+                "configureFailPoint",
+                "failCommand",
+                mode={"times": 2},
                 data={"failCommands": ["findAndModify", "update"], "writeConcernError": wce, "appName": "hb-worker"},
-            )  # fmt: skip
+            )
             store = AsyncMongoStore(pymongo.AsyncMongoClient(server.url), "wce")
             transport = await sender_transport(kind, server.url, "wce")
             sender = AsyncDistributedRunner(store, transport, load_models(MODELS))

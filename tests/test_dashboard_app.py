@@ -39,8 +39,12 @@ async def test_metrics_endpoint_serves_the_figures(astore) -> None:
         await astore.save(Execution(id=f"f-{i}", definition_id="Order", status=Status.FAILED, updated_at=now))
     await astore.save(Execution(id="r-1", definition_id="Payment", status=Status.RUNNING, updated_at=now - 3600))
     busy = Execution(id="busy", definition_id="Order", status=Status.RUNNING, updated_at=now)
-    await astore.commit(busy, [("r-1", Event(kind="Ping"))], timers=(TimerOp("schedule", "Wait", now - 90),),
-                        spawns=(("busy:X:0", "X", {}),))  # fmt: skip
+    await astore.commit(
+        busy,
+        [("r-1", Event(kind="Ping"))],
+        timers=(TimerOp("schedule", "Wait", now - 90),),
+        spawns=(("busy:X:0", "X", {}),),
+    )
     registry = CollectorRegistry()
     metrics = StoreMetrics(registry)
     # the app's own store, instrumented: its commits are timed and conflicts counted

@@ -33,10 +33,26 @@ def shop(mongo_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
     run_id = re.search(r"Run (demo-[0-9a-f]{6})", proc.stdout).group(1)  # type: ignore[union-attr]
     store = MongoStore(pymongo.MongoClient(mongo_url), db)
     now = time.time()
-    store.save(Execution(id="broken-order-1", definition_id="Order", status=Status.FAILED, active_path="Paying",
-                         error="ValueError: gateway answered 502", updated_at=now - 60, context={"order_id": "B-1"}))  # fmt: skip
-    store.save(Execution(id="quiet-order-1", definition_id="Order", status=Status.RUNNING, active_path="CoolingOff",
-                         updated_at=now - 3 * 3600))  # fmt: skip
+    store.save(
+        Execution(
+            id="broken-order-1",
+            definition_id="Order",
+            status=Status.FAILED,
+            active_path="Paying",
+            error="ValueError: gateway answered 502",
+            updated_at=now - 60,
+            context={"order_id": "B-1"},
+        )
+    )
+    store.save(
+        Execution(
+            id="quiet-order-1",
+            definition_id="Order",
+            status=Status.RUNNING,
+            active_path="CoolingOff",
+            updated_at=now - 3 * 3600,
+        )
+    )
     store.close()
     dash = Dashboard(mongo_url, db, TOKEN).wait()
     try:
@@ -171,8 +187,12 @@ def test_the_json_views_are_in_the_openapi_schema(shop: dict[str, Any]) -> None:
     status, body = dash.get("/openapi.json", token=TOKEN)
     assert status == 200
     schema = json.loads(body)
-    for path, model in (("/api/executions", "ExecutionsView"), ("/api/execution", "ExecutionView"),
-                        ("/api/failed", "FailedView"), ("/api/backlog", "BacklogView")):  # fmt: skip
+    for path, model in (
+        ("/api/executions", "ExecutionsView"),
+        ("/api/execution", "ExecutionView"),
+        ("/api/failed", "FailedView"),
+        ("/api/backlog", "BacklogView"),
+    ):
         ok = schema["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
         assert ok == {"$ref": f"#/components/schemas/{model}"}, (path, ok)
     page = json.loads(shop["dash"].get("/api/executions?definition=Order&status=DONE&limit=5", token=TOKEN)[1])

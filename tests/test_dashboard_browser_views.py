@@ -95,14 +95,23 @@ def test_the_statechart_highlights_the_active_configuration(shop: dict[str, Any]
     assert sorted(d["active_path"].split(".")[1] for d in regions) == ["Invoicing", "Warehouse"], regions
     forked = f"fork-{uuid.uuid4().hex[:6]}"
     store = MongoStore(pymongo.MongoClient(shop["mongo_url"]), shop["db"])
-    store.save(Execution(id=forked, definition_id="Order", status=Status.RUNNING, active_path="Fulfilment",
-                         updated_at=time.time()))  # fmt: skip
+    store.save(
+        Execution(
+            id=forked, definition_id="Order", status=Status.RUNNING, active_path="Fulfilment", updated_at=time.time()
+        )
+    )
     for d in regions:
         packing = ".Warehouse." in d["active_path"] + "."
-        store.save(Execution(id=forked + d["_id"][len(delivered) :], definition_id="Order", parent_id=forked,
-                             status=Status.RUNNING if packing else Status.DONE,
-                             active_path="Fulfilment.Warehouse.Packing" if packing else d["active_path"],
-                             updated_at=time.time()))  # fmt: skip
+        store.save(
+            Execution(
+                id=forked + d["_id"][len(delivered) :],
+                definition_id="Order",
+                parent_id=forked,
+                status=Status.RUNNING if packing else Status.DONE,
+                active_path="Fulfilment.Warehouse.Packing" if packing else d["active_path"],
+                updated_at=time.time(),
+            )
+        )
     store.close()
     browser.get(f"{dash.base}/execution?id={forked}")
     _drawn(browser)
@@ -137,14 +146,26 @@ def test_the_charts_draw_the_samples(shop: dict[str, Any], browser: Any) -> None
     minute = now - now % 60
     for i in range(8):  # eight minutes of samples, the last one this minute
         at = minute - 60 * (7 - i)
-        samples.replace_one({"_id": at}, {"_id": at, "executions": 100 + 5 * i, "commits": 1000 + 40 * i,
-                                          "finished": 50 + 3 * i, "failed": 2, "outbox_age": 1.0 * i,
-                                          "timer_lag": 0.5}, upsert=True)  # fmt: skip
+        samples.replace_one(
+            {"_id": at},
+            {
+                "_id": at,
+                "executions": 100 + 5 * i,
+                "commits": 1000 + 40 * i,
+                "finished": 50 + 3 * i,
+                "failed": 2,
+                "outbox_age": 1.0 * i,
+                "timer_lag": 0.5,
+            },
+            upsert=True,
+        )
     browser.get(f"{dash.base}/?token={TOKEN}")
     charts = browser.find_elements(By.CSS_SELECTOR, "#charts figure.chart")
     assert len(charts) == 6
-    points = {f.get_attribute("data-series"): len(f.find_element(By.TAG_NAME, "polyline").get_attribute("points").split())
-              for f in charts}  # fmt: skip
+    points = {
+        f.get_attribute("data-series"): len(f.find_element(By.TAG_NAME, "polyline").get_attribute("points").split())
+        for f in charts
+    }
     # a rate needs two samples: seven for the rates, eight for the levels
     assert points["events handled"] == 7 and points["oldest outbox entry"] == 8, points
     assert "40/min" in browser.find_element(By.CSS_SELECTOR, "figure[data-series='events handled']").text
@@ -179,8 +200,12 @@ def test_search_by_definition_status_and_time_range_through_the_form(shop: dict[
     done = sorted(d["updated_at"] for d in executions.find(dated))
     start, end = math.floor(done[0]), math.floor(done[len(done) // 2]) + 1  # about the first half, whole seconds
     iso = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))  # noqa: E731  (the form reads UTC)
-    wanted = sorted(d["_id"] for d in executions.find(
-        {"definition_id": "Order", "status": "DONE", "updated_at": {"$gte": start, "$lt": end}}, {"_id": 1}))  # fmt: skip
+    wanted = sorted(
+        d["_id"]
+        for d in executions.find(
+            {"definition_id": "Order", "status": "DONE", "updated_at": {"$gte": start, "$lt": end}}, {"_id": 1}
+        )
+    )
     assert wanted and len(wanted) < len(done)
     browser.get(f"{dash.base}/?token={TOKEN}")
     Select(browser.find_element(By.ID, "f-definition")).select_by_value("Order")
@@ -209,7 +234,8 @@ def test_search_by_outcome_and_by_parent(shop: dict[str, Any], browser: Any) -> 
     rows = _rows(browser)
     assert rows and {(r["definition"], r["outcome"]) for r in rows} == {("Order", "failed")}
     assert [r["id"] for r in rows] == sorted(
-        d["_id"] for d in executions.find({"definition_id": "Order", "outcome": "failed"}, {"_id": 1}))  # fmt: skip
+        d["_id"] for d in executions.find({"definition_id": "Order", "outcome": "failed"}, {"_id": 1})
+    )
     delivered = f"{run_id}-order-0000"
     browser.get(f"{dash.base}/?parent={delivered}")
     kids = [r["id"] for r in _rows(browser)]

@@ -59,8 +59,14 @@ async def test_the_charts_are_the_minutes_differences_of_the_samples(astore: Asy
     drawn = await charts(samples, now=m0 + 61, hint=True)
     assert len(drawn.minutes) == SPAN and drawn.minutes[-1] == m0 + 60 and drawn.samples == 2
     last = {s.name: s.points[-1] for s in drawn.series}
-    assert last == {"events handled": 6.0, "started": 2.0, "finished": 2.0, "failed": 1.0,
-                    "oldest outbox entry": 0.0, "timer lag": 31.0}  # fmt: skip
+    assert last == {
+        "events handled": 6.0,
+        "started": 2.0,
+        "finished": 2.0,
+        "failed": 1.0,
+        "oldest outbox entry": 0.0,
+        "timer lag": 31.0,
+    }
     before = {s.name: s.points[-2] for s in drawn.series}
     assert before["events handled"] is None and before["timer lag"] == 0.0  # no sample before m0: no rate
     assert all(p is None for s in drawn.series for p in s.points[:-2])  # minutes never sampled: gaps

@@ -100,8 +100,11 @@ def _live(url: str) -> Iterator[tuple[Feed, MongoStore]]:
 
 
 def _commit(store: MongoStore) -> None:
-    store.save(Execution(id=f"live-{uuid.uuid4().hex[:6]}", definition_id="Order", status=Status.RUNNING,
-                         updated_at=time.time()))  # fmt: skip
+    store.save(
+        Execution(
+            id=f"live-{uuid.uuid4().hex[:6]}", definition_id="Order", status=Status.RUNNING, updated_at=time.time()
+        )
+    )
 
 
 def test_a_change_stream_tells_the_page_of_each_commit_and_nothing_else(rs_server: EmbeddedServer) -> None:

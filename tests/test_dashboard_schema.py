@@ -50,10 +50,25 @@ def dashboard(mongo_url: str) -> Iterator[str]:
     asyncio.run(seed())
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harel_beanie", "dashboard", "--url", mongo_url, "--db", db_name,
-         "--port", str(port), "--token", TOKEN],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=os.environ.copy(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "harel_beanie",
+            "dashboard",
+            "--url",
+            mongo_url,
+            "--db",
+            db_name,
+            "--port",
+            str(port),
+            "--token",
+            TOKEN,
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=os.environ.copy(),
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(150):  # bounded: 30 s

@@ -59,11 +59,19 @@ async def first_answer(app: Any, method: str, path: str, query: str = "", header
     (so an endless answer, the live feed's, is read like any other)."""
     started: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
     scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
-        "path": path, "raw_path": path.encode(), "root_path": "", "query_string": query.encode(),
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": query.encode(),
         "headers": [(b"host", b"dash"), *((k.lower().encode(), v.encode()) for k, v in headers)],
-        "client": ("127.0.0.1", 5000), "server": ("dash", 80),
-    }  # fmt: skip
+        "client": ("127.0.0.1", 5000),
+        "server": ("dash", 80),
+    }
     body_sent = False
 
     async def receive() -> dict[str, Any]:
@@ -120,8 +128,9 @@ async def test_every_route_needs_the_token_and_every_answer_carries_the_headers(
     store = AsyncMongoStore(pymongo.AsyncMongoClient(mongo_url), db_name)
     await store.save(Execution(id="x", definition_id="Order", status=Status.FAILED, active_path="Paying"))
     await store.close()
-    app = build_app(target(mongo_url, db_name), token=TOKEN, allow=["cancel"],
-                    definitions_dir=MODELS, say=lambda _: None)  # fmt: skip
+    app = build_app(
+        target(mongo_url, db_name), token=TOKEN, allow=["cancel"], definitions_dir=MODELS, say=lambda _: None
+    )
     routes = built_routes(app)
     assert all(isinstance(r, Route) for _, _, r in routes), "a route of another kind (a mount?) is not checked here"
     paths = {path for path, _, _ in routes}
@@ -152,10 +161,12 @@ async def test_every_route_needs_the_token_and_every_answer_carries_the_headers(
                     assert_headers((method, path, status), got)
         assert checked >= len(routes)
         for method, path, query, want in (
-            ("GET", "/docs", "", 404), ("GET", "/redoc", "", 404), ("GET", "/no/such/page", "", 404),
+            ("GET", "/docs", "", 404),
+            ("GET", "/redoc", "", 404),
+            ("GET", "/no/such/page", "", 404),
             ("POST", "/execution/send", "id=x", 403),  # an action not turned on
             ("GET", "/live", "", 200),
-        ):  # fmt: skip
+        ):
             status, got = await first_answer(app, method, path, query, BEARER.items())
             assert status == want, (method, path, status)
             assert_headers((method, path, status), got)
@@ -167,10 +178,27 @@ async def test_every_route_needs_the_token_and_every_answer_carries_the_headers(
         assert_headers("the token's redirect", got)
 
 
-PAGES = ("/", "/failed", "/backlog", "/?status=FAILED", "/?definition=Order", "/?roots=true", "/?within=3600",
-         "/?parent=p")  # fmt: skip
-JSON = ("/api/executions", "/api/failed", "/api/backlog", "/api/charts", "/api/executions?status=FAILED",
-        "/api/executions?definition=Order", "/api/executions?roots=true", "/api/executions?within=3600", "/metrics")  # fmt: skip
+PAGES = (
+    "/",
+    "/failed",
+    "/backlog",
+    "/?status=FAILED",
+    "/?definition=Order",
+    "/?roots=true",
+    "/?within=3600",
+    "/?parent=p",
+)
+JSON = (
+    "/api/executions",
+    "/api/failed",
+    "/api/backlog",
+    "/api/charts",
+    "/api/executions?status=FAILED",
+    "/api/executions?definition=Order",
+    "/api/executions?roots=true",
+    "/api/executions?within=3600",
+    "/metrics",
+)
 
 
 async def _seed(mongo_url: str, db: str, prefix: str = "harel") -> None:
@@ -246,8 +274,9 @@ async def test_a_database_made_later_is_seen_without_a_restart(mongo_url: str, d
 
 
 def _csrf(page: str, action: str) -> Optional[str]:
-    m = re.search(rf'action="[^"]*/{action}\?id=[^"]*"[^>]*>\s*<input type="hidden" name="csrf" value="([0-9a-f]+)"',
-                  page)  # fmt: skip
+    m = re.search(
+        rf'action="[^"]*/{action}\?id=[^"]*"[^>]*>\s*<input type="hidden" name="csrf" value="([0-9a-f]+)"', page
+    )
     return m.group(1) if m else None
 
 

@@ -188,8 +188,11 @@ async def test_the_front_page_reads_are_counted_and_index_backed(big: Any) -> No
     await store.init()
     window = time.time() - 2 * 86400
     for i in range(IN_WINDOW):
-        await store.save(Execution(id=f"span-{i}", definition_id="Order", status=Status.DONE, outcome="shipped",
-                                   updated_at=window + i))  # fmt: skip
+        await store.save(
+            Execution(
+                id=f"span-{i}", definition_id="Order", status=Status.DONE, outcome="shipped", updated_at=window + i
+            )
+        )
     db = pymongo.MongoClient(mongo_url)[db_name]
     app = FastAPI()
     app.include_router(dashboard_router(store, auth=no_auth, page_size=PAGE))
@@ -205,13 +208,18 @@ async def test_the_front_page_reads_are_counted_and_index_backed(big: Any) -> No
         "children of, page 2": ("/?parent=idle-root&after=idle-010000", "hb_parent", "hb_parent"),
         "roots only": ("/?roots=true", "hb_parent", "hb_parent"),
         "from / to": ("/?" + urlencode(span), "hb_status_updated", "hb_status_updated"),
-        "from / to and a status": ("/?" + urlencode({**span, "status": "DONE"}), "hb_status_updated",
-                                   "hb_status_updated"),
+        "from / to and a status": (
+            "/?" + urlencode({**span, "status": "DONE"}),
+            "hb_status_updated",
+            "hb_status_updated",
+        ),
         "within, and a status": ("/?within=3600&status=DONE", "hb_status_updated", "hb_status_updated"),
         "json, updated_after / before": (
-            f"/api/executions?updated_after={window - 1}&updated_before={window + 60}", "hb_status_updated",
-            "hb_status_updated"),
-    }  # fmt: skip
+            f"/api/executions?updated_after={window - 1}&updated_before={window + 60}",
+            "hb_status_updated",
+            "hb_status_updated",
+        ),
+    }
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
         assert (await http.get("/")).status_code == 200  # the first: the store's set-up, the sampler started
         for label, (url, page_index, count_index) in searches.items():

@@ -51,9 +51,15 @@ def test_a_filter_holding_an_operator_cannot_be_built(field: str) -> None:
 
 @pytest.mark.parametrize(
     "field,value",
-    [("roots_only", 1), ("roots_only", "true"), ("updated_after", math.nan), ("updated_before", "1"),
-     ("status", "failed"), ("updated_after", True)],
-)  # fmt: skip
+    [
+        ("roots_only", 1),
+        ("roots_only", "true"),
+        ("updated_after", math.nan),
+        ("updated_before", "1"),
+        ("status", "failed"),
+        ("updated_after", True),
+    ],
+)
 def test_every_filter_field_is_checked_when_built(field: str, value: Any) -> None:
     with pytest.raises((TypeError, ValueError), match=field):
         queries.ExecutionFilter(**{field: value})
@@ -133,8 +139,11 @@ async def test_an_id_that_shows_as_nothing_has_a_link_to_see_and_click(astore: A
     now shows a placeholder in its link, and the link still names the id exactly."""
     now = time.time()
     blank, unseen = "   ", "\t\u200b"
-    await astore.commit(Execution(id="", definition_id="Blank", status=Status.RUNNING, updated_at=now), [],
-                        timers=(TimerOp("schedule", "Wait", now + 600),))  # fmt: skip
+    await astore.commit(
+        Execution(id="", definition_id="Blank", status=Status.RUNNING, updated_at=now),
+        [],
+        timers=(TimerOp("schedule", "Wait", now + 600),),
+    )
     await astore.save(Execution(id=blank, definition_id="Blank", status=Status.FAILED, updated_at=now))
     await astore.save(Execution(id=unseen, definition_id="Blank", status=Status.RUNNING, updated_at=now - 3600))
     await astore.save(Execution(id="kid", definition_id="Blank", status=Status.RUNNING, parent_id="", updated_at=now))
@@ -256,8 +265,11 @@ async def test_every_hostile_id_is_acted_on_exactly(astore: Any) -> None:
     async with _app(astore, actions=DashboardActions(runner, cancel=True)) as http:
         for i in HOSTILE_IDS:
             page = (await http.get("/ops/execution", params={"id": i})).text
-            form = re.search(r'<form method="post" action="([^"]*)"[^>]*>\s*<input type="hidden" name="csrf" '
-                             r'value="([0-9a-f]+)">', page)  # fmt: skip
+            form = re.search(
+                r'<form method="post" action="([^"]*)"[^>]*>\s*<input type="hidden" name="csrf" '
+                r'value="([0-9a-f]+)">',
+                page,
+            )
             assert form, i
             placeholder = unescape(re.search(r'name="confirm" placeholder="([^"]*)"', page).group(1))
             assert placeholder == typed_id(i)

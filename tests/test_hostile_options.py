@@ -116,8 +116,12 @@ async def _async_lease(c: Ctx) -> tuple[AsyncMongoTransport, Any]:
 def _sync_transport(c: Ctx, method: str, kw: dict[str, Any]) -> Any:
     t, lease = _sync_lease(c)
     try:
-        args = {"publish": {"group_id": "g", "event": Event(kind="B")}, "claim": {"worker_id": "w", "visibility": 30.0},
-                "ack": {"lease": lease}, "nack": {"lease": lease}}[method]  # fmt: skip
+        args = {
+            "publish": {"group_id": "g", "event": Event(kind="B")},
+            "claim": {"worker_id": "w", "visibility": 30.0},
+            "ack": {"lease": lease},
+            "nack": {"lease": lease},
+        }[method]
         return getattr(t, method)(**{**args, **kw})
     finally:
         t.close()
@@ -127,9 +131,12 @@ def _async_transport(c: Ctx, method: str, kw: dict[str, Any]) -> Any:
     async def go() -> Any:
         t, lease = await _async_lease(c)
         try:
-            args = {"publish": {"group_id": "g", "event": Event(kind="B")},
-                    "claim": {"worker_id": "w", "visibility": 30.0}, "ack": {"lease": lease},
-                    "nack": {"lease": lease}}[method]  # fmt: skip
+            args = {
+                "publish": {"group_id": "g", "event": Event(kind="B")},
+                "claim": {"worker_id": "w", "visibility": 30.0},
+                "ack": {"lease": lease},
+                "nack": {"lease": lease},
+            }[method]
             return await getattr(t, method)(**{**args, **kw})
         finally:
             await t.close()
@@ -279,15 +286,15 @@ def _calls() -> dict[str, Callable[[Ctx, dict[str, Any]], Any]]:
         **{
             f"MongoTransport.{m}": (lambda m: lambda c, kw: _sync_transport(c, m, kw))(m)
             for m in ("publish", "claim", "ack", "nack")
-        },  # fmt: skip
+        },
         **{
             f"AsyncMongoTransport.{m}": (lambda m: lambda c, kw: _async_transport(c, m, kw))(m)
             for m in ("publish", "claim", "ack", "nack")
-        },  # fmt: skip
+        },
         **{
             f"HistoryWriter.{m}": (lambda m: lambda c, kw: _history(c, m, kw))(m)
             for m in ("__init__", "invoke", "complete", "info")
-        },  # fmt: skip
+        },
         "RetryPolicy.__init__": lambda c, kw: RetryPolicy(**kw),
         "RetryPolicy.overridden": lambda c, kw: RetryPolicy().overridden(**kw),
         "bind": lambda c, kw: bind(**kw),
@@ -304,7 +311,7 @@ def _calls() -> dict[str, Callable[[Ctx, dict[str, Any]], Any]]:
         **{
             f"Migrator.{m}": (lambda m: lambda c, kw: _migrator(c, m, kw))(m)
             for m in ("__init__", "up", "down", "run_step")
-        },  # fmt: skip
+        },
         "run_beanie_step": lambda c, kw: _run(run_beanie_step(**{"version": 1, "direction": "up", **kw})),
         "ExecutionFilter.query": lambda c, kw: ExecutionFilter().query(**kw),
         "ScopedStore.__init__": lambda c, kw: ScopedStore(object(), **{"execution_id": "x", **kw}),
@@ -434,17 +441,26 @@ NUMERIC = [(c, f, a) for c, f, a in FLAGS if _flag_values(f, a)]
 
 
 @pytest.mark.parametrize("command,flag,action", NUMERIC, ids=[f"{c}{f}" for c, f, _ in NUMERIC])
-def test_every_numeric_flag_refuses_a_bad_value_naming_it(command: str, flag: str, action: Any,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_every_numeric_flag_refuses_a_bad_value_naming_it(
+    command: str, flag: str, action: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Exit 2 and one line naming the flag, before anything connects (no server is given)."""
     failures = []
     for v in _flag_values(flag, action):
         # a server nothing answers on, tried once: a value accepted by mistake ends in a
         # connection error (not naming the flag) instead of a command that runs
-        nowhere = [] if command == "check-history" else ["--url=mongodb://127.0.0.1:1", "--connect-attempts=1",
-                                                          "--connect-timeout=0.2"]  # fmt: skip
-        argv = [command, *(["up"] if command.startswith("migrate") else []), *(["h.jsonl"] if command ==
-                "check-history" else []), *nowhere, f"{flag}={v}"]  # fmt: skip
+        nowhere = (
+            []
+            if command == "check-history"
+            else ["--url=mongodb://127.0.0.1:1", "--connect-attempts=1", "--connect-timeout=0.2"]
+        )
+        argv = [
+            command,
+            *(["up"] if command.startswith("migrate") else []),
+            *(["h.jsonl"] if command == "check-history" else []),
+            *nowhere,
+            f"{flag}={v}",
+        ]
         code = cli_main(argv)
         err = capsys.readouterr().err
         if code != 2 or flag not in err or len(err.strip().splitlines()) != 1:

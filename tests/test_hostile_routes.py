@@ -71,8 +71,9 @@ class App:
         app.include_router(router, prefix=PREFIX)
         self.app = app
         transport = httpx.ASGITransport(app=app)  # an exception out of the app is raised here
-        self.http = httpx.AsyncClient(transport=transport, base_url="http://t",
-                                      headers={"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
+        self.http = httpx.AsyncClient(
+            transport=transport, base_url="http://t", headers={"Authorization": f"Bearer {TOKEN}"}
+        )
 
     @staticmethod
     async def _seed(url: str, db_name: str) -> AsyncMongoStore:
@@ -176,22 +177,36 @@ def fuzz_actions(dash: App, examples: Any) -> None:
     execution's page serves, and hostile values in the fields the action reads."""
 
     @examples
-    @given(execution_id=seeded_ids, action=st.sampled_from(ACTIONS), kind=maybe_text, data=st.one_of(
-        maybe_text, st.sampled_from(['{"a": NaN}', '{"a": 1}', "[1]", "[" * 5000, '{"<x>": "' + MARK + '"}'])),
-        target_path=maybe_text)  # fmt: skip
+    @given(
+        execution_id=seeded_ids,
+        action=st.sampled_from(ACTIONS),
+        kind=maybe_text,
+        data=st.one_of(
+            maybe_text, st.sampled_from(['{"a": NaN}', '{"a": 1}', "[1]", "[" * 5000, '{"<x>": "' + MARK + '"}'])
+        ),
+        target_path=maybe_text,
+    )
     def one(execution_id: str, action: str, kind: Any, data: Any, target_path: Any) -> None:
         page = dash.request("GET", f"{PREFIX}/execution", params={"id": execution_id})
         _check(page, f"the page of {execution_id!r}")
         if page.status_code != 200:
             return  # purged: no form
-        m = re.search(rf'action="([^"]*/{action}\?id=[^"]*)"[^>]*>\s*<input type="hidden" name="csrf" '
-                      rf'value="([0-9a-f]+)"', page.text)  # fmt: skip
+        m = re.search(
+            rf'action="([^"]*/{action}\?id=[^"]*)"[^>]*>\s*<input type="hidden" name="csrf" '
+            rf'value="([0-9a-f]+)"',
+            page.text,
+        )
         confirm = re.search(r'name="confirm" placeholder="([^"]*)"', page.text)
         if m is None:
             return  # not offered for this execution (redrive: FAILED ones only)
         assert confirm, f"no confirmation on the page of {execution_id!r}"
-        form = {"csrf": m.group(2), "confirm": unescape(confirm.group(1)), "kind": kind, "data": data,
-                "target_path": target_path}  # fmt: skip
+        form = {
+            "csrf": m.group(2),
+            "confirm": unescape(confirm.group(1)),
+            "kind": kind,
+            "data": data,
+            "target_path": target_path,
+        }
         r = dash.request("POST", unescape(m.group(1)), data={k: v for k, v in form.items() if v is not None})
         _check(r, f"POST {action} on {execution_id!r} with {form}")
         # done: back to the page; refused by harel or by the form's own checks: the page again,
@@ -203,8 +218,7 @@ def fuzz_actions(dash: App, examples: Any) -> None:
     one()
 
 
-FAST = settings(max_examples=8, deadline=None, derandomize=True, database=None,
-                suppress_health_check=list(HealthCheck))  # fmt: skip
+FAST = settings(max_examples=8, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 SOAK = settings(max_examples=400, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 
 
@@ -227,8 +241,10 @@ def _route_names() -> list[str]:
     # the routes as built (the same app the fixture builds), for stable test ids
     app = FastAPI()
     acts = DashboardActions(FakeRunner(), send=True, cancel=True, redrive=True)
-    app.include_router(dashboard_router(object(), auth=token_auth(TOKEN), actions=acts,
-                                        metrics=StoreMetrics(new_registry())), prefix=PREFIX)  # fmt: skip
+    app.include_router(
+        dashboard_router(object(), auth=token_auth(TOKEN), actions=acts, metrics=StoreMetrics(new_registry())),
+        prefix=PREFIX,
+    )
     return _ids(routes(app))
 
 

@@ -122,8 +122,11 @@ def store_doors(cls: type) -> list[tuple[str, str]]:
 def test_every_door_is_known() -> None:
     """Every parameter of every public query, filter field and store method has a kind here,
     so a new one is tried with the rest instead of being forgotten."""
-    unknown = [(c, p) for c, p in query_doors() + store_doors(MongoStore) + store_doors(AsyncMongoStore)
-               if p not in KINDS and (c, p) not in OVERRIDES]  # fmt: skip
+    unknown = [
+        (c, p)
+        for c, p in query_doors() + store_doors(MongoStore) + store_doors(AsyncMongoStore)
+        if p not in KINDS and (c, p) not in OVERRIDES
+    ]
     assert not unknown, f"give these parameters a kind in tests/test_hostile_values.py: {unknown}"
     assert sorted(store_doors(MongoStore)) == sorted(store_doors(AsyncMongoStore))
 
@@ -282,8 +285,12 @@ def _values(call: str, param: str) -> st.SearchStrategy[Any]:
     return st.one_of(hostile, seeded_values)
 
 
-EXAMPLES = settings(max_examples=30, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
+EXAMPLES = settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 @pytest.mark.parametrize("call,param", query_doors(), ids=[f"{c}-{p}" for c, p in query_doors()])
@@ -354,12 +361,18 @@ def named(call: str, args: dict[str, Any], before: dict[str, dict[Any, dict[str,
     if call in ("ack_outbox", "ack_spawn"):
         array = "outbox" if call == "ack_outbox" else "spawns"
         seq = args["seq"]
-        return {(EXECUTIONS, i): _without(array, lambda e: e.get("seq") == seq)
-                for i, d in exes.items() if any(e.get("seq") == seq for e in d.get(array) or ())}  # fmt: skip
+        return {
+            (EXECUTIONS, i): _without(array, lambda e: e.get("seq") == seq)
+            for i, d in exes.items()
+            if any(e.get("seq") == seq for e in d.get(array) or ())
+        }
     if call == "purge":  # the tombstone, and the entries other executions addressed to it
         target = _literal_id(args["execution_id"])
-        holders = {(EXECUTIONS, i): _without("outbox", lambda e: e.get("target_id") == target)
-                   for i, d in exes.items() if any(e.get("target_id") == target for e in d.get("outbox") or ())}  # fmt: skip
+        holders = {
+            (EXECUTIONS, i): _without("outbox", lambda e: e.get("target_id") == target)
+            for i, d in exes.items()
+            if any(e.get("target_id") == target for e in d.get("outbox") or ())
+        }
         return {**holders, (EXECUTIONS, target): None, (COUNTERS, "trace:" + target): None}
     raise AssertionError(f"no oracle for the write {call}: say which documents it may change")
 
@@ -379,8 +392,9 @@ def _without(array: str, gone: Callable[[dict[str, Any]], bool]) -> Callable[[di
 MINT = {(COUNTERS, NODE_COUNTER_ID)} | {(COUNTERS, lease_id(n)) for n in range(1024)}  # 10-bit nodes
 
 
-def changes(before: dict[str, dict[Any, Any]], after: dict[str, dict[Any, Any]], *,
-            mint: bool = False) -> dict[tuple[str, Any], Any]:  # fmt: skip
+def changes(
+    before: dict[str, dict[Any, Any]], after: dict[str, dict[Any, Any]], *, mint: bool = False
+) -> dict[tuple[str, Any], Any]:
     """Each document added, removed or changed, by collection and `_id`, with what it became;
     the seq mint's documents only when `mint`."""
     out: dict[tuple[str, Any], Any] = {}
@@ -457,8 +471,9 @@ def run_store_door(store: Any, db: Any, call: str, param: str, docs: list[dict[s
 
 
 @pytest.mark.parametrize("call,param", STORE_DOORS, ids=[f"{c}-{p}" for c, p in STORE_DOORS])
-def test_every_store_door_refuses_or_reads_literally(any_store: Any, client: Any, seeded: Any, call: str,
-                                                     param: str) -> None:  # fmt: skip
+def test_every_store_door_refuses_or_reads_literally(
+    any_store: Any, client: Any, seeded: Any, call: str, param: str
+) -> None:
     """Both stores, every method and parameter. A refused call leaves every document of the
     database as it was; an accepted write changes only the documents its literal arguments
     name (`named`), in the collections its method writes."""
@@ -476,8 +491,9 @@ class GreedyPurgeStore(MongoStore):
         return purged
 
 
-def test_the_write_oracle_catches_a_purge_that_deletes_other_executions(mongo_url: str, client: Any,
-                                                                        seeded: Any) -> None:  # fmt: skip
+def test_the_write_oracle_catches_a_purge_that_deletes_other_executions(
+    mongo_url: str, client: Any, seeded: Any
+) -> None:
     """The oracle can fail: the same layer run on a store whose purge also deletes other
     executions finds it (a layer that only restored the database after an accepted write
     passed such a store), and the database is left as it was seeded."""
@@ -492,8 +508,9 @@ def test_the_write_oracle_catches_a_purge_that_deletes_other_executions(mongo_ur
     assert changes(before, snapshot(db)) == {}
 
 
-SOAK = settings(max_examples=400, deadline=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
+SOAK = settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 
 
 @pytest.mark.soak

@@ -533,9 +533,24 @@ def test_beanies_cli_runs_the_migration_files(client: pymongo.MongoClient[Any], 
 
     def beanie_migrate(*extra: str) -> None:
         run = subprocess.run(
-            [*command, "migrate", "-p", "migrations", "-uri", world.url, "-db", world.db, "--no-use-transaction", *extra],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            [
+                *command,
+                "migrate",
+                "-p",
+                "migrations",
+                "-uri",
+                world.url,
+                "-db",
+                world.db,
+                "--no-use-transaction",
+                *extra,
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert run.returncode == 0, run.stderr
 
     beanie_migrate()

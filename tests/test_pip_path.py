@@ -44,23 +44,42 @@ REPO = Path(__file__).resolve().parents[1]
 def dist(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The wheel and the sdist, built from this checkout as a release would be."""
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-q", "-w", str(out)],
-                   check=True, capture_output=True, timeout=300)  # fmt: skip
-    subprocess.run([sys.executable, "-m", "build", "--sdist", "--outdir", str(out), str(REPO)],
-                   check=True, capture_output=True, timeout=300)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-q", "-w", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "--outdir", str(out), str(REPO)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return {"wheel": next(out.glob("*.whl")), "sdist": next(out.glob("*.tar.gz"))}
 
 
 def test_the_wheel_and_the_sdist_carry_what_a_user_needs(dist: dict[str, Path]) -> None:
     names = set(zipfile.ZipFile(dist["wheel"]).namelist())
-    for needed in ("harel_beanie/py.typed", "harel_beanie/shop_models/order.stm", "harel_beanie/shop_models/shop_actions.py",
-                   "harel_beanie/dashboard/templates/execution.html", "harel_beanie/dashboard/static/dashboard.js",
-                   "harel_beanie/dashboard/static/mermaid.min.js", "harel_beanie/dashboard/static/mermaid.LICENSE"):  # fmt: skip
+    for needed in (
+        "harel_beanie/py.typed",
+        "harel_beanie/shop_models/order.stm",
+        "harel_beanie/shop_models/shop_actions.py",
+        "harel_beanie/dashboard/templates/execution.html",
+        "harel_beanie/dashboard/static/dashboard.js",
+        "harel_beanie/dashboard/static/mermaid.min.js",
+        "harel_beanie/dashboard/static/mermaid.LICENSE",
+    ):
         assert needed in names, needed
     with tarfile.open(dist["sdist"]) as sdist:
         inside = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
-    for needed in ("tests/conftest.py", "migrations/0001_adopt_harel_mongostore.py",
-                   "src/harel_beanie/shop_models/payment.stm", "Makefile", "pyproject.toml"):  # fmt: skip
+    for needed in (
+        "tests/conftest.py",
+        "migrations/0001_adopt_harel_mongostore.py",
+        "src/harel_beanie/shop_models/payment.stm",
+        "Makefile",
+        "pyproject.toml",
+    ):
         assert needed in inside, needed
 
 
@@ -74,16 +93,27 @@ def _runner(wheel: Path, home: Path) -> Any:
     """`harel-beanie ...` from the wheel alone: installed into a folder of its own, run from an
     empty folder with the dependencies' site-packages and not this checkout."""
     target = home / "installed"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-                   check=True, capture_output=True, timeout=300)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     project = home / "my-project"
     project.mkdir()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), sysconfig.get_paths()["purelib"]])}
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])  # secantusd-py
 
     def run(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-S", "-m", "harel_beanie", *args], cwd=project, env=env,
-                              capture_output=True, text=True, timeout=kw.pop("timeout", 300), **kw)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-S", "-m", "harel_beanie", *args],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=kw.pop("timeout", 300),
+            **kw,
+        )
 
     run.project, run.env, run.target = project, env, target  # type: ignore[attr-defined]
     return run
@@ -98,8 +128,13 @@ class _Dashboard:
     def __init__(self, command: list[str], cwd: Path, env: dict[str, str]) -> None:
         self.port = _free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([*command, "dashboard", "--port", str(self.port), "--token", self.TOKEN],
-                                     cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [*command, "dashboard", "--port", str(self.port), "--token", self.TOKEN],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
 
     def __enter__(self) -> "_Dashboard":
         for _ in range(300):  # bounded: 60 s (the embedded server starts first)
@@ -138,8 +173,14 @@ class _Dashboard:
 
 def test_the_quick_start_runs_from_the_wheel_alone(dist: dict[str, Path], tmp_path: Path, mongo_url: str) -> None:
     run = _runner(dist["wheel"], tmp_path)
-    imported = subprocess.run([sys.executable, "-S", "-c", "import harel_beanie; print(harel_beanie.__file__)"],
-                              cwd=run.project, env=run.env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    imported = subprocess.run(
+        [sys.executable, "-S", "-c", "import harel_beanie; print(harel_beanie.__file__)"],
+        cwd=run.project,
+        env=run.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert Path(imported.stdout.strip()).is_relative_to(run.target), imported  # the wheel's, not this checkout
     command = [sys.executable, "-S", "-m", "harel_beanie"]
 
@@ -193,8 +234,9 @@ def test_pip_install_with_extras_into_a_fresh_virtualenv(dist: dict[str, Path], 
     demo on the embedded server, the dashboard showing it, `status`, `prune`, `migrate`."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"{dist['wheel']}[server,dashboard]"], check=True,
-                   timeout=1800)  # fmt: skip
+    subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-q", f"{dist['wheel']}[server,dashboard]"], check=True, timeout=1800
+    )
     project = tmp_path / "my-project"
     project.mkdir()
     command = [str(venv / "bin" / "harel-beanie")]

@@ -258,8 +258,9 @@ class Worker:
     """One worker process at a time, started from `argv`; it is ready once it prints a line
     holding `marker`. With a `clock`, the clock runs only while a worker is ready."""
 
-    def __init__(self, argv: list[str], log: Path, figures: Figures, *, marker: bytes,
-                 clock: Optional[ClockControl] = None) -> None:  # fmt: skip
+    def __init__(
+        self, argv: list[str], log: Path, figures: Figures, *, marker: bytes, clock: Optional[ClockControl] = None
+    ) -> None:
         self.argv, self.log, self.figures, self.marker, self.clock = argv, log, figures, marker, clock
         self.proc: Optional[asyncio.subprocess.Process] = None
         self.ready = asyncio.Event()
@@ -271,10 +272,24 @@ class Worker:
         """`harel-beanie worker` on the run's clock (`tests/crash_worker.py`): leases in clock
         seconds, a relay sweep every real second, timelines on."""
         argv = [
-            sys.executable, "-m", "tests.crash_worker", str(clock.path), "--definitions", str(MODELS),
-            "--url", url, "--db", db, "--visibility", "20", "--sweep-every", "1", "--trace",
-            "--connect-attempts", "120",
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "tests.crash_worker",
+            str(clock.path),
+            "--definitions",
+            str(MODELS),
+            "--url",
+            url,
+            "--db",
+            db,
+            "--visibility",
+            "20",
+            "--sweep-every",
+            "1",
+            "--trace",
+            "--connect-attempts",
+            "120",
+        ]
         return cls(argv, log, figures, marker=b" ready:", clock=clock)
 
     async def start(self) -> None:
@@ -454,9 +469,17 @@ class Chaos:
 class Publisher:
     """Creates the orders wave by wave and feeds each one its events as it gets there."""
 
-    def __init__(self, plans: list[OrderPlan], runner: AsyncDistributedRunner, store: AsyncMongoStore,
-                 db: Any, server_lock: asyncio.Lock, clock: ClockControl, figures: Figures,
-                 timeout: float) -> None:  # fmt: skip
+    def __init__(
+        self,
+        plans: list[OrderPlan],
+        runner: AsyncDistributedRunner,
+        store: AsyncMongoStore,
+        db: Any,
+        server_lock: asyncio.Lock,
+        clock: ClockControl,
+        figures: Figures,
+        timeout: float,
+    ) -> None:
         self.plans, self.runner, self.store, self.db = plans, runner, store, db
         self.server_lock, self.clock, self.figures, self.timeout = server_lock, clock, figures, timeout
         self.stage: dict[str, str] = {}  # oid -> what was last done to it
@@ -678,8 +701,9 @@ def _is_noop_timeout(step: dict) -> bool:
     )
 
 
-def compare(got: dict, want: dict, plans: list[OrderPlan], got_processed: dict[str, list[str]],
-            want_processed: Counter[str]) -> list[str]:  # fmt: skip
+def compare(
+    got: dict, want: dict, plans: list[OrderPlan], got_processed: dict[str, list[str]], want_processed: Counter[str]
+) -> list[str]:
     """What differs between the crash run and the reference (empty: nothing)."""
     problems: list[str] = []
     budget_payments = {f"{p.oid}:Paying:0" for p in plans if p.budget}
@@ -694,8 +718,12 @@ def compare(got: dict, want: dict, plans: list[OrderPlan], got_processed: dict[s
         if eid in budget_payments:
             ctx = a["context"]
             attempts, ref = ctx.get("attempts"), b["context"].get("attempts")
-            if not (isinstance(attempts, int) and 1 <= attempts <= ref and ctx.get("retries") == attempts
-                    and ctx.get("retry_in") == min(2 ** attempts, 30)):  # fmt: skip
+            if not (
+                isinstance(attempts, int)
+                and 1 <= attempts <= ref
+                and ctx.get("retries") == attempts
+                and ctx.get("retry_in") == min(2**attempts, 30)
+            ):
                 problems.append(f"{eid}: inconsistent attempt counters {_pick(ctx, TIMED_KEYS)} (reference {ref})")
             # a retry timer can fire just before the commit that disarms it lands (the wait
             # ended by the charge's budget meanwhile): harel commits that late Timeout as a
@@ -777,8 +805,17 @@ async def crash_run(
         transport = await open_transport(target, clock=clock)
         runner = AsyncDistributedRunner(store, transport, dict(definitions), clock=clock, trace=True)
         publisher = Publisher(plans, runner, store, client[db_name], server_lock, clock, figures, timeout)
-        chaos = Chaos(worker, server, clock, random.Random(seed + 1), figures,
-                      min_kills=min_kills, max_kills=max_kills, restarts=restarts, server_lock=server_lock)  # fmt: skip
+        chaos = Chaos(
+            worker,
+            server,
+            clock,
+            random.Random(seed + 1),
+            figures,
+            min_kills=min_kills,
+            max_kills=max_kills,
+            restarts=restarts,
+            server_lock=server_lock,
+        )
         chaos_task = asyncio.create_task(chaos.run())
         drive = asyncio.create_task(publisher.drive(waves, chaos))
         done, _ = await asyncio.wait({drive, chaos_task}, return_when=asyncio.FIRST_COMPLETED)
@@ -844,8 +881,14 @@ async def crash_run(
 def test_crash_short(tmp_path: Path, figures: Any) -> None:
     """The default run: 10 orders (about 50 executions), 5 SIGKILLs, the server SIGKILLed and
     restarted once. About 35 s."""
-    record(figures, asyncio.run(crash_run(tmp_path, orders=10, waves=2, min_kills=5, max_kills=5, restarts=["kill-server"],
-                          seed=1, timeout=120)))  # fmt: skip
+    record(
+        figures,
+        asyncio.run(
+            crash_run(
+                tmp_path, orders=10, waves=2, min_kills=5, max_kills=5, restarts=["kill-server"], seed=1, timeout=120
+            )
+        ),
+    )
 
 
 def record(figures: Any, run: Figures) -> None:
@@ -865,9 +908,22 @@ def test_crash_soak(tmp_path: Path, figures: Any) -> None:
     SIGKILL). CRASH_SEED and CRASH_ORDERS change the plan."""
     seed = int(os.environ.get("CRASH_SEED", "7"))
     orders = int(os.environ.get("CRASH_ORDERS", "100"))
-    record(figures, asyncio.run(crash_run(tmp_path, orders=orders, waves=4, min_kills=20, max_kills=10_000,
-                          restarts=["term-server", "kill-server", "term-server", "kill-server"],
-                          seed=seed, timeout=600, speed=SPEED / 2)))  # fmt: skip
+    record(
+        figures,
+        asyncio.run(
+            crash_run(
+                tmp_path,
+                orders=orders,
+                waves=4,
+                min_kills=20,
+                max_kills=10_000,
+                restarts=["term-server", "kill-server", "term-server", "kill-server"],
+                seed=seed,
+                timeout=600,
+                speed=SPEED / 2,
+            )
+        ),
+    )
 
 
 # --- the server restarted under the real `harel-beanie worker` -------------------------------
@@ -926,9 +982,22 @@ async def _cli_server_restart(tmp: Path, *, kill: bool, figures: Any) -> None:
     db_name = "cli_" + uuid.uuid4().hex[:10]
     run = Figures()
     argv = [
-        sys.executable, "-m", "harel_beanie", "worker", "--definitions", str(MODELS), "--url", server.url,
-        "--db", db_name, "--sweep-every", "1", "--visibility", "10", "--trace",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "harel_beanie",
+        "worker",
+        "--definitions",
+        str(MODELS),
+        "--url",
+        server.url,
+        "--db",
+        db_name,
+        "--sweep-every",
+        "1",
+        "--visibility",
+        "10",
+        "--trace",
+    ]
     worker = Worker(argv, tmp / "worker.log", run, marker=b" ready:")
     client: Any = pymongo.AsyncMongoClient(server.url)
     store = AsyncMongoStore(client, db_name)
@@ -1020,8 +1089,12 @@ async def _cli_server_restart(tmp: Path, *, kill: bool, figures: Any) -> None:
         if await store.pending_outbox() or await store.pending_spawns():
             problems.append("outbox or spawns left pending")
         assert not problems, "\n".join(problems)
-        figures.set(executions=len(want), server_restarts=run.server_restarts[0], worker_starts=run.worker_starts,
-                    worker_exits=len(run.worker_exits))  # fmt: skip
+        figures.set(
+            executions=len(want),
+            server_restarts=run.server_restarts[0],
+            worker_starts=run.worker_starts,
+            worker_exits=len(run.worker_exits),
+        )
     finally:
         if worker.alive:
             await worker.kill()

@@ -479,8 +479,13 @@ def test_a_lone_surrogate_is_refused_before_anything_is_written(world, kind, cal
 
 
 #: the argument each case's message names (the parameter, and the part of it that held the value)
-NAMED = {"execution id": "exe.id", "timer path": "timers[].path", "processed event id": "processed_event_id",
-         "emit target": "emits[].target", "id prefix": "prefix"}  # fmt: skip
+NAMED = {
+    "execution id": "exe.id",
+    "timer path": "timers[].path",
+    "processed event id": "processed_event_id",
+    "emit target": "emits[].target",
+    "id prefix": "prefix",
+}
 
 
 @pytest.mark.parametrize("what", list(NAMED))

@@ -76,8 +76,16 @@ class Story:
         done = {"version": 1} if outcome == "ok" else {"error": "refused or lost"}
         self.op(p, "create", outcome, {"exe": exe, "definition": "Tally", "context": START, "parent": None}, done)
 
-    def commit(self, exe: str, start: int, outcome: str = "ok", *, to: Optional[int] = None,
-               event: Optional[str] = None, p: str = "worker") -> None:  # fmt: skip
+    def commit(
+        self,
+        exe: str,
+        start: int,
+        outcome: str = "ok",
+        *,
+        to: Optional[int] = None,
+        event: Optional[str] = None,
+        p: str = "worker",
+    ) -> None:
         done = {"to": start + 1 if to is None else to} if outcome == "ok" else {"error": "lost", "found": None}
         self.op(p, "commit", outcome, {"exe": exe, "from": start, "to": start + 1, "event": event}, done)
 
@@ -94,8 +102,17 @@ class Story:
         self.op(p, "deliver", outcome, {"group": group, "event": eid, "kind": "Bump"})
 
     def final(self, exe: str, version: int, seen: list[str], **overrides: Any) -> None:
-        rec = {"exe": exe, "definition": "Tally", "parent": None, "version": version, "status": "RUNNING",
-               "active_path": "Settled", "context": {**START, "seen": seen}, "deferred": 0, **overrides}  # fmt: skip
+        rec = {
+            "exe": exe,
+            "definition": "Tally",
+            "parent": None,
+            "version": version,
+            "status": "RUNNING",
+            "active_path": "Settled",
+            "context": {**START, "seen": seen},
+            "deferred": 0,
+            **overrides,
+        }
         self._record("observer", self.next["observer"], "ok", "final", rec)
         self.next["observer"] += 1
 
@@ -427,10 +444,14 @@ def test_writers_append_whole_lines_that_read_back_in_time_order(tmp_path: Path)
     b.close()
     records = read_history([tmp_path / "a.jsonl", tmp_path / "b.jsonl"])
     assert [(r["p"], r["i"], r["type"], r["f"]) for r in records] == [
-        ("client", 0, "invoke", "send"), ("worker", 0, "invoke", "read"), ("worker", 0, "ok", "read"),
-        ("client", 0, "unknown", "send"), ("worker", 1, "info", "fault"), ("worker", 2, "ok", "drain"),
+        ("client", 0, "invoke", "send"),
+        ("worker", 0, "invoke", "read"),
+        ("worker", 0, "ok", "read"),
+        ("client", 0, "unknown", "send"),
+        ("worker", 1, "info", "fault"),
+        ("worker", 2, "ok", "drain"),
         ("client", 1, "invoke", "read"),
-    ]  # fmt: skip
+    ]
     assert records == sorted(records, key=lambda r: r["t"])
 
 
@@ -477,23 +498,37 @@ async def test_the_recording_store_records_what_it_was_asked_and_told(tmp_path: 
     writer.close()
     got = [{k: v for k, v in r.items() if k not in ("t", "p")} for r in read_history([path])]
     assert got == [
-        {"i": 0, "type": "invoke", "f": "create", "exe": "t1", "definition": "Tally", "context": {"seen": []},
-         "parent": None},
+        {
+            "i": 0,
+            "type": "invoke",
+            "f": "create",
+            "exe": "t1",
+            "definition": "Tally",
+            "context": {"seen": []},
+            "parent": None,
+        },
         {"i": 0, "type": "ok", "f": "create", "version": 1},
         {"i": 1, "type": "invoke", "f": "commit", "exe": "t1", "event": "b1", "from": 1, "to": 2},
         {"i": 1, "type": "ok", "f": "commit", "to": 2},
         {"i": 2, "type": "invoke", "f": "commit", "exe": "t1", "event": None, "from": 2, "to": 3},
         {"i": 2, "type": "ok", "f": "commit", "to": 3},
-        {"i": 3, "type": "invoke", "f": "read", "exe": "t1"}, {"i": 3, "type": "ok", "f": "read", "version": 3},
-        {"i": 4, "type": "invoke", "f": "read", "exe": "nope"}, {"i": 4, "type": "ok", "f": "read", "version": None},
+        {"i": 3, "type": "invoke", "f": "read", "exe": "t1"},
+        {"i": 3, "type": "ok", "f": "read", "version": 3},
+        {"i": 4, "type": "invoke", "f": "read", "exe": "nope"},
+        {"i": 4, "type": "ok", "f": "read", "version": None},
         {"i": 5, "type": "invoke", "f": "commit", "exe": "t1", "event": "b2", "from": 3, "to": 4},
-        {"i": 5, "type": "fail", "f": "commit", "error": "StoreConflict: stale write to t1: expected version 3, "
-         "found 4", "found": 4},
+        {
+            "i": 5,
+            "type": "fail",
+            "f": "commit",
+            "error": "StoreConflict: stale write to t1: expected version 3, found 4",
+            "found": 4,
+        },
         {"i": 6, "type": "invoke", "f": "commit", "exe": "t1", "event": "b2", "from": 3, "to": 4},
         {"i": 6, "type": "unknown", "f": "commit", "error": "TimeoutError: no reply"},
         {"i": 7, "type": "invoke", "f": "commit", "exe": "t1", "event": "b2", "from": 3, "to": 4},
         {"i": 7, "type": "fail", "f": "commit", "error": "ExecutionAlreadyExists: execution 't1' already exists"},
-    ]  # fmt: skip
+    ]
 
 
 # --- a history recorded on the real store -------------------------------------------------
@@ -538,16 +573,33 @@ async def record_a_run(
         await transport.close()
     for exe_id in sorted(await astore.ids_with_prefix("tally-")):
         exe = await astore.load(exe_id)
-        client_log.write({"f": "final", "type": "ok", "exe": exe.id, "definition": exe.definition_id,
-                          "parent": exe.parent_id, "version": exe.version, "status": exe.status.value,
-                          "active_path": exe.active_path, "context": exe.context, "deferred": len(exe.deferred)})  # fmt: skip
+        client_log.write(
+            {
+                "f": "final",
+                "type": "ok",
+                "exe": exe.id,
+                "definition": exe.definition_id,
+                "parent": exe.parent_id,
+                "version": exe.version,
+                "status": exe.status.value,
+                "active_path": exe.active_path,
+                "context": exe.context,
+                "deferred": len(exe.deferred),
+            }
+        )
     queues = client[db_name][queue_names("harel")[0]]
     waiting = list(queues.aggregate([{"$group": {"_id": None, "n": {"$sum": "$pending"}}}]))
-    client_log.write({"f": "drain", "type": "ok", "outbox": len(await astore.pending_outbox()),
-                      "spawns": len(await astore.pending_spawns()),
-                      "timers": len(await astore.due_timers(clock() + 10 * 365 * 86400)),
-                      "queued": waiting[0]["n"] if waiting else 0,
-                      "leased": queues.count_documents({"token": {"$ne": None}, "pending": {"$gt": 0}})})  # fmt: skip
+    client_log.write(
+        {
+            "f": "drain",
+            "type": "ok",
+            "outbox": len(await astore.pending_outbox()),
+            "spawns": len(await astore.pending_spawns()),
+            "timers": len(await astore.due_timers(clock() + 10 * 365 * 86400)),
+            "queued": waiting[0]["n"] if waiting else 0,
+            "leased": queues.count_documents({"token": {"$ne": None}, "pending": {"$gt": 0}}),
+        }
+    )
     worker_log.close()
     client_log.close()
     return sent

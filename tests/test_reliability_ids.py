@@ -34,9 +34,31 @@ LONG = "L" * 4000
 #: Roots a user may name: harel's separator inside and at the ends, prefixes of one
 #: another, MongoDB's and the path encoding's special characters, Unicode, empty, long.
 IDS = [
-    "a", "a:b", "a:b:c", "a:", ":a", ":", "::", "", " ", "ab", "a.b", "a$b", "$a", "$", "a\uff0eb",
-    "\uff05", "%2E", "a:R:0", "日本:ü", "🙂:🙂", "tab\t:x", "nul\x00:x", LONG, LONG + ":x",
-]  # fmt: skip
+    "a",
+    "a:b",
+    "a:b:c",
+    "a:",
+    ":a",
+    ":",
+    "::",
+    "",
+    " ",
+    "ab",
+    "a.b",
+    "a$b",
+    "$a",
+    "$",
+    "a\uff0eb",
+    "\uff05",
+    "%2E",
+    "a:R:0",
+    "日本:ü",
+    "🙂:🙂",
+    "tab\t:x",
+    "nul\x00:x",
+    LONG,
+    LONG + ":x",
+]
 
 
 def _kind(exe_id: str) -> str:

@@ -154,8 +154,10 @@ class StubServer:
     def __init__(self, port: int) -> None:
         self.proc: Optional[subprocess.Popen[bytes]] = subprocess.Popen(
             [sys.executable, "-m", "tests.netfaults.echo", str(port)],
-            cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE, start_new_session=True,
-        )  # fmt: skip
+            cwd=Path(__file__).resolve().parents[1],
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
         assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == b"ready"
 
     def pause(self) -> None:
@@ -246,11 +248,24 @@ def test_overlapping_nft_faults_keep_their_own_counters(namespaces: Any) -> None
 
     def send(host: str, n: int) -> None:
         ns, _link, index = network.links[host]
-        subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", (
-            "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-            f"for _ in range({n}):\n"
-            "    try: s.sendto(b'x', (%r, 9))\n"
-            "    except OSError: pass\n" % network.hosts[host].url_host)], check=True, timeout=30)  # fmt: skip
+        subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                sys.executable,
+                "-c",
+                (
+                    "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                    f"for _ in range({n}):\n"
+                    "    try: s.sendto(b'x', (%r, 9))\n"
+                    "    except OSError: pass\n" % network.hosts[host].url_host
+                ),
+            ],
+            check=True,
+            timeout=30,
+        )
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:  # from its upstream address
             udp.bind((f"10.{network.net}.0.{10 + index}", 0))
             for _ in range(n):
@@ -296,11 +311,24 @@ def test_a_link_down_fires_on_the_hosts_own_traffic(namespaces: Any) -> None:
     on_w2 = injector.apply(Fault("link_down", 0, 1, ("w2",)))
     ns = network.links["w1"][0]
     host, port = _route(network, "w1")
-    subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", (
-        "import socket\n"
-        "for _ in range(3):\n"
-        f"    try: socket.create_connection(({host!r}, {port}), timeout=1)\n"
-        "    except OSError: pass\n")], check=True, timeout=30)  # fmt: skip
+    subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            sys.executable,
+            "-c",
+            (
+                "import socket\n"
+                "for _ in range(3):\n"
+                f"    try: socket.create_connection(({host!r}, {port}), timeout=1)\n"
+                "    except OSError: pass\n"
+            ),
+        ],
+        check=True,
+        timeout=30,
+    )
     assert on_w1.evidence()["w1"] >= 3
     assert on_w2.evidence() == {"w2": 0}
     on_w1.undo()

@@ -252,9 +252,14 @@ def sweep(runs: Callable[[], Run], admin: Any, kind: str, fault: str, stride: in
 # command in the default run for the sync transport, every command under `make soak`
 DEFAULT_STRIDES = {
     "sync": {"connection closed": 3, "ShutdownInProgress": 5, "MaxTimeMSExpired": 3, "command error": 3},
-    "async": {"connection closed": 4, "ShutdownInProgress": 6, "MaxTimeMSExpired": 4, "command error": 4,
-              "writeConcernError (applied)": 2},
-}  # fmt: skip
+    "async": {
+        "connection closed": 4,
+        "ShutdownInProgress": 6,
+        "MaxTimeMSExpired": 4,
+        "command error": 4,
+        "writeConcernError (applied)": 2,
+    },
+}
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])

@@ -28,8 +28,15 @@ CUT = NOW - 30 * 86400
 
 
 def _exe(i: str, status: Status, finished: float | None, parent: str | None = None) -> Execution:
-    return Execution(id=i, definition_id="Order", status=status, updated_at=finished or NOW, finished_at=finished,
-                     parent_id=parent, context={"n": i})  # fmt: skip
+    return Execution(
+        id=i,
+        definition_id="Order",
+        status=status,
+        updated_at=finished or NOW,
+        finished_at=finished,
+        parent_id=parent,
+        context={"n": i},
+    )
 
 
 async def seed(astore: Any) -> set[str]:
@@ -189,8 +196,17 @@ def test_prune_command_dry_run_then_for_real(tmp_path: Path, mongo_url: str, cli
 
     for k in range(7):
         exe = Execution(id=f"p-{k}", definition_id="Order", status=Status.DONE, finished_at=time.time() - 40 * 86400)
-        coll.insert_one({"_id": exe.id, "definition_id": "Order", "version": 1, "data": exe.model_dump_json(),
-                         "status": "DONE", "finished_at": exe.finished_at, "parent_id": None})  # fmt: skip
+        coll.insert_one(
+            {
+                "_id": exe.id,
+                "definition_id": "Order",
+                "version": 1,
+                "data": exe.model_dump_json(),
+                "status": "DONE",
+                "finished_at": exe.finished_at,
+                "parent_id": None,
+            }
+        )
     args = ("prune", "--url", mongo_url, "--db", db_name, "--finished-before", "30d", "--batch-size", "3")
     dry = run_cli(*args, "--dry-run", "--json", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr

@@ -173,8 +173,13 @@ def test_sync_trace_step_adds_no_round_trip(counted: tuple[MongoStore, Recorder]
     for n_emits, n_spawns in [(0, 0), (2, 0), (0, 2), (3, 3)]:
         store.commit(exe, _emits(n_emits, exe.id), Event(kind="X").id, spawns=_spawns(exe.id, n_spawns))
         without = len(rec.take())
-        store.commit(exe, _emits(n_emits, exe.id), Event(kind="X").id, spawns=_spawns(exe.id, n_spawns),
-                     trace={"cause": "event", "n": n_emits})  # fmt: skip
+        store.commit(
+            exe,
+            _emits(n_emits, exe.id),
+            Event(kind="X").id,
+            spawns=_spawns(exe.id, n_spawns),
+            trace={"cause": "event", "n": n_emits},
+        )
         with_trace = rec.take()
         assert len(with_trace) == without, f"a trace step added round trips: {[n for n, _ in with_trace]}"
         _check_commit_round_trips("commit with a trace step", with_trace)
@@ -215,8 +220,9 @@ async def test_async_commit_round_trips(acounted: tuple[AsyncMongoStore, Recorde
     for n_emits, n_spawns in _WORK:
         await store.commit(exe, _emits(n_emits, exe.id), Event(kind="X").id, spawns=_spawns(exe.id, n_spawns))
         _check_commit_round_trips(f"commit with {n_emits} emits, {n_spawns} spawns", rec.take())
-        await store.commit(exe, _emits(n_emits, exe.id), Event(kind="X").id, spawns=_spawns(exe.id, n_spawns),
-                           trace={"cause": "event"})  # fmt: skip
+        await store.commit(
+            exe, _emits(n_emits, exe.id), Event(kind="X").id, spawns=_spawns(exe.id, n_spawns), trace={"cause": "event"}
+        )
         _check_commit_round_trips("commit with a trace step", rec.take())
 
 
@@ -382,9 +388,14 @@ def _idle_documents(start: int, stop: int, now: float) -> list[dict[str, Any]]:
     docs = []
     for i in range(start, stop):
         exe = Execution(
-            id=f"idle-{i:06d}", definition_id="Idle", status=Status.RUNNING, active_path="Wait",
-            parent_id="idle-root", created_at=now, updated_at=now,
-        )  # fmt: skip
+            id=f"idle-{i:06d}",
+            definition_id="Idle",
+            status=Status.RUNNING,
+            active_path="Wait",
+            parent_id="idle-root",
+            created_at=now,
+            updated_at=now,
+        )
         timers = (TimerOp("schedule", "Wait", now + 3600.0),) if i % 2 else ()
         plan = plan_commit(CommitRequest(exe, [], Event(kind="Start").id, timers), trace_max=200, dedupe_window=1000)
         assert plan.insert is not None
@@ -757,10 +768,22 @@ _MB = 1024 * 1024
 
 
 def _size(store: MongoStore, client: pymongo.MongoClient[Any], db_name: str, eid: str) -> dict[str, int]:
-    doc = client[db_name][EXECUTIONS].aggregate([
-        {"$match": {"_id": eid}},
-        {"$project": {"bytes": {"$bsonSize": "$$ROOT"}, "processed": {"$size": "$processed"}, "trace": {"$size": "$trace"}}},
-    ]).next()  # fmt: skip
+    doc = (
+        client[db_name][EXECUTIONS]
+        .aggregate(
+            [
+                {"$match": {"_id": eid}},
+                {
+                    "$project": {
+                        "bytes": {"$bsonSize": "$$ROOT"},
+                        "processed": {"$size": "$processed"},
+                        "trace": {"$size": "$trace"},
+                    }
+                },
+            ]
+        )
+        .next()
+    )
     return {k: int(doc[k]) for k in ("bytes", "processed", "trace")}
 
 

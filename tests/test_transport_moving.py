@@ -50,8 +50,12 @@ async def _drain(t: Any) -> dict[str, list[str]]:
 def _cli(mongo_url: str, db_name: str, action: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "harel_beanie", "migrate-transport", action, "--url", mongo_url, "--db", db_name],
-        cwd=REPO, capture_output=True, text=True, timeout=120, env=os.environ.copy(),
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ.copy(),
+    )
 
 
 EXPECTED = {g: [f"{g}-{i}" for i in range(n)] for g, n in GROUPS.items()}

@@ -114,8 +114,9 @@ async def test_the_stores_next_timer_ends_an_idle_wait(rs_server: EmbeddedServer
     )
     await _streaming(transport)
     due = time.time() + 1.5
-    await store.commit(Execution(id="t", definition_id="d", status=Status.RUNNING), [],
-                       timers=(TimerOp("schedule", "Wait", due),))  # fmt: skip
+    await store.commit(
+        Execution(id="t", definition_id="d", status=Status.RUNNING), [], timers=(TimerOp("schedule", "Wait", due),)
+    )
     assert await store.next_timer(time.time()) == pytest.approx(due)
     # nothing to claim: the claim comes back (None) once the timer is due, for the worker's sweep
     assert await asyncio.wait_for(transport.claim("w", 30), BOUND) is None

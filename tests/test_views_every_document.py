@@ -113,8 +113,17 @@ async def test_every_dashboard_page_reads_every_document(astore: Any, seeded: Se
     app = FastAPI()
     app.include_router(dashboard_router(astore, auth=no_auth, metrics=StoreMetrics(CollectorRegistry())), prefix="/ops")
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
-        for path in ("/ops/", "/ops/?roots=true", "/ops/failed", "/ops/backlog", "/ops/api/executions",
-                     "/ops/api/executions?roots=true", "/ops/api/failed", "/ops/api/backlog", "/ops/metrics"):  # fmt: skip
+        for path in (
+            "/ops/",
+            "/ops/?roots=true",
+            "/ops/failed",
+            "/ops/backlog",
+            "/ops/api/executions",
+            "/ops/api/executions?roots=true",
+            "/ops/api/failed",
+            "/ops/api/backlog",
+            "/ops/metrics",
+        ):
             r = await http.get(path)
             assert r.status_code == 200, (path, r.text[:300])
         listing = (await http.get("/ops/", params={"limit": "500"})).text

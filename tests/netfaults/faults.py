@@ -128,9 +128,17 @@ class Injector:
         f = applied.fault
         happened = fired(evidence, applied.on_hosts)
         self.writer.info("fault", kind=f.kind, target=",".join(f.hosts), phase="off", fired=happened, evidence=evidence)
-        self.log.append({"kind": f.kind, "hosts": list(f.hosts), "how": applied.how, "fired": happened,
-                         "evidence": evidence, **applied.notes(),
-                         "seconds": round(time.monotonic() - applied.began, 1)})  # fmt: skip
+        self.log.append(
+            {
+                "kind": f.kind,
+                "hosts": list(f.hosts),
+                "how": applied.how,
+                "fired": happened,
+                "evidence": evidence,
+                **applied.notes(),
+                "seconds": round(time.monotonic() - applied.began, 1),
+            }
+        )
 
     def read(self, applied: Applied) -> Evidence:
         """The fault's evidence at the end of its window; for a fault on the server, without
@@ -139,8 +147,12 @@ class Injector:
         evidence = applied.evidence()
         if applied.on_hosts:
             return evidence
-        busy = {h for other in self.applied if other is not applied and other.on_hosts and other.overlaps(applied)
-                for h in other.fault.hosts}  # fmt: skip
+        busy = {
+            h
+            for other in self.applied
+            if other is not applied and other.on_hosts and other.overlaps(applied)
+            for h in other.fault.hosts
+        }
         return {h: n for h, n in evidence.items() if h not in busy}
 
     async def heal_all(self) -> None:

@@ -141,8 +141,9 @@ class FaultProxy:
 
     # --- the operator's side -------------------------------------------------------------
 
-    def add_route(self, name: str, listen_host: str, upstream: tuple[str, int], *,
-                  source: Optional[str] = None) -> tuple[str, int]:  # fmt: skip
+    def add_route(
+        self, name: str, listen_host: str, upstream: tuple[str, int], *, source: Optional[str] = None
+    ) -> tuple[str, int]:
         """Listen on `listen_host` (a free port) and relay to `upstream`; the address to use."""
         return self._call(self._add(name, listen_host, upstream, source))  # type: ignore[no-any-return]
 
@@ -211,8 +212,11 @@ class FaultProxy:
 
     async def _stalled(self, name: str, since: float, until: float, slow: float) -> int:
         writes = self.routes[name].writes
-        return sum(1 for sent, answered in writes
-                   if sent is not None and since <= sent <= until - slow and (answered is None or answered > until))  # fmt: skip
+        return sum(
+            1
+            for sent, answered in writes
+            if sent is not None and since <= sent <= until - slow and (answered is None or answered > until)
+        )
 
     async def _drop(self, name: str) -> int:
         route = self.routes[name]
@@ -295,9 +299,16 @@ class FaultProxy:
             w.transport.abort()
         return True
 
-    async def _requests(self, route: Route, reader: asyncio.StreamReader, out: asyncio.StreamWriter,
-                        duplicated: dict[int, str], pair: tuple[Any, Any], sent: dict[int, float],
-                        spans: dict[int, list[Optional[float]]]) -> None:  # fmt: skip
+    async def _requests(
+        self,
+        route: Route,
+        reader: asyncio.StreamReader,
+        out: asyncio.StreamWriter,
+        duplicated: dict[int, str],
+        pair: tuple[Any, Any],
+        sent: dict[int, float],
+        spans: dict[int, list[Optional[float]]],
+    ) -> None:
         while True:
             message = await read_message(reader)
             if message is None:
@@ -339,9 +350,16 @@ class FaultProxy:
         c.write_concern_errors += b"writeConcernError" in message
         c.not_primary += b"NotWritablePrimary" in message or b"not primary" in message
 
-    async def _replies(self, route: Route, reader: asyncio.StreamReader, out: asyncio.StreamWriter,
-                       duplicated: dict[int, str], pair: tuple[Any, Any], sent: dict[int, float],
-                       spans: dict[int, list[Optional[float]]]) -> None:  # fmt: skip
+    async def _replies(
+        self,
+        route: Route,
+        reader: asyncio.StreamReader,
+        out: asyncio.StreamWriter,
+        duplicated: dict[int, str],
+        pair: tuple[Any, Any],
+        sent: dict[int, float],
+        spans: dict[int, list[Optional[float]]],
+    ) -> None:
         seen: dict[int, bytes] = {}  # the first reply to a duplicated request, while the second is due
         while True:
             message = await read_message(reader)

@@ -156,13 +156,35 @@ class WorkerProcess:
         name = f"{self.host}-{self.incarnation}"
         place = self.run.network.hosts[self.host]
         argv = [
-            *place.prefix, sys.executable, "-m", *self.run.scenario.worker,
-            "--url", url_of(place.url_host, place.url_port), "--db", DB, "--prefix", PREFIX,
-            "--definitions", str(MODELS), "--transport", self.run.transport, "--worker-id", name,
-            "--visibility", str(VISIBILITY), "--sweep-every", "1", "--concurrency", "4",
-            "--connect-attempts", "600", "--connect-timeout", str(SELECT_S),
-            "--history", str(self.run.histories / f"{name}.jsonl"),
-        ]  # fmt: skip
+            *place.prefix,
+            sys.executable,
+            "-m",
+            *self.run.scenario.worker,
+            "--url",
+            url_of(place.url_host, place.url_port),
+            "--db",
+            DB,
+            "--prefix",
+            PREFIX,
+            "--definitions",
+            str(MODELS),
+            "--transport",
+            self.run.transport,
+            "--worker-id",
+            name,
+            "--visibility",
+            str(VISIBILITY),
+            "--sweep-every",
+            "1",
+            "--concurrency",
+            "4",
+            "--connect-attempts",
+            "600",
+            "--connect-timeout",
+            str(SELECT_S),
+            "--history",
+            str(self.run.histories / f"{name}.jsonl"),
+        ]
         log = open(self.run.tmp / f"{self.host}.log", "ab")
         self.proc = await asyncio.create_subprocess_exec(
             *argv, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=log, env={**os.environ, "HAREL_BEANIE_DEBUG": "1"}
@@ -200,8 +222,9 @@ class WorkerProcess:
 class Run:
     """One scenario on one transport; `go()` returns its `Outcome` (the verdict in it)."""
 
-    def __init__(self, scenario: Scenario, tmp: Path, *, transport: str = "beanie",
-                 layer: Optional[str] = None, seed: int = 1) -> None:  # fmt: skip
+    def __init__(
+        self, scenario: Scenario, tmp: Path, *, transport: str = "beanie", layer: Optional[str] = None, seed: int = 1
+    ) -> None:
         self.scenario, self.tmp, self.transport, self.layer = scenario, tmp, transport, layer
         self.rng = random.Random(seed)
         self.seed = seed
@@ -223,10 +246,15 @@ class Run:
         self.outcome.layer, self.outcome.fallback_reason = self.network.layer, why
         try:
             self.server = EmbeddedServer(
-                self.tmp / "data", port=self.network.server_addr[1], standalone=False, test_commands=True,
-                log_path=self.tmp / "server.log", bind=self.network.server_bind, reach=self.network.server_addr[0],
+                self.tmp / "data",
+                port=self.network.server_addr[1],
+                standalone=False,
+                test_commands=True,
+                log_path=self.tmp / "server.log",
+                bind=self.network.server_bind,
+                reach=self.network.server_addr[0],
                 wrapper=self.network.server_prefix,
-            )  # fmt: skip
+            )
             await asyncio.to_thread(self.server.start)
             for i in range(self.scenario.workers):
                 self.network.add_host(f"w{i + 1}")
@@ -392,8 +420,12 @@ class Run:
         sc = self.scenario
         for _ in range(100):
             at = self.rng.uniform(0.1, 0.9) * sc.seconds
-            busy = {h for f in sc.faults if f.kind in LINK + PROXY and f.at < at + RESTART and at < f.at + f.hold
-                    for h in f.hosts}  # fmt: skip
+            busy = {
+                h
+                for f in sc.faults
+                if f.kind in LINK + PROXY and f.at < at + RESTART and at < f.at + f.hold
+                for h in f.hosts
+            }
             free = sorted(set(self.workers) - busy)
             if free:
                 return at, self.rng.choice(free)
@@ -434,17 +466,31 @@ class Run:
             exe = await store.load(exe_id)
             if exe is None:
                 continue
-            writer.write({
-                "f": "final", "type": "ok", "exe": exe.id, "definition": exe.definition_id, "parent": exe.parent_id,
-                "version": exe.version, "status": str(getattr(exe.status, "value", exe.status)),
-                "active_path": exe.active_path, "context": exe.context, "deferred": len(exe.deferred or []),
-            })  # fmt: skip
-        writer.write({
-            "f": "drain", "type": "ok",
-            "outbox": len(await store.pending_outbox()), "spawns": len(await store.pending_spawns()),
-            "timers": len(await store.due_timers(time.time() + 10 * 365 * 86400)),
-            "queued": await queued(db, PREFIX, self.transport), "leased": await leased(db, self.transport),
-        })  # fmt: skip
+            writer.write(
+                {
+                    "f": "final",
+                    "type": "ok",
+                    "exe": exe.id,
+                    "definition": exe.definition_id,
+                    "parent": exe.parent_id,
+                    "version": exe.version,
+                    "status": str(getattr(exe.status, "value", exe.status)),
+                    "active_path": exe.active_path,
+                    "context": exe.context,
+                    "deferred": len(exe.deferred or []),
+                }
+            )
+        writer.write(
+            {
+                "f": "drain",
+                "type": "ok",
+                "outbox": len(await store.pending_outbox()),
+                "spawns": len(await store.pending_spawns()),
+                "timers": len(await store.due_timers(time.time() + 10 * 365 * 86400)),
+                "queued": await queued(db, PREFIX, self.transport),
+                "leased": await leased(db, self.transport),
+            }
+        )
 
 
 async def leased(db: Any, transport: str) -> int:
@@ -472,6 +518,7 @@ def late_operations(records: list[dict[str, Any]], seconds: float) -> int:
     return sum(
         1
         for r in records
-        if r["type"] in ("ok", "fail", "unknown") and (r["p"], r["i"]) in invoked
+        if r["type"] in ("ok", "fail", "unknown")
+        and (r["p"], r["i"]) in invoked
         and r["t"] - invoked[(r["p"], r["i"])] >= seconds * 1e9
-    )  # fmt: skip
+    )

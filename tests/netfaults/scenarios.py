@@ -61,8 +61,9 @@ LOOPBACK_SHORT = Scenario(
 )
 
 
-def _repeat(kind: str, hosts: tuple[str, ...], hold: float, every: float, count: int,
-            *params: tuple[str, object]) -> tuple[Fault, ...]:  # fmt: skip
+def _repeat(
+    kind: str, hosts: tuple[str, ...], hold: float, every: float, count: int, *params: tuple[str, object]
+) -> tuple[Fault, ...]:
     """`count` faults of one kind, `every` seconds apart from the second second on."""
     return tuple(Fault(kind, 2 + k * every, hold, hosts, tuple(params)) for k in range(count))
 
@@ -84,7 +85,7 @@ SOAK = (
         _repeat("half_open", ("w1",), 6, 14, 3) + _repeat("half_open", ("w2",), 4, 14, 3),
         kills=3,
         seconds=45,
-    ),  # fmt: skip
+    ),
     # the server stopped longer than a lease
     Scenario("pause", _repeat("pause", SERVER, 7, 16, 3), kills=3, seconds=50),
     # writes that run twice, and writes reordered across connections, all along
@@ -99,7 +100,7 @@ SOAK = (
         _repeat("link_down", ("w1",), 6, 14, 3) + _repeat("link_down", ("w3",), 3, 14, 3),
         kills=3,
         seconds=45,
-    ),  # fmt: skip
+    ),
     # streams cut mid-message
     Scenario("cut", (Fault("cut", 1, 40, EVERYONE, (("share", 0.03),)),), kills=3, seconds=42),
     # the server restarted on its data, once gently and once killed
@@ -108,7 +109,7 @@ SOAK = (
         (Fault("restart", 8, 2, SERVER), Fault("restart", 25, 2, SERVER, (("kill", True),))),
         kills=3,
         seconds=40,
-    ),  # fmt: skip
+    ),
     # failover stand-ins: no primary for a while, then the fail points a failover shows
     Scenario("stepdown", _repeat("stepdown", SERVER, 4, 12, 3), kills=3, seconds=40),
     Scenario(

@@ -215,8 +215,16 @@ class Namespaces(Network):
         _run("ip", "-n", name, "link", "set", "lo", "up")
         # IPv4 only: no IPv6 neighbour discovery on the links, whose packets a fault's
         # counters would take for the processes' traffic
-        _run("ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
-             "net.ipv6.conf.default.disable_ipv6=1")  # fmt: skip
+        _run(
+            "ip",
+            "netns",
+            "exec",
+            name,
+            "sysctl",
+            "-qw",
+            "net.ipv6.conf.all.disable_ipv6=1",
+            "net.ipv6.conf.default.disable_ipv6=1",
+        )
         return name
 
     def _veth(self, suffix: str, ns: str, here: str, there: str) -> str:

@@ -75,8 +75,9 @@ def test_the_transport_inline_spilling_and_overflow(mongo_url: str, audits: Any)
     new, _ = audits
     db, audit = new("transport")
     scope = PartitionScope(held=None)
-    t = Labelled(MongoTransport(pymongo.MongoClient(mongo_url, event_listeners=[audit]), db, sharded=True,
-                                partitions=scope))  # fmt: skip
+    t = Labelled(
+        MongoTransport(pymongo.MongoClient(mongo_url, event_listeners=[audit]), db, sharded=True, partitions=scope)
+    )
     t.init()
     for g in ("a", "b", "c:1:2"):
         t.publish(g, Event(kind="e"))
@@ -116,8 +117,15 @@ async def test_a_worker_running_the_shop(mongo_url: str, audits: Any) -> None:
         await sender.create("Payment", {"order_id": f"p{i}", "amount": 5.0}, execution_id=f"pay-{i}")
     await sender.create("PickLine", {"sku": "OOS-1"}, execution_id="pick-short")
     await sender.create("Order", {"order_id": "o1", "amount": 9.5, "lines": ["SKU-1", "SKU-2"]}, execution_id="o-1")
-    worker = CountingWorker(ls, lt, dict(definitions), worker_id="w", visibility=30.0, concurrency=1,
-                            executions=client[db]["harel_executions"])  # fmt: skip
+    worker = CountingWorker(
+        ls,
+        lt,
+        dict(definitions),
+        worker_id="w",
+        visibility=30.0,
+        concurrency=1,
+        executions=client[db]["harel_executions"],
+    )
     idle = 0
     while idle < 3:  # the worker's loop, one event at a time (its `run` with a stop)
         lease = await worker._claim()  # noqa: SLF001 - harel's worker's own step, as `run` takes it

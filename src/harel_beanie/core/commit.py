@@ -153,9 +153,17 @@ def plan_commit(
     else:
         cas, update = _cas_update(exe, c, dedupe_window)
     return CommitPlan(
-        exe.id, exe.version, cas, update, insert, c.out_seqs, c.spawn_seqs,
-        data_bytes=len(c.data.encode()), token=c.token, new_bytes=_entries_bytes(c.outbox, c.spawns),
-    )  # fmt: skip
+        exe.id,
+        exe.version,
+        cas,
+        update,
+        insert,
+        c.out_seqs,
+        c.spawn_seqs,
+        data_bytes=len(c.data.encode()),
+        token=c.token,
+        new_bytes=_entries_bytes(c.outbox, c.spawns),
+    )
 
 
 @dataclass

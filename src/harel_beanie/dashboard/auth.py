@@ -43,7 +43,8 @@ def token_auth(token: str) -> Callable[[Request], None]:
     def check(request: Request) -> None:
         got = presented_token(request)
         if got is None or not hmac.compare_digest(got.encode(), expected):
-            raise HTTPException(status_code=401, detail="a valid dashboard token is required",
-                                headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+            raise HTTPException(
+                status_code=401, detail="a valid dashboard token is required", headers={"WWW-Authenticate": "Bearer"}
+            )
 
     return check

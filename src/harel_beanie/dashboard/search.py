@@ -69,10 +69,15 @@ class Search:
             recent = (time.time() if now is None else now) - seconds
             after = recent if after is None else max(after, recent)
         return queries.ExecutionFilter(
-            definition_id=self.definition or None, status=self.status or None, outcome=self.outcome or None,
-            parent_id=self.parent or None, roots_only=self.roots, updated_after=after,
-            updated_before=parse_instant("to", self.until), id_prefix=self.prefix or None,
-        )  # fmt: skip
+            definition_id=self.definition or None,
+            status=self.status or None,
+            outcome=self.outcome or None,
+            parent_id=self.parent or None,
+            roots_only=self.roots,
+            updated_after=after,
+            updated_before=parse_instant("to", self.until),
+            id_prefix=self.prefix or None,
+        )
 
     def params(self, **extra: Any) -> dict[str, Any]:
         """The query string that gives this search again (and `extra`), empty values left out."""

@@ -103,10 +103,15 @@ def build_app(
     guard = token_auth(token)
     actions = DashboardActions(runner=runner, **{a: True for a in allow}) if allow else None
     router = dashboard_router(
-        lambda: held["store"], auth=guard, actions=actions,
-        metrics=StoreMetrics(new_registry()), stuck_after=stuck_after, title=f"{target.db}/{target.prefix}",
-        definitions=definitions, secret=form_secret(token),
-    )  # fmt: skip
+        lambda: held["store"],
+        auth=guard,
+        actions=actions,
+        metrics=StoreMetrics(new_registry()),
+        stuck_after=stuck_after,
+        title=f"{target.db}/{target.prefix}",
+        definitions=definitions,
+        secret=form_secret(token),
+    )
     app.include_router(router)
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(guard)])
@@ -152,9 +157,13 @@ def main(args: Any, target: Target, say: Callable[[str], None] = print) -> int:
 
     token = args.token or os.environ.get("HAREL_DASHBOARD_TOKEN") or secrets.token_urlsafe(18)
     app = build_app(
-        target, token=token, allow=parse_allow(args.allow), definitions_dir=args.definitions,
-        stuck_after=args.stuck_after, say=say,
-    )  # fmt: skip
+        target,
+        token=token,
+        allow=parse_allow(args.allow),
+        definitions_dir=args.definitions,
+        stuck_after=args.stuck_after,
+        say=say,
+    )
     host = args.host
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     given = args.token or os.environ.get("HAREL_DASHBOARD_TOKEN")

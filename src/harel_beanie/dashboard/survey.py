@@ -86,8 +86,9 @@ async def survey(prefix: str) -> Survey:
     # (its metadata, no read of the documents)
     some = await executions.estimated_document_count()
     layout = None if marker is None else int(marker.get("n") or 0)
-    return Survey(executions.database.name, prefix, layout, bool(some),
-                  tuple(name for name in wanted if name not in present))  # fmt: skip
+    return Survey(
+        executions.database.name, prefix, layout, bool(some), tuple(name for name in wanted if name not in present)
+    )
 
 
 class Surveyor:

@@ -181,9 +181,14 @@ async def executions_view(
     definitions = sorted(d for d in await doc.get_pymongo_collection().distinct("definition_id") if isinstance(d, str))
     total = counts.get(flt.status, 0) if flt.status else sum(counts.values())
     return ExecutionsView(
-        filter=FilterOut(**vars(flt)), counts=counts, total=total, rows=[ExecutionOut.of(r) for r in page.rows],
-        after=after, next_after=page.next_after, definitions=definitions,
-    )  # fmt: skip
+        filter=FilterOut(**vars(flt)),
+        counts=counts,
+        total=total,
+        rows=[ExecutionOut.of(r) for r in page.rows],
+        after=after,
+        next_after=page.next_after,
+        definitions=definitions,
+    )
 
 
 def _text(value: Any) -> Optional[str]:
@@ -204,12 +209,17 @@ def _step(raw: Any) -> StepOut:
     raw = raw if isinstance(raw, dict) else {"event_data": raw}
     index = raw.get("index")
     return StepOut(
-        index=index if isinstance(index, int) and not isinstance(index, bool) else 0, at=_number(raw.get("timestamp")),
-        event_kind=_text(raw.get("event_kind")), event_data=raw.get("event_data"),
-        from_path=_text(raw.get("from_path")), to_path=_text(raw.get("to_path")),
-        actions=[_text(a) or "" for a in raw.get("actions") or () if a is not None] if isinstance(raw.get("actions"), list) else [],
+        index=index if isinstance(index, int) and not isinstance(index, bool) else 0,
+        at=_number(raw.get("timestamp")),
+        event_kind=_text(raw.get("event_kind")),
+        event_data=raw.get("event_data"),
+        from_path=_text(raw.get("from_path")),
+        to_path=_text(raw.get("to_path")),
+        actions=[_text(a) or "" for a in raw.get("actions") or () if a is not None]
+        if isinstance(raw.get("actions"), list)
+        else [],
         assigned=raw.get("assigned"),
-    )  # fmt: skip
+    )
 
 
 def _snapshot(data: str) -> dict[str, Any]:
@@ -229,8 +239,9 @@ def _event_kind(raw: Any) -> Optional[str]:
     return _text(event.get("kind")) if isinstance(event, dict) else None
 
 
-def diagram(row: ExecutionOut, kids: list[ExecutionOut], timeline: list[StepOut],
-            definitions: Mapping[str, Any]) -> DiagramOut:  # fmt: skip
+def diagram(
+    row: ExecutionOut, kids: list[ExecutionOut], timeline: list[StepOut], definitions: Mapping[str, Any]
+) -> DiagramOut:
     """The execution on its statechart (see `harel_beanie.dashboard.statechart`)."""
     by_state: dict[str, list[str]] = {}
     for kid in kids:
@@ -245,8 +256,14 @@ def diagram(row: ExecutionOut, kids: list[ExecutionOut], timeline: list[StepOut]
     ]
     visited = sorted({p for s in timeline for p in (s.from_path, s.to_path) if p})
     last = next(((s.from_path, s.to_path) for s in reversed(timeline) if s.to_path), None)
-    out = DiagramOut(definition_known=False, active=active, visited=visited, children_by_state=by_state,
-                     last_from=last[0] if last else None, last_to=last[1] if last else None)  # fmt: skip
+    out = DiagramOut(
+        definition_known=False,
+        active=active,
+        visited=visited,
+        children_by_state=by_state,
+        last_from=last[0] if last else None,
+        last_to=last[1] if last else None,
+    )
     defn = statechart.find_definition(dict(definitions), row.definition_id)
     if defn is None:
         out.paths = sorted(set(active) | set(visited) | set(by_state))
@@ -258,9 +275,14 @@ def diagram(row: ExecutionOut, kids: list[ExecutionOut], timeline: list[StepOut]
 
 
 async def execution_view(
-    store: Any, execution_id: str, *, doc: Doc, actions: list[str], children: int = 100,
+    store: Any,
+    execution_id: str,
+    *,
+    doc: Doc,
+    actions: list[str],
+    children: int = 100,
     definitions: Mapping[str, Any] = {},
-) -> Optional[ExecutionView]:  # fmt: skip
+) -> Optional[ExecutionView]:
     now = time.time()
     d = await queries.execution_detail(execution_id, doc=doc)
     if d is None:
@@ -268,15 +290,23 @@ async def execution_view(
     data = _snapshot(d.data)
     kids = await queries.children_of(execution_id, doc=doc).limit(children + 1).to_list()
     outbox = [
-        OutboxOut(seq=e["seq"], target_id=_text(e.get("target_id")), event_kind=_event_kind(e.get("event")),
-                  age=_age(e["seq"], now))
+        OutboxOut(
+            seq=e["seq"],
+            target_id=_text(e.get("target_id")),
+            event_kind=_event_kind(e.get("event")),
+            age=_age(e["seq"], now),
+        )
         for e in d.outbox
-    ]  # fmt: skip
+    ]
     spawns = [
-        SpawnOut(seq=s["seq"], child_id=_text(s.get("child_id")) or "", root_path=_text(s.get("root_path")) or "",
-                 age=_age(s["seq"], now))
+        SpawnOut(
+            seq=s["seq"],
+            child_id=_text(s.get("child_id")) or "",
+            root_path=_text(s.get("root_path")) or "",
+            age=_age(s["seq"], now),
+        )
         for s in d.spawns
-    ]  # fmt: skip
+    ]
     timers = sorted(
         (
             TimerOut(path=decode_path(k), fire_at=at, late_by=(now - at) if at <= now else None)
@@ -289,11 +319,21 @@ async def execution_view(
     shown = [ExecutionOut.of(k) for k in kids[:children]]
     timeline = [_step(s) for s in trace]
     return ExecutionView(
-        now=now, execution=row, created_at=d.created_at, context=data.get("context"), error=data.get("error"),
-        children=shown, more_children=len(kids) > children, outbox=outbox, spawns=spawns, timers=timers,
-        timeline=timeline, steps_written=d.trace_n or len(trace), actions=actions,
+        now=now,
+        execution=row,
+        created_at=d.created_at,
+        context=data.get("context"),
+        error=data.get("error"),
+        children=shown,
+        more_children=len(kids) > children,
+        outbox=outbox,
+        spawns=spawns,
+        timers=timers,
+        timeline=timeline,
+        steps_written=d.trace_n or len(trace),
+        actions=actions,
         diagram=diagram(row, shown, timeline, definitions),
-    )  # fmt: skip
+    )
 
 
 def _silent(stuck: list[dict[str, Any]]) -> list[SilentOut]:
@@ -316,9 +356,14 @@ async def failed_view(
         for r in stuck
     ]
     return FailedView(
-        now=now, failed=[ExecutionOut.of(r) for r in page.rows], failed_total=total, after=after,
-        next_after=page.next_after, silent=silent, stuck_after=stuck_after,
-    )  # fmt: skip
+        now=now,
+        failed=[ExecutionOut.of(r) for r in page.rows],
+        failed_total=total,
+        after=after,
+        next_after=page.next_after,
+        silent=silent,
+        stuck_after=stuck_after,
+    )
 
 
 async def backlog_view(*, stuck_after: float, show: int, doc: Doc) -> BacklogView:
@@ -331,7 +376,15 @@ async def backlog_view(*, stuck_after: float, show: int, doc: Doc) -> BacklogVie
         NextTimerOut(**t, late_by=(b.now - t["fire_at"]) if t["fire_at"] <= b.now else None) for t in b.next_timers
     ]
     return BacklogView(
-        now=b.now, counts=b.counts, totals=totals, pending_outbox=b.pending_outbox, oldest_outbox_age=b.oldest_outbox_age,
-        pending_spawns=b.pending_spawns, oldest_spawn_age=b.oldest_spawn_age, due_timers=b.due_timers,
-        next_timers=timers, silent=_silent(b.stuck), stuck_after=stuck_after,
-    )  # fmt: skip
+        now=b.now,
+        counts=b.counts,
+        totals=totals,
+        pending_outbox=b.pending_outbox,
+        oldest_outbox_age=b.oldest_outbox_age,
+        pending_spawns=b.pending_spawns,
+        oldest_spawn_age=b.oldest_spawn_age,
+        due_timers=b.due_timers,
+        next_timers=timers,
+        silent=_silent(b.stuck),
+        stuck_after=stuck_after,
+    )

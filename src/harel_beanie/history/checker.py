@@ -9,8 +9,7 @@ anomaly it finds, each of a kind in `KINDS`, with the execution and a readable d
 The fields it reads, by operation (`t`, `p`, `i`, `type`, `f` on all of them):
 
 - `create` — invoke: `exe`, `definition`, `context`, `parent`; ok: `version` (1);
-- `commit` — invoke: `exe`, `from`, `to` (= from + 1), `event`; ok: `to` (the version stored);
-  fail: `found`;
+- `commit` — invoke: `exe`, `from`, `to` (= from + 1), `event`; ok: `to`; fail: `found`;
 - `read` — invoke: `exe`; ok: `version` (null: no such execution);
 - `send` — invoke: `exe`, `event` (its id), `kind`, `data`;
 - `publish` — invoke: `group`, `event` (its id), `kind` (the transport's publish);
@@ -207,19 +206,29 @@ def _versions(h: _History) -> Iterable[Anomaly]:
                 yield Anomaly("skipped-version", exe, f"{_name(op)} went from version {start} to {v}")
         for v, ops in sorted(landed.items()):
             if len(ops) > 1:
-                yield Anomaly("same-version", exe, f"version {v} acknowledged to {len(ops)} writes: "
-                              + ", ".join(_name(op) for op in ops))  # fmt: skip
+                yield Anomaly(
+                    "same-version",
+                    exe,
+                    f"version {v} acknowledged to {len(ops)} writes: " + ", ".join(_name(op) for op in ops),
+                )
         final = h.finals.get(exe)
         if final is None or not isinstance(final.get("version"), int):
             continue
         version = int(final["version"])
         if landed and version < max(landed):
-            yield Anomaly("lost-ack", exe, f"version {max(landed)} was acknowledged ({_name(landed[max(landed)][0])}), "
-                          f"the execution ended at version {version}")  # fmt: skip
+            yield Anomaly(
+                "lost-ack",
+                exe,
+                f"version {max(landed)} was acknowledged ({_name(landed[max(landed)][0])}), "
+                f"the execution ended at version {version}",
+            )
         missing = [v for v in range(1, version + 1) if v not in claimed]
         if missing:
-            yield Anomaly("unaccounted-version", exe, f"no recorded write could have stored version(s) "
-                          f"{ranges(missing)} of the final {version}")  # fmt: skip
+            yield Anomaly(
+                "unaccounted-version",
+                exe,
+                f"no recorded write could have stored version(s) {ranges(missing)} of the final {version}",
+            )
 
 
 # --- 3. reads -----------------------------------------------------------------------------
@@ -228,10 +237,13 @@ def _versions(h: _History) -> Iterable[Anomaly]:
 def _reads(h: _History) -> Iterable[Anomaly]:
     for exe, ops in h.by_exe.items():
         acked = sorted(
-            ((op.completed, v, op) for op in h.writes(exe)
-             if op.outcome == "ok" and op.completed is not None and (v := _landed(op)) is not None),
+            (
+                (op.completed, v, op)
+                for op in h.writes(exe)
+                if op.outcome == "ok" and op.completed is not None and (v := _landed(op)) is not None
+            ),
             key=lambda row: row[0],
-        )  # fmt: skip
+        )
         if not acked:
             continue
         times = [t for t, _v, _op in acked]
@@ -248,8 +260,12 @@ def _reads(h: _History) -> Iterable[Anomaly]:
             got = op.completion.get("version")
             if got is None or (isinstance(got, int) and got < v):
                 saw = "no execution" if got is None else f"version {got}"
-                yield Anomaly("stale-read", exe, f"read {op.invoke['p']}#{op.invoke['i']} saw {saw}, invoked "
-                              f"after version {v} was acknowledged ({_name(write)})")  # fmt: skip
+                yield Anomaly(
+                    "stale-read",
+                    exe,
+                    f"read {op.invoke['p']}#{op.invoke['i']} saw {saw}, invoked "
+                    f"after version {v} was acknowledged ({_name(write)})",
+                )
 
 
 # --- 4. final states ----------------------------------------------------------------------
@@ -305,8 +321,11 @@ def _end(h: _History) -> Iterable[Anomaly]:
     for exe, ops in h.by_exe.items():
         if exe not in h.finals and any(op.f != "read" for op in ops):
             kinds = Counter(op.f for op in ops if op.f != "read")
-            yield Anomaly("no-final", exe, "no final record for an execution with "
-                          + ", ".join(f"{n} {f}" for f, n in sorted(kinds.items())))  # fmt: skip
+            yield Anomaly(
+                "no-final",
+                exe,
+                "no final record for an execution with " + ", ".join(f"{n} {f}" for f, n in sorted(kinds.items())),
+            )
 
 
 # --- 6. order, per group -------------------------------------------------------------------
@@ -334,14 +353,22 @@ def _order(h: _History) -> Iterable[Anomaly]:
                 h.fifo_pairs += len(earlier)
                 jumped = [eid for eid in earlier if delivered.get(eid, delivered[later] + 1) > delivered[later]]
                 if jumped:
-                    yield Anomaly("reordered", group, f"event {later!r} was delivered before {listed(jumped)}, "
-                                  "whose publish was acknowledged before its own began")  # fmt: skip
+                    yield Anomaly(
+                        "reordered",
+                        group,
+                        f"event {later!r} was delivered before {listed(jumped)}, "
+                        "whose publish was acknowledged before its own began",
+                    )
             if later in applied:
                 # only events the model lists: a Timeout or a child's Returned is applied unlisted
                 jumped = [eid for eid in earlier if applied.get(eid, -1) > applied[later]]
                 if jumped:
-                    yield Anomaly("reordered", group, f"event {later!r} was applied before {listed(jumped)}, "
-                                  "whose publish was acknowledged before its own began")  # fmt: skip
+                    yield Anomaly(
+                        "reordered",
+                        group,
+                        f"event {later!r} was applied before {listed(jumped)}, "
+                        "whose publish was acknowledged before its own began",
+                    )
 
 
 # --- figures ------------------------------------------------------------------------------

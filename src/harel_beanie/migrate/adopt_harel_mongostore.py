@@ -139,8 +139,11 @@ class AdoptHarelLayout(Step):
                 hi = max((e["seq"] for d in batch for e in d.get(array) or ()), default=None)
                 if hi is not None:
                     await m.counters.update_one({"_id": counter}, {"$max": {"n": hi}}, upsert=True)
-            traced = [UpdateOne({"_id": _HAREL_TRACE_COUNTER + d["_id"]}, {"$max": {"n": int(d["trace_n"])}}, upsert=True)
-                      for d in batch if d.get("trace_n")]  # fmt: skip
+            traced = [
+                UpdateOne({"_id": _HAREL_TRACE_COUNTER + d["_id"]}, {"$max": {"n": int(d["trace_n"])}}, upsert=True)
+                for d in batch
+                if d.get("trace_n")
+            ]
             if traced:
                 await m.counters.bulk_write(traced, ordered=False)
 

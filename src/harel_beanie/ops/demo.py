@@ -65,8 +65,17 @@ class DemoStalled(RuntimeError):
 class Demo:
     """One run: the planned mix, its run id, the shared clock, the round-trip counters."""
 
-    def __init__(self, target: Target, models: Path, executions: int, workers: int, concurrency: int,
-                 console: Console, trace: bool = True, transport: str = TRANSPORTS[0]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        target: Target,
+        models: Path,
+        executions: int,
+        workers: int,
+        concurrency: int,
+        console: Console,
+        trace: bool = True,
+        transport: str = TRANSPORTS[0],
+    ) -> None:
         self.target = target
         self.transport_kind = transport
         self.models = models
@@ -101,8 +110,13 @@ class Demo:
             await store.init()
             await poll.init()
             await refuse_if_stranded(self.client[self.target.db], self.target.prefix, self.transport_kind)
-            transport = await open_transport(self.target, kind=self.transport_kind, clock=self.clock,
-                                             listeners=[self.transport_counter], timers=store.next_timer)  # fmt: skip
+            transport = await open_transport(
+                self.target,
+                kind=self.transport_kind,
+                clock=self.clock,
+                listeners=[self.transport_counter],
+                timers=store.next_timer,
+            )
             return await self._run(store, poll, transport, definitions)
         finally:
             await store.close()
@@ -130,7 +144,7 @@ class Demo:
                 concurrency=self.concurrency,
                 trace=self.trace,
                 executions=self.store_executions,
-            )  # fmt: skip
+            )
             for k in range(self.workers_n)
         ]
         stop = asyncio.Event()
@@ -285,11 +299,15 @@ class Demo:
         self.progress.update(self.bar, total=max(self.planned, seen), completed=done, events=events)
 
     async def _earlier_runs(self) -> list[str]:
-        rows = await (await self.executions.aggregate([
-            {"$match": {"_id": {"$regex": "^demo-"}, "parent_id": None}},
-            {"$group": {"_id": {"$substrCP": ["$_id", 0, 11]}, "at": {"$min": "$created_at"}}},
-            {"$sort": {"at": 1}},
-        ])).to_list(None)  # fmt: skip
+        rows = await (
+            await self.executions.aggregate(
+                [
+                    {"$match": {"_id": {"$regex": "^demo-"}, "parent_id": None}},
+                    {"$group": {"_id": {"$substrCP": ["$_id", 0, 11]}, "at": {"$min": "$created_at"}}},
+                    {"$sort": {"at": 1}},
+                ]
+            )
+        ).to_list(None)
         return [r["_id"] for r in rows]
 
     async def _result(self, elapsed: float, earlier: int, earlier_runs: list[str]) -> Result:
@@ -352,8 +370,16 @@ def main(args: Any, target: Target) -> int:
     if not models.is_dir():
         raise ConfigError(f"no models directory at {models} (pass --models DIR)")
     kind = args.transport or os.environ.get("HAREL_BEANIE_TRANSPORT") or TRANSPORTS[0]
-    demo = Demo(target, models, args.executions, args.workers, args.concurrency, console, trace=not args.no_trace,
-                transport=kind)  # fmt: skip
+    demo = Demo(
+        target,
+        models,
+        args.executions,
+        args.workers,
+        args.concurrency,
+        console,
+        trace=not args.no_trace,
+        transport=kind,
+    )
     console.print(
         f"[bold]harel-beanie demo[/] {demo.run_id}: about {demo.planned} executions of the shop models in {_short(models)}"
     )

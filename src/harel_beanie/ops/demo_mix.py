@@ -59,8 +59,13 @@ class Scenario:
         if self.definition_id == "Payment":
             return {"order_id": root_id, "amount": 42.0, "card": self.card, "flaky_attempts": self.flaky}
         amount = round(19.9 * max(1, len(self.lines)), 2)
-        return {"order_id": root_id, "amount": amount, "lines": list(self.lines), "card": self.card,
-                "flaky_attempts": self.flaky}  # fmt: skip
+        return {
+            "order_id": root_id,
+            "amount": amount,
+            "lines": list(self.lines),
+            "card": self.card,
+            "flaky_attempts": self.flaky,
+        }
 
     def sealed(self, root_id: str) -> Event:
         """The packing bench's report that the parcel is sealed."""

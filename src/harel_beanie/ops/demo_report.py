@@ -45,8 +45,11 @@ class Result:
 def report(console: Console, target: Target, result: Result, workers: int, concurrency: int, models: Path) -> None:
     r = result
     secs = max(r.elapsed, 1e-9)
-    table = Table(box=box.SIMPLE_HEAD, title=f"Run {r.run_id}: {sum(m['executions'] for m in r.per_model.values())} executions "
-                  f"in {r.elapsed:.1f}s", title_justify="left")  # fmt: skip
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        title=f"Run {r.run_id}: {sum(m['executions'] for m in r.per_model.values())} executions in {r.elapsed:.1f}s",
+        title_justify="left",
+    )
     table.add_column("model")
     table.add_column("executions", justify="right")
     table.add_column("ended")
@@ -61,8 +64,15 @@ def report(console: Console, target: Target, result: Result, workers: int, concu
         table.add_row(model, str(m["executions"]), statuses, str(m["events"]), rate, per_event)
     rt_per = f"{r.store_rt_events / r.events:.1f}" if r.events else "-"
     table.add_section()
-    table.add_row("all", str(sum(m["executions"] for m in r.per_model.values())), "", str(r.events),
-                  f"{r.events / secs:.0f}", rt_per, style="bold")  # fmt: skip
+    table.add_row(
+        "all",
+        str(sum(m["executions"] for m in r.per_model.values())),
+        "",
+        str(r.events),
+        f"{r.events / secs:.0f}",
+        rt_per,
+        style="bold",
+    )
     console.print()
     console.print(table)
 

@@ -43,8 +43,10 @@ def _print(verdict: Verdict, records: int, files: int) -> None:
     print(f"{records} records from {files} file(s), {f['processes']} processes")
     for op, outcomes in sorted(f["operations"].items()):
         print(f"  {op:<7} " + ", ".join(f"{outcome} {n}" for outcome, n in sorted(outcomes.items())))
-    print(f"  executions {f['executions']}, events sent {f['events_sent']}, applied {f['events_applied']}, "
-          f"final states replayed {f['replayed']} (skipped {f['replay_skipped']})")  # fmt: skip
+    print(
+        f"  executions {f['executions']}, events sent {f['events_sent']}, applied {f['events_applied']}, "
+        f"final states replayed {f['replayed']} (skipped {f['replay_skipped']})"
+    )
     if f["faults"]:
         print("  faults " + ", ".join(f"{kind} {n}" for kind, n in sorted(f["faults"].items())))
     if f["stray_completions"]:

@@ -39,8 +39,9 @@ def definition_source(directory: Optional[str]) -> Any:
         raise ConfigError(f"cannot load the definitions in {directory}: {type(exc).__name__}: {exc}") from None
 
 
-def build_app(target: Target, definitions: Optional[str] = None, interval: Optional[float] = None,
-              theme: Optional[str] = None) -> Any:  # fmt: skip
+def build_app(
+    target: Target, definitions: Optional[str] = None, interval: Optional[float] = None, theme: Optional[str] = None
+) -> Any:
     """harel's `MonitorApp` over our `MongoStore` for `target`. Close `app.model` after use."""
     try:
         from harel.tui.app import MonitorApp

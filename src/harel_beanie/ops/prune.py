@@ -52,22 +52,28 @@ async def run(args: Any, target: Target, console: Console) -> retention.PruneRep
         total = 0
         for status in retention.FINISHED:
             total += await executions.count_documents(retention.candidates_filter(status, before, None))
-        console.print(f"[bold]harel-beanie prune[/]: {total} execution(s) finished before "
-                      f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(before))} on {escape(target.masked_url)}, "
-                      f"database {target.db}, prefix {target.prefix}" + (" (dry run)" if args.dry_run else ""))  # fmt: skip
+        console.print(
+            f"[bold]harel-beanie prune[/]: {total} execution(s) finished before "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(before))} on {escape(target.masked_url)}, "
+            f"database {target.db}, prefix {target.prefix}" + (" (dry run)" if args.dry_run else "")
+        )
         progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(bar_width=30), MofNCompleteColumn(),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(bar_width=30),
+            MofNCompleteColumn(),
             TextColumn("{task.fields[removed]} " + ("to remove" if args.dry_run else "removed")),
-            TimeElapsedColumn(), console=console,
-        )  # fmt: skip
+            TimeElapsedColumn(),
+            console=console,
+        )
         with progress:
             bar = progress.add_task("examining", total=max(total, 1), removed=0)
 
             def step(r: retention.PruneReport) -> None:
                 progress.update(bar, completed=r.examined, removed=r.removed)
 
-            report = await retention.prune(executions, before, archive=archive, dry_run=args.dry_run,
-                                           batch_size=args.batch_size, on_batch=step)  # fmt: skip
+            report = await retention.prune(
+                executions, before, archive=archive, dry_run=args.dry_run, batch_size=args.batch_size, on_batch=step
+            )
             progress.update(bar, completed=max(report.examined, 1) if not total else report.examined)
         return report
     finally:

@@ -260,9 +260,11 @@ async def ensure_ttl(executions: Any, seconds: Optional[float]) -> str:
     period = int(require_seconds("seconds", seconds, high=MAX_AGE))
     if existing is None:
         await executions.create_index(
-            [("finished_on", 1)], name=TTL_INDEX, expireAfterSeconds=period,
+            [("finished_on", 1)],
+            name=TTL_INDEX,
+            expireAfterSeconds=period,
             partialFilterExpression={"status": {"$in": list(FINISHED)}},
-        )  # fmt: skip
+        )
         return f"created the TTL index {TTL_INDEX}: finished executions expire after {period}s"
     if int(existing.get("expireAfterSeconds", -1)) == period:
         return f"the TTL index {TTL_INDEX} already expires after {period}s"

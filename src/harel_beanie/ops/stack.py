@@ -222,9 +222,14 @@ async def queued(db: Any, prefix: str, kind: str) -> int:
     if kind == "harel":
         return int(await db[Names(prefix).messages].count_documents({}))
     queues, overflow = queue_names(prefix)
-    rows = await (await db[queues].aggregate([
-        {"$match": WAITING}, {"$group": {"_id": None, "n": {"$sum": "$qn"}}},
-    ])).to_list(None)  # fmt: skip
+    rows = await (
+        await db[queues].aggregate(
+            [
+                {"$match": WAITING},
+                {"$group": {"_id": None, "n": {"$sum": "$qn"}}},
+            ]
+        )
+    ).to_list(None)
     return (int(rows[0]["n"]) if rows else 0) + int(await db[overflow].count_documents({}))
 
 

@@ -77,8 +77,10 @@ def human_duration(seconds: float) -> str:
 def render(console: Console, data: dict[str, Any]) -> None:
     w = data["where"]
     now = data["now"]
-    console.print(f"[bold]harel-beanie status[/]: {escape(w['url'])} database {w['db']} prefix {w['prefix']}, "
-                  f"at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))}")  # fmt: skip
+    console.print(
+        f"[bold]harel-beanie status[/]: {escape(w['url'])} database {w['db']} prefix {w['prefix']}, "
+        f"at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))}"
+    )
     if not data["executions"]:
         console.print(f"No executions in {w['prefix']}_executions.")
     else:
@@ -103,8 +105,11 @@ def render(console: Console, data: dict[str, Any]) -> None:
     p.add_column("n", justify="right")
     p.add_column("")
     age = data["oldest_outbox_age"]
-    p.add_row("outbox entries (events to relay)", str(data["pending_outbox"]),
-              f"oldest {human_duration(age)} old" if age is not None and data["pending_outbox"] else "")  # fmt: skip
+    p.add_row(
+        "outbox entries (events to relay)",
+        str(data["pending_outbox"]),
+        f"oldest {human_duration(age)} old" if age is not None and data["pending_outbox"] else "",
+    )
     p.add_row("spawns (children to create)", str(data["pending_spawns"]), "")
     p.add_row("timers due now", str(data["due_timers"]), "")
     tr = data["transport"]
@@ -126,14 +131,22 @@ def render(console: Console, data: dict[str, Any]) -> None:
         console.print(t)
     stuck_after = data["stuck_after"]
     if data["stuck"]:
-        t = Table(box=box.SIMPLE_HEAD, title=f"Stuck: RUNNING, not updated for more than {human_duration(stuck_after)}",
-                  title_justify="left", title_style="bold red")  # fmt: skip
+        t = Table(
+            box=box.SIMPLE_HEAD,
+            title=f"Stuck: RUNNING, not updated for more than {human_duration(stuck_after)}",
+            title_justify="left",
+            title_style="bold red",
+        )
         for col in ("execution", "definition", "active state", "silent for"):
             t.add_column(col)
         for row in data["stuck"]:
             # ids, definitions and paths are data: shown as text, never read as rich markup
-            t.add_row(Text(row["id"]), Text(row["definition_id"]), Text(row["active_path"] or ""),
-                      human_duration(row["silent_for"]))  # fmt: skip
+            t.add_row(
+                Text(row["id"]),
+                Text(row["definition_id"]),
+                Text(row["active_path"] or ""),
+                human_duration(row["silent_for"]),
+            )
         console.print(t)
     else:
         console.print(f"Nothing stuck: no RUNNING execution silent for more than {human_duration(stuck_after)}.")

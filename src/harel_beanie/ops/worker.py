@@ -143,9 +143,15 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
             transport = RecordingTransport(transport, history)
         executions = client[target.db][Names(target.prefix).executions]
         worker = CountingWorker(
-            store, transport, definitions, worker_id=wid, visibility=opts["visibility"],
-            concurrency=opts["concurrency"], trace=opts["trace"], executions=executions,
-        )  # fmt: skip
+            store,
+            transport,
+            definitions,
+            worker_id=wid,
+            visibility=opts["visibility"],
+            concurrency=opts["concurrency"],
+            trace=opts["trace"],
+            executions=executions,
+        )
         try:
             leftover = await sweep(store, transport, executions, worker.definitions, trace=opts["trace"])
         except ConnectionFailure:  # the periodic sweep will do it once the server answers again
@@ -163,13 +169,19 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
             nonlocal signals
             signals += 1
             if signals == 1:
-                print(f"worker {wid} stopping ({signal.Signals(signum).name}): finishing "
-                      f"{worker.in_flight} event(s) in flight", flush=True)  # fmt: skip
+                print(
+                    f"worker {wid} stopping ({signal.Signals(signum).name}): finishing "
+                    f"{worker.in_flight} event(s) in flight",
+                    flush=True,
+                )
                 stop.set()
                 getattr(transport, "wake", lambda: None)()  # a claim waiting for work returns now
             else:
-                print(f"worker {wid}: second signal, stopping now; events in flight come back "
-                      f"after their {opts['visibility']:g}s lease", flush=True)  # fmt: skip
+                print(
+                    f"worker {wid}: second signal, stopping now; events in flight come back "
+                    f"after their {opts['visibility']:g}s lease",
+                    flush=True,
+                )
                 run.cancel()
 
         loop = asyncio.get_running_loop()
@@ -244,8 +256,11 @@ async def _start(
     failure: Optional[ConnectionFailure] = None
     for pause in target.retry.pauses():
         if failure is not None:
-            print(f"worker {opts['worker_id']}: lost the server while starting ({type(failure).__name__}); "
-                  f"retrying in {pause:g}s", flush=True)  # fmt: skip
+            print(
+                f"worker {opts['worker_id']}: lost the server while starting ({type(failure).__name__}); "
+                f"retrying in {pause:g}s",
+                flush=True,
+            )
             await asyncio.sleep(pause)
         try:
             await store.init()

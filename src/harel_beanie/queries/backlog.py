@@ -65,10 +65,19 @@ async def backlog(
     show = require_int("show", show, low=0, high=MAX_SHOW)
     out = Backlog(now=now, stuck_after=stuck_after)
     coll = doc.get_pymongo_collection()
-    groups = await (await coll.aggregate([
-        {"$group": {"_id": {"d": "$definition_id", "s": {"$ifNull": ["$status", UNKNOWN]}}, "n": {"$sum": 1},
-                    "v": {"$sum": {"$ifNull": ["$version", 0]}}}},
-    ])).to_list(None)  # fmt: skip
+    groups = await (
+        await coll.aggregate(
+            [
+                {
+                    "$group": {
+                        "_id": {"d": "$definition_id", "s": {"$ifNull": ["$status", UNKNOWN]}},
+                        "n": {"$sum": 1},
+                        "v": {"$sum": {"$ifNull": ["$version", 0]}},
+                    }
+                },
+            ]
+        )
+    ).to_list(None)
     for g in groups:
         out.commits += int(g.get("v") or 0)
         definition = g["_id"].get("d")
@@ -133,11 +142,20 @@ async def _pending_indexed(doc: Executions, out: Backlog, show: int) -> None:
     some are read, through the partial indexes."""
     coll, now = doc.get_pymongo_collection(), out.now
     for array, attr in (("outbox", "pending_outbox"), ("spawns", "pending_spawns")):
-        rows = await (await coll.aggregate([
-            {"$match": {**PENDING, f"{array}.seq": ANY_SEQ}},  # through hb_pending
-            {"$project": {"n": {"$size": f"${array}"}, "low": {"$min": {"$map": {"input": f"${array}", "in": "$$this.seq"}}}}},
-            {"$group": {"_id": None, "n": {"$sum": "$n"}, "low": {"$min": "$low"}}},
-        ])).to_list(None)  # fmt: skip
+        rows = await (
+            await coll.aggregate(
+                [
+                    {"$match": {**PENDING, f"{array}.seq": ANY_SEQ}},  # through hb_pending
+                    {
+                        "$project": {
+                            "n": {"$size": f"${array}"},
+                            "low": {"$min": {"$map": {"input": f"${array}", "in": "$$this.seq"}}},
+                        }
+                    },
+                    {"$group": {"_id": None, "n": {"$sum": "$n"}, "low": {"$min": "$low"}}},
+                ]
+            )
+        ).to_list(None)
         if rows and rows[0]["n"]:
             setattr(out, attr, rows[0]["n"])
             setattr(out, "oldest_outbox_age" if array == "outbox" else "oldest_spawn_age", _age(rows[0]["low"], now))

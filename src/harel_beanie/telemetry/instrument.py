@@ -26,10 +26,23 @@ from harel_beanie.core.arguments import require_str
 
 #: the store operations harel calls (sync and async stores share the names)
 OPERATIONS = (
-    "load", "load_for_event", "list_executions", "save", "commit", "is_processed", "append_trace", "read_trace",
-    "pending_outbox", "ack_outbox", "pending_spawns", "ack_spawn", "due_timers", "delete_timer",
-    "ids_with_prefix", "purge",
-)  # fmt: skip
+    "load",
+    "load_for_event",
+    "list_executions",
+    "save",
+    "commit",
+    "is_processed",
+    "append_trace",
+    "read_trace",
+    "pending_outbox",
+    "ack_outbox",
+    "pending_spawns",
+    "ack_spawn",
+    "due_timers",
+    "delete_timer",
+    "ids_with_prefix",
+    "purge",
+)
 
 
 def otel_tracer(name: str = "harel_beanie") -> Optional[Any]:

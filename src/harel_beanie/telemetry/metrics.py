@@ -42,13 +42,17 @@ class StoreMetrics:
             "harel_executions_purged", "Tombstones: ids whose execution a purge removed", registry=registry
         )
         self.pending = Gauge(
-            "harel_pending_entries", "Pending work not yet relayed: outbox entries (events) and spawns (children)",
-            ["kind"], registry=registry,
-        )  # fmt: skip
+            "harel_pending_entries",
+            "Pending work not yet relayed: outbox entries (events) and spawns (children)",
+            ["kind"],
+            registry=registry,
+        )
         self.oldest_pending = Gauge(
-            "harel_pending_oldest_age_seconds", "Age of the oldest pending entry, by kind (0 when none)",
-            ["kind"], registry=registry,
-        )  # fmt: skip
+            "harel_pending_oldest_age_seconds",
+            "Age of the oldest pending entry, by kind (0 when none)",
+            ["kind"],
+            registry=registry,
+        )
         self.timers_due = Gauge("harel_timers_due", "Executions holding a timer due now", registry=registry)
         self.timer_lateness = Gauge(
             "harel_timer_lateness_seconds",
@@ -56,21 +60,29 @@ class StoreMetrics:
             registry=registry,
         )
         self.stuck = Gauge(
-            "harel_executions_silent", "RUNNING executions not updated for longer than the stuck threshold (up to 1000)",
+            "harel_executions_silent",
+            "RUNNING executions not updated for longer than the stuck threshold (up to 1000)",
             registry=registry,
-        )  # fmt: skip
+        )
         self.commit_conflicts = Counter(
-            "harel_commit_conflicts", "Commits refused by the version check (another writer moved first)",
-            ["definition"], registry=registry,
-        )  # fmt: skip
-        self.commit_seconds = Histogram(
-            "harel_commit_duration_seconds", "Wall time of a store commit, conflicts included",
-            ["definition"], buckets=COMMIT_BUCKETS, registry=registry,
-        )  # fmt: skip
-        self.commit_errors = Counter(
-            "harel_commit_errors", "Commits that raised something other than a conflict", ["definition", "error"],
+            "harel_commit_conflicts",
+            "Commits refused by the version check (another writer moved first)",
+            ["definition"],
             registry=registry,
-        )  # fmt: skip
+        )
+        self.commit_seconds = Histogram(
+            "harel_commit_duration_seconds",
+            "Wall time of a store commit, conflicts included",
+            ["definition"],
+            buckets=COMMIT_BUCKETS,
+            registry=registry,
+        )
+        self.commit_errors = Counter(
+            "harel_commit_errors",
+            "Commits that raised something other than a conflict",
+            ["definition", "error"],
+            registry=registry,
+        )
 
     async def refresh(
         self,

@@ -119,13 +119,21 @@ async def up(db: Any, prefix: str, *, say: Callable[[str], None] = print, sharde
             writes = [ReplaceOne({"_id": d["_id"], "g": group, PART: part}, d, upsert=True) for d in docs]
             await overflow.bulk_write(writes, ordered=False)
         queue = {
-            "q": [{"e": t} for t in inline], "qn": len(inline), "qb": sum(len(t.encode()) for t in inline),
-            "pending": len(inline) + bool(spilled), "spill": bool(spilled), "spilled": len(spilled),
-            "available_at": 0.0, "token": None,
-            "priority": int(lock.get("priority") or 0), "acked": 0, "published": len(texts), "wake": 1,
+            "q": [{"e": t} for t in inline],
+            "qn": len(inline),
+            "qb": sum(len(t.encode()) for t in inline),
+            "pending": len(inline) + bool(spilled),
+            "spill": bool(spilled),
+            "spilled": len(spilled),
+            "available_at": 0.0,
+            "token": None,
+            "priority": int(lock.get("priority") or 0),
+            "acked": 0,
+            "published": len(texts),
+            "wake": 1,
             "hb_moved": rows[-1]["_id"],  # what a repeated run recognises as its own
             PART: part,
-        }  # fmt: skip
+        }
         await queues.replace_one(_key(scope, group), queue, upsert=True)  # step 2
         await messages.delete_many({"group_id": group, "_id": {"$lte": rows[-1]["_id"]}})  # step 3
         await locks.delete_one({"_id": group})
