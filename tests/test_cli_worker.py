@@ -51,23 +51,26 @@ async def queued_groups(db: Any, kind: str) -> set[str]:
     return {d["_id"] for d in await db[queue_names("harel")[0]].find({"pending": {"$gt": 0}}).to_list(None)}
 
 
+def worker_argv(mongo_url: str, db_name: str, *extra: str) -> list[str]:
+    """`harel-beanie worker` on the shop models, on the test's server and database."""
+    return [
+        sys.executable,
+        "-m",
+        "harel_beanie",
+        "worker",
+        "--url",
+        mongo_url,
+        "--db",
+        db_name,
+        "--definitions",
+        str(MODELS),
+        *extra,
+    ]
+
+
 async def start_worker(mongo_url: str, db_name: str, worker_id: str, *extra: str) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "harel_beanie",
-            "worker",
-            "--url",
-            mongo_url,
-            "--db",
-            db_name,
-            "--definitions",
-            str(MODELS),
-            "--worker-id",
-            worker_id,
-            *extra,
-        ],
+        worker_argv(mongo_url, db_name, "--worker-id", worker_id, *extra),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -219,18 +222,7 @@ async def test_the_worker_refuses_to_strand_the_other_transports_messages(mongo_
     )
     await transport.close()
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harel_beanie",
-            "worker",
-            "--url",
-            mongo_url,
-            "--db",
-            db_name,
-            "--definitions",
-            str(MODELS),
-        ],
+        worker_argv(mongo_url, db_name),
         capture_output=True,
         text=True,
         env=cli_env(),
