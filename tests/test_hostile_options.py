@@ -163,47 +163,42 @@ async def _with_store(c: Ctx, use: Callable[[AsyncMongoStore], Any]) -> Any:
         await s.close()
 
 
-def _migrator(c: Ctx, method: str, kw: dict[str, Any]) -> Any:
-    from harel_beanie.migrate import Migrator
+def _on_server(c: Ctx, use: Callable[[Any], Any]) -> Any:
+    """`use(database)` awaited on a client of the test's server, closed after."""
 
     async def go() -> Any:
         client: Any = pymongo.AsyncMongoClient(c.url)
         try:
-            if method == "__init__":
-                return Migrator(client[c.db], **kw)
-            m = Migrator(client[c.db])
-            args = {"run_step": {"version": 1, "direction": "up"}}.get(method, {})
-            return await getattr(m, method)(**{**args, **kw})
+            return await use(client[c.db])
         finally:
             await client.close()
 
     return _run(go())
+
+
+def _migrator(c: Ctx, method: str, kw: dict[str, Any]) -> Any:
+    from harel_beanie.migrate import Migrator
+
+    if method == "__init__":
+        return _on_server(c, lambda db: _value(Migrator(db, **kw)))
+    args = {"run_step": {"version": 1, "direction": "up"}}.get(method, {})
+    return _on_server(c, lambda db: getattr(Migrator(db), method)(**{**args, **kw}))
+
+
+async def _value(value: Any) -> Any:
+    return value
 
 
 def _prune(c: Ctx, kw: dict[str, Any]) -> Any:
     from harel_beanie.retention import prune
 
-    async def go() -> Any:
-        client: Any = pymongo.AsyncMongoClient(c.url)
-        try:
-            return await prune(client[c.db]["harel_executions"], **{"before": 0.0, **kw})
-        finally:
-            await client.close()
-
-    return _run(go())
+    return _on_server(c, lambda db: prune(db["harel_executions"], **{"before": 0.0, **kw}))
 
 
 def _ttl(c: Ctx, kw: dict[str, Any]) -> Any:
     from harel_beanie.retention import ensure_ttl
 
-    async def go() -> Any:
-        client: Any = pymongo.AsyncMongoClient(c.url)
-        try:
-            return await ensure_ttl(client[c.db]["harel_executions"], **kw)
-        finally:
-            await client.close()
-
-    return _run(go())
+    return _on_server(c, lambda db: ensure_ttl(db["harel_executions"], **kw))
 
 
 def _metrics(method: str, c: Ctx, kw: dict[str, Any]) -> Any:
