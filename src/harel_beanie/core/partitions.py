@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 #: Partitions of a new database. A worker owns a share of them, so this bounds how many
@@ -147,9 +147,6 @@ class PartitionScope:
         if partitioned or self.sharded:
             family[PART] = self.part_of(execution_id)
         return family
-
-    def with_held(self, held: Optional[dict[int, Held]]) -> "PartitionScope":
-        return replace(self, held=held)
 
 
 def _equal_value(condition: Any) -> tuple[bool, Any]:
