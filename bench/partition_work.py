@@ -36,8 +36,8 @@ from harness import EXECUTIONS, STEPS
 from pymongo import monitoring
 
 from harel_beanie import MongoStore
+from harel_beanie.core.names import queue_names
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, Held, PartitionScope, part_of
-from harel_beanie.core.queue_documents import queue_names
 from harel_beanie.transport import MongoTransport
 
 QUEUES = queue_names("harel")[0]

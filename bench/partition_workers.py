@@ -34,8 +34,8 @@ from harel.spec.states import Event
 from harness import EVENTS_PER_EXECUTION, EXECUTIONS, MODEL, STEPS, async_store, load_definitions
 from throughput import open_transport
 
+from harel_beanie.core.names import partition_collection, queue_names
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
-from harel_beanie.core.queue_documents import partition_collection, queue_names
 
 STACKS = ("beanie", "harel", "harel-own")
 STACK_LABEL = {

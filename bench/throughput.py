@@ -33,7 +33,7 @@ from harness import (
 from wire import TALLY
 
 from harel_beanie.core.documents import ExecutionDocument, index_models
-from harel_beanie.core.queue_documents import queue_names
+from harel_beanie.core.names import queue_names
 from harel_beanie.transport import AsyncMongoTransport as BeanieTransport
 from harel_beanie.transport.settings import DEFAULT_IDLE_WAIT
 

@@ -18,7 +18,7 @@ from harel.engine.execution import Status
 from harel.engine.schema import Names
 
 from harel_beanie import AsyncMongoStore
-from harel_beanie.core.queue_documents import queue_names
+from harel_beanie.core.names import queue_names
 from harel_beanie.ops.drivers import open_mongo_transport
 from harel_beanie.ops.loader import load_models
 from harel_beanie.ops.stack import queued

@@ -19,10 +19,11 @@ from harel.engine.store import TimerOp
 
 from harel_beanie import MongoStore
 from harel_beanie.core.documents import PARTITION_INDEXES, SCHEMA_MARKER_ID
+from harel_beanie.core.names import queue_names
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, Held, PartitionScope, part_of
-from harel_beanie.core.queue_documents import INLINE_MAX, queue_names
 from harel_beanie.migrate import PROGRESS_ID, STEPS, MigrationError, Migrator, StepReport
 from harel_beanie.transport import MongoTransport
+from harel_beanie.transport.documents import INLINE_MAX
 
 FAR = 10.0**12  # a lease end, and a time by which every timer is due
 SPILLED = "x05"  # the group whose backlog outgrows its queue document

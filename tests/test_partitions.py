@@ -18,6 +18,7 @@ from harel.testing import assert_async_transport_contract, assert_transport_cont
 from mongomock_motor import AsyncMongoMockClient
 
 from harel_beanie import AsyncMongoStore, MongoStore
+from harel_beanie.core.names import partition_collection, queue_names
 from harel_beanie.core.partitions import (
     DEFAULT_PARTITIONS,
     PARTITION_VECTORS,
@@ -27,7 +28,6 @@ from harel_beanie.core.partitions import (
     part_of,
     route,
 )
-from harel_beanie.core.queue_documents import partition_collection, queue_names
 from harel_beanie.transport import AsyncMongoTransport, MongoTransport
 from harel_beanie.transport.ownership import LEASE_SECONDS, RENEW_EVERY, TAKEOVER_BOUND, PartitionOwner
 from tests.contracts import ASYNC, SYNC

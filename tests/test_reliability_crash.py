@@ -78,7 +78,7 @@ from harel.spec.states import Event
 from pymongo.errors import ConnectionFailure
 
 from harel_beanie import AsyncMongoStore
-from harel_beanie.core.queue_documents import queue_names
+from harel_beanie.core.names import queue_names
 from harel_beanie.ops.drivers import (
     EPOCH,
     AsyncWorkerDriver,

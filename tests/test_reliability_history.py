@@ -25,7 +25,7 @@ from harel.engine.store import ExecutionAlreadyExists, StoreConflict
 from harel.spec.states import Event
 
 from harel_beanie import Anomaly, HistoryWriter, RecordingStore, Verdict, check
-from harel_beanie.core.queue_documents import queue_names
+from harel_beanie.core.names import queue_names
 from harel_beanie.history import RecordingTransport, pair, read_history
 from harel_beanie.ops.drivers import AsyncWorkerDriver, ManualClock, open_mongo_transport
 from harel_beanie.ops.loader import load_models

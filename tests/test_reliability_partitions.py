@@ -24,8 +24,8 @@ from typing import Any
 import pymongo
 import pytest
 
+from harel_beanie.core.names import partition_collection
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS
-from harel_beanie.core.queue_documents import partition_collection
 from harel_beanie.transport.ownership import LEASE_SECONDS, RENEW_EVERY, TAKEOVER_BOUND
 from tests.netfaults.run import DB, PREFIX, Run, Scenario, url_of
 

@@ -34,8 +34,9 @@ from harel.spec.states import Event
 from pymongo.errors import AutoReconnect, PyMongoError
 
 from harel_beanie.core import calls
-from harel_beanie.core.queue_documents import INLINE_BYTES, queue_names
+from harel_beanie.core.names import queue_names
 from harel_beanie.transport import AsyncMongoTransport, MongoTransport
+from harel_beanie.transport.documents import INLINE_BYTES
 from tests.both import BlockingAsyncStore
 from tests.test_reliability_faults import (  # noqa: F401 (fixtures used by name)
     FAULTS,

@@ -13,8 +13,8 @@ from harel.spec.states import Event
 from harel.testing import assert_async_transport_contract, assert_transport_contract
 from mongomock_motor import AsyncMongoMockClient
 
-from harel_beanie.core.queue_documents import INLINE_MAX
 from harel_beanie.transport import AsyncMongoTransport, MongoTransport
+from harel_beanie.transport.documents import INLINE_MAX
 from tests.wire import Recorder
 
 

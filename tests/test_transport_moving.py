@@ -17,8 +17,8 @@ from harel.engine.aio_transport import AsyncMongoTransport as HarelTransport
 from harel.engine.schema import Names
 from harel.spec.states import Event
 
-from harel_beanie.core.queue_documents import INLINE_MAX
 from harel_beanie.transport import AsyncMongoTransport, moving
+from harel_beanie.transport.documents import INLINE_MAX
 
 REPO = Path(__file__).resolve().parents[1]
 GROUPS = {"small": 3, "deep": INLINE_MAX + 7, "vip": 2}

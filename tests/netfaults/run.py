@@ -497,7 +497,7 @@ async def leased(db: Any, transport: str) -> int:
     """Groups of messages some worker holds a lease on (harel's locks, this package's queues)."""
     from harel.engine.schema import Names
 
-    from harel_beanie.core.queue_documents import queue_names
+    from harel_beanie.core.names import queue_names
 
     if transport == "harel":
         return int(await db[Names(PREFIX).transport_locks].count_documents({"token": {"$ne": None}}))

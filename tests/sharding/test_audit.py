@@ -27,11 +27,11 @@ from harel.spec.states import Event
 
 from harel_beanie import AsyncMongoStore, MongoStore
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, PartitionScope
-from harel_beanie.core.queue_documents import INLINE_MAX
 from harel_beanie.ops.loader import load_models
 from harel_beanie.ops.relay import sweep
 from harel_beanie.ops.stack import CountingWorker
 from harel_beanie.transport import AsyncMongoTransport, MongoTransport
+from harel_beanie.transport.documents import INLINE_MAX
 from harel_beanie.transport.ownership import PartitionOwner
 from tests.contracts import SYNC
 from tests.sharding.audit import OP, Audit, Labelled, markdown

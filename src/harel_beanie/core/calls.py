@@ -3,7 +3,7 @@
 Each store operation is written once, in `harel_beanie.core.flows`, as a generator that yields
 these calls and receives their results. The sync store makes each call with PyMongo's
 `MongoClient`, the async store awaits it with `AsyncMongoClient` (or Motor), both through
-`harel_beanie.core.dispatch`; neither holds any logic of its own. The result each call sends
+`harel_beanie.store.dispatch`; neither holds any logic of its own. The result each call sends
 back is given on the class.
 """
 
@@ -15,7 +15,7 @@ from typing import Any, Generator, Literal, Optional, TypeVar, Union
 # "confirm" is the executions collection read at the level writes are acknowledged at (the
 # reads that decide a commit landed or an event was seen); "leases" is the counters
 # collection at majority, whatever the store's concerns (the seq leases, harel_beanie.core.seqs);
-# "queues" and "overflow" are the transport's (harel_beanie.core.queue_documents), "enqueue"
+# "queues" and "overflow" are the transport's (harel_beanie.transport.documents), "enqueue"
 # the queues at the concern publishes are written with (a lease's writes need less);
 # "partitions" the workers' partition leases (harel_beanie.transport.ownership)
 Target = Literal["executions", "confirm", "counters", "leases", "queues", "enqueue", "overflow", "partitions"]

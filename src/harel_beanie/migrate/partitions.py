@@ -26,9 +26,10 @@ from pymongo import UpdateMany, UpdateOne
 from harel_beanie.core.documents import PARTITION_INDEXES, SCHEMA_MARKER_ID, ExecutionDocument, index_models
 from harel_beanie.core.errors import SchemaMismatch
 from harel_beanie.core.flows.state import marker_parts
+from harel_beanie.core.names import queue_names
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, PART, part_of
-from harel_beanie.core.queue_documents import QueueDocument, queue_names
 from harel_beanie.migrate.step import Migration, MigrationError, Step
+from harel_beanie.transport.documents import QueueDocument
 
 _EXECUTION_INDEXES = [ix for ix in index_models(ExecutionDocument) if ix.document["name"] in PARTITION_INDEXES]
 _QUEUE_INDEXES = [ix for ix in index_models(QueueDocument) if ix.document["name"] == "hb_part_claim"]

@@ -35,13 +35,14 @@ from harel.engine.schema import Names
 from pymongo import monitoring
 from pymongo.errors import ConfigurationError
 
+from harel_beanie.core.names import queue_names
 from harel_beanie.core.partitions import PartitionScope
-from harel_beanie.core.queue_documents import WAITING, queue_names
 from harel_beanie.ops.relay import ScopedStore
 from harel_beanie.ops.where import ConfigError, Target
 from harel_beanie.store.async_store import AsyncMongoStore
 from harel_beanie.store.connect import await_server
 from harel_beanie.transport.async_transport import AsyncMongoTransport
+from harel_beanie.transport.documents import WAITING
 from harel_beanie.transport.settings import DEFAULT_IDLE_WAIT
 
 #: What the commands sent now are for: an execution id while a worker handles its event, a

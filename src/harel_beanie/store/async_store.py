@@ -1,7 +1,7 @@
 """`AsyncMongoStore`: harel's `AsyncExecutionStore` over PyMongo's `AsyncMongoClient` (Motor
 and mongomock-motor clients work too), for harel's `AsyncDurableRunner` and `AsyncWorker`.
 A thin shell: it awaits the calls the flows in `harel_beanie.core.flows` ask for (each as
-`harel_beanie.core.dispatch` says).
+`harel_beanie.store.dispatch` says).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from harel_beanie.core import calls, flows
 from harel_beanie.core.arguments import require_bool
 from harel_beanie.core.calls import Flow, T
 from harel_beanie.core.commit import CommitRequest
-from harel_beanie.core.dispatch import acall, adrive, maybe_await
 from harel_beanie.core.documents import bind
 from harel_beanie.store.connect import RetryPolicy, await_server
+from harel_beanie.store.dispatch import acall, adrive, maybe_await
 from harel_beanie.store.settings import StoreShell
 from harel_beanie.store.sharding import routing_check_async
 

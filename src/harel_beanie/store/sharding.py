@@ -22,8 +22,8 @@ from typing import Any, Mapping, Optional
 from harel.engine.schema import Names
 
 from harel_beanie.core.errors import ShardPlanError
+from harel_beanie.core.names import queue_names
 from harel_beanie.core.partitions import PART, SHARD_PLAN
-from harel_beanie.core.queue_documents import queue_names
 
 #: A shard key as `config.collections` records it, or None for an unsharded collection.
 ShardKey = Optional[Mapping[str, Any]]

@@ -1,6 +1,6 @@
 """`MongoStore`: harel's `ExecutionStore` over PyMongo's sync `MongoClient`, for harel's
 sync `DurableRunner`. A thin shell: it makes the calls the flows in `harel_beanie.core.flows`
-ask for (each as `harel_beanie.core.dispatch` says) and nothing else.
+ask for (each as `harel_beanie.store.dispatch` says) and nothing else.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pymongo.errors import PyMongoError
 from harel_beanie.core import calls, flows
 from harel_beanie.core.calls import Flow, T
 from harel_beanie.core.commit import CommitRequest
-from harel_beanie.core.dispatch import call, drive
 from harel_beanie.store.connect import RetryPolicy, wait_for_server
+from harel_beanie.store.dispatch import call, drive
 from harel_beanie.store.settings import StoreShell
 from harel_beanie.store.sharding import routing_check
 

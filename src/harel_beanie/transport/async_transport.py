@@ -16,10 +16,10 @@ from harel.spec.states import Event
 
 from harel_beanie.core import calls
 from harel_beanie.core.calls import Flow, T
-from harel_beanie.core.dispatch import acall, adrive, maybe_await
 from harel_beanie.core.documents import bind
 from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.store.connect import RetryPolicy, await_server
+from harel_beanie.store.dispatch import acall, adrive, maybe_await
 from harel_beanie.store.settings import is_in_memory
 from harel_beanie.store.sharding import routing_check_async
 from harel_beanie.transport import queues

@@ -29,9 +29,10 @@ from pymongo import ReplaceOne, ReturnDocument
 from pymongo.errors import BulkWriteError
 
 from harel_beanie.core.documents import SCHEMA_MARKER_ID
+from harel_beanie.core.names import queue_names
 from harel_beanie.core.partitions import PART, PartitionScope
-from harel_beanie.core.queue_documents import INLINE_BYTES, INLINE_MAX, WAITING, queue_names
 from harel_beanie.store.sharding import on_mongos_async
+from harel_beanie.transport.documents import INLINE_BYTES, INLINE_MAX, WAITING
 
 
 class MoveRefused(RuntimeError):

@@ -45,8 +45,8 @@ from typing import Any, Callable, Optional
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from harel_beanie.core.calls import DeleteOne, Find, FindOneAndUpdate, Flow, UpdateMany, UpdateOne
-from harel_beanie.core.dispatch import acall, adrive
 from harel_beanie.core.partitions import Held, PartitionScope
+from harel_beanie.store.dispatch import acall, adrive
 
 log = logging.getLogger("harel_beanie.transport.ownership")
 

@@ -4,7 +4,7 @@ generators of the calls of `harel_beanie.core.calls`, which both transport shell
 Why this module exists: harel's transport contract (one FIFO per group, at most one message
 of a group in flight, leases that expire, parked nacks, priorities) is kept here with the
 fewest round trips a message can take, on the queue documents of
-`harel_beanie.core.queue_documents`. Round trips per path (each asserted on the wire in
+`harel_beanie.transport.documents`. Round trips per path (each asserted on the wire in
 tests/test_transport.py): publish inline 1, into a full group 4 (it starts the spill), into
 a spilling group 3, a message over the inline bound 3 (2 into a spilling group); claim of an
 inline head 1, of an overflow head 2, one that finds nothing 1, one that finds a spilled
@@ -81,7 +81,7 @@ from harel_beanie.core.calls import (
 )
 from harel_beanie.core.documents import SCHEMA_MARKER_ID
 from harel_beanie.core.partitions import PART, PartitionScope
-from harel_beanie.core.queue_documents import INLINE_BYTES, INLINE_MAX, WAITING
+from harel_beanie.transport.documents import INLINE_BYTES, INLINE_MAX, WAITING
 from harel_beanie.transport.settings import MAX_PARK, MAX_VISIBILITY
 
 #: a priority is a small int (harel's transports use 0..4); anything in this range is kept

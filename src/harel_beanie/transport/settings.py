@@ -19,8 +19,9 @@ from pymongo.write_concern import WriteConcern
 
 from harel_beanie.core.arguments import require_bool, require_seconds
 from harel_beanie.core.documents import index_models
-from harel_beanie.core.queue_documents import bind_queues, partition_collection, queue_names
+from harel_beanie.core.names import partition_collection, queue_names
 from harel_beanie.store.settings import DEFAULT_WRITE_CONCERN, StoreSettings
+from harel_beanie.transport.documents import bind_queues
 
 #: what a lease's writes are acknowledged at (see the module docstring)
 LEASE_WRITE_CONCERN = WriteConcern(w=1)

@@ -14,9 +14,9 @@ from harel.spec.states import Event
 
 from harel_beanie.core import calls
 from harel_beanie.core.calls import Flow, T
-from harel_beanie.core.dispatch import call, drive
 from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.store.connect import RetryPolicy, wait_for_server
+from harel_beanie.store.dispatch import call, drive
 from harel_beanie.store.settings import is_in_memory
 from harel_beanie.store.sharding import routing_check
 from harel_beanie.transport import queues

@@ -22,12 +22,13 @@ from functools import lru_cache
 from typing import Any, ClassVar, Optional
 
 from beanie import Document
-from harel.engine.schema import DEFAULT_PREFIX, Names
+from harel.engine.schema import DEFAULT_PREFIX
 from pydantic import BaseModel, ConfigDict, Field
 from pymongo import ASCENDING, IndexModel
 
 from harel_beanie.core.arguments import require_str
 from harel_beanie.core.documents import bound_class
+from harel_beanie.core.names import queue_names
 
 #: A group keeps at most this many messages inline; later ones go to overflow documents.
 INLINE_MAX = 64
@@ -39,21 +40,6 @@ DRAINED_TTL_SECONDS = 24 * 3600
 
 #: The filter of the documents holding a message: the claim reads only these.
 WAITING: dict[str, Any] = {"pending": {"$gt": 0}}
-
-
-def queue_names(prefix: str = DEFAULT_PREFIX) -> tuple[str, str]:
-    """The queue and overflow collections under `prefix` (validated as harel does). They are
-    this package's own names, apart from harel's transport's `messages` and `locks`, so both
-    transports can share a database while a deployment moves from one to the other."""
-    Names(prefix)  # raises ValueError on a prefix harel would refuse
-    return f"{prefix}_hb_queues", f"{prefix}_hb_overflow"
-
-
-def partition_collection(prefix: str = DEFAULT_PREFIX) -> str:
-    """The collection of the workers' partition leases under `prefix` (one small document
-    per partition: `harel_beanie.transport.ownership`). Unsharded on a cluster."""
-    Names(prefix)
-    return f"{prefix}_hb_partitions"
 
 
 class QueuedMessage(BaseModel):
