@@ -84,3 +84,15 @@ class ShardPlanError(RuntimeError):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("; ".join(problems))
         self.problems = list(problems)
+
+
+class ConfigError(Exception):
+    """A setting a command cannot work with: printed as one line, exit code 2."""
+
+
+class CommandFailed(Exception):
+    """A command refused or failed in a way it explains: printed as one line, exit `code`."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code

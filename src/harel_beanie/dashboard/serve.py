@@ -32,10 +32,11 @@ from typing import Any, AsyncIterator, Callable, Optional
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
+from harel_beanie.core.errors import ConfigError
 from harel_beanie.dashboard.auth import COOKIE, token_auth
 from harel_beanie.dashboard.router import DashboardActions, dashboard_router
 from harel_beanie.dashboard.security import SecurityHeaders, server_error
-from harel_beanie.ops.where import ConfigError, Target
+from harel_beanie.ops.where import Target
 
 ACTIONS = ("send", "cancel", "redrive")
 

@@ -15,10 +15,10 @@ from typing import Any
 from pymongo.errors import PyMongoError
 
 from harel_beanie.core.documents import SCHEMA_VERSION
+from harel_beanie.core.errors import CommandFailed, ConfigError
 from harel_beanie.migrate.engine import BATCH_SIZE, MigrationError, Migrator
-from harel_beanie.ops.cli import CommandFailed
 from harel_beanie.ops.stack import open_client
-from harel_beanie.ops.where import ConfigError, Target
+from harel_beanie.ops.where import Target
 from harel_beanie.store.connect import driver_message
 
 RESUME = "run the same command again to resume"

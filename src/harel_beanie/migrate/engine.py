@@ -346,7 +346,8 @@ async def run_beanie_step(version: int, direction: str) -> StepReport:
     Beanie's CLI has no option for it)."""
     from beanie.migrations.database import DBHandler
 
-    from harel_beanie.ops.where import ConfigError, prefix_from
+    from harel_beanie.core.errors import ConfigError
+    from harel_beanie.ops.where import prefix_from
 
     version = require_int("version", version)  # checked before the database is looked for
     direction = require_choice("direction", direction, (UP, DOWN))

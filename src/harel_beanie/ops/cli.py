@@ -22,6 +22,7 @@ import sys
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from harel_beanie.core.arguments import parse_number, require_int, require_seconds
+from harel_beanie.core.errors import CommandFailed, ConfigError
 from harel_beanie.transport.settings import MAX_IDLE_WAIT, MAX_VISIBILITY
 
 PROG = "harel-beanie"
@@ -29,14 +30,6 @@ PROG = "harel-beanie"
 
 class UsageError(Exception):
     pass
-
-
-class CommandFailed(Exception):
-    """A command refused or failed in a way it explains: printed as one line, exit `code`."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class _Parser(argparse.ArgumentParser):
@@ -309,7 +302,6 @@ def _command(
         except ImportError as exc:  # the extra is not installed
             if extra is None:
                 raise
-            from harel_beanie.ops.where import ConfigError
 
             raise ConfigError(
                 f"the {args.command} needs its extra: pip install 'harel-beanie[{extra}]' ({exc})"
@@ -360,8 +352,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.print_help()
         return 2
     from harel_beanie.core.arguments import BadArgument, BadArgumentType
-    from harel_beanie.core.errors import SchemaMismatch, ShardPlanError, StoreUnavailable
-    from harel_beanie.ops.where import ConfigError
+    from harel_beanie.core.errors import ConfigError, SchemaMismatch, ShardPlanError, StoreUnavailable
 
     where = f"{PROG} {args.command}"
     previous = None

@@ -37,6 +37,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from harel_beanie.core.errors import ConfigError
 from harel_beanie.ops.demo_mix import FULFIL_WINDOW, LOST_WINDOW, PAY_WINDOW, SPAN, Scenario, plan, root_id
 from harel_beanie.ops.demo_report import Result, report
 from harel_beanie.ops.drivers import ManualClock, next_fire
@@ -52,7 +53,7 @@ from harel_beanie.ops.stack import (
     queued,
     refuse_if_stranded,
 )
-from harel_beanie.ops.where import ConfigError, Target
+from harel_beanie.ops.where import Target
 from harel_beanie.store.async_store import AsyncMongoStore
 
 FINISHED = ("DONE", "FAILED", "CANCELLED")

@@ -14,11 +14,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from harel_beanie.core.errors import ConfigError
 from harel_beanie.history.checker import check
 from harel_beanie.history.records import read_history
 from harel_beanie.history.verdict import Verdict
 from harel_beanie.ops.replay import replay
-from harel_beanie.ops.where import ConfigError
 from harel_beanie.ops.worker import load_definitions
 
 

@@ -18,9 +18,10 @@ from typing import Any, Optional
 
 from harel.config import Config
 
+from harel_beanie.core.errors import ConfigError
 from harel_beanie.ops.loader import load_models
 from harel_beanie.ops.stack import open_sync_store
-from harel_beanie.ops.where import ConfigError, Target
+from harel_beanie.ops.where import Target
 
 
 def definition_source(directory: Optional[str]) -> Any:

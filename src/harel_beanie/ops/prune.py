@@ -15,10 +15,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from harel_beanie.core.errors import ConfigError
 from harel_beanie.ops import archive as archives
 from harel_beanie.ops import retention
 from harel_beanie.ops.stack import open_client
-from harel_beanie.ops.where import ConfigError, Target
+from harel_beanie.ops.where import Target
 
 
 async def run(args: Any, target: Target, console: Console) -> retention.PruneReport | str:

@@ -35,10 +35,11 @@ from harel.engine.schema import Names
 from pymongo import monitoring
 from pymongo.errors import ConfigurationError
 
+from harel_beanie.core.errors import ConfigError
 from harel_beanie.core.names import queue_names
 from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.ops.relay import ScopedStore
-from harel_beanie.ops.where import ConfigError, Target
+from harel_beanie.ops.where import Target
 from harel_beanie.store.async_store import AsyncMongoStore
 from harel_beanie.store.connect import await_server
 from harel_beanie.transport.async_transport import AsyncMongoTransport

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from harel_beanie.ops.cli import CommandFailed
+from harel_beanie.core.errors import CommandFailed
 from harel_beanie.ops.stack import TRANSPORTS, open_client, queued
 from harel_beanie.ops.where import Target
 from harel_beanie.transport.moving import MoveRefused, down, up

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional
 
+from harel_beanie.core.errors import ConfigError
 from harel_beanie.store.connect import RetryPolicy, mask_url
 
 #: Where every command looks for its server, database and prefix when no flag names them:
@@ -42,10 +43,6 @@ DEFAULT_DB = "harel"
 DEFAULT_DATA_DIR = "harel-beanie-data"
 HANDOFF_FILE = "server.json"
 CLI_RETRY = RetryPolicy(attempts=5, delay=0.5, timeout_ms=1000)
-
-
-class ConfigError(Exception):
-    """A setting a command cannot work with: printed as one line, exit code 2."""
 
 
 @dataclass

@@ -51,13 +51,14 @@ from harel.config import Config
 from harel.engine.schema import Names
 from pymongo.errors import ConnectionFailure, OperationFailure, WriteConcernError
 
+from harel_beanie.core.errors import ConfigError
 from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.history.recording import RecordingStore, RecordingTransport
 from harel_beanie.history.records import HistoryWriter
 from harel_beanie.ops.loader import load_models
 from harel_beanie.ops.relay import sweep
 from harel_beanie.ops.stack import TRANSPORTS, CountingWorker, open_client, open_transport, refuse_if_stranded
-from harel_beanie.ops.where import ConfigError, Target
+from harel_beanie.ops.where import Target
 from harel_beanie.store.async_store import AsyncMongoStore
 from harel_beanie.transport.ownership import RENEW_EVERY, TAKEOVER_BOUND, PartitionOwner
 
