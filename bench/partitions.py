@@ -36,7 +36,7 @@ from partition_workers import CONCURRENCY, STACK_LABEL, STACKS, Rate, Takeover, 
 from sections import splice
 
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS
-from harel_beanie.ops.embedded import EmbeddedServer
+from harel_beanie.deploy.embedded import EmbeddedServer
 from harel_beanie.transport.ownership import LEASE_SECONDS, RENEW_EVERY, TAKEOVER_BOUND
 
 SECTION = "partitions"

@@ -69,7 +69,7 @@ from sections import kept
 from throughput import ceiling, measure
 from wire import TALLY
 
-from harel_beanie.ops.embedded import EmbeddedServer
+from harel_beanie.deploy.embedded import EmbeddedServer
 
 # --- the run ----------------------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from harel_beanie import AsyncMongoStore, MongoStore
 from harel_beanie.core.documents import bind
 from harel_beanie.dashboard.charts import samples_name, take_sample
-from harel_beanie.ops.embedded import EmbeddedServer, free_port
+from harel_beanie.deploy.embedded import EmbeddedServer, free_port
 
 DOCS = Path(__file__).resolve().parent
 TOKEN = "screenshots"

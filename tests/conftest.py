@@ -1,7 +1,7 @@
 """Shared fixtures: one real MongoDB wire-protocol server for the whole run.
 
 With `MONGODB_URL` set, every test runs against that server (any mongod, replica set or
-Atlas). Otherwise the session starts SecantusDB as a child process (`harel_beanie.ops.embedded`)
+Atlas). Otherwise the session starts SecantusDB as a child process (`harel_beanie.deploy.embedded`)
 and stops it at the end: the server is the one an app's tests get from the package's pytest
 plugin (`harel_beanie.testing`, its `harel_mongo_url`), which this suite loads too. Each test
 gets a database of its own, dropped afterwards.

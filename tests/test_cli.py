@@ -20,10 +20,10 @@ from harel.engine.execution import Execution, Status
 from harel.engine.store.base import TimerOp
 from harel.spec.states import Event
 
+from harel_beanie.deploy.embedded import free_port
+from harel_beanie.deploy.loader import default_models_dir
+from harel_beanie.deploy.where import CLI_RETRY, Target
 from harel_beanie.ops import cli
-from harel_beanie.ops.embedded import free_port
-from harel_beanie.ops.loader import default_models_dir
-from harel_beanie.ops.where import CLI_RETRY, Target
 
 MODELS = default_models_dir()  # the shop models, shipped in the package
 
@@ -352,7 +352,7 @@ def test_the_embedded_server_is_joined_taken_over_or_refused_to_a_second_demo(tm
     """The data folder's `server.json` says which command runs its server: a live owner's
     server is joined (and left running), a dead owner's is taken over (and stopped), and a
     demo does not share a running demo's server."""
-    from harel_beanie.ops.embedded import EmbeddedServer
+    from harel_beanie.deploy.embedded import EmbeddedServer
 
     data = tmp_path / "harel-beanie-data"
     server = EmbeddedServer(data / "db", log_path=tmp_path / "server.log").start()

@@ -19,9 +19,9 @@ from harel.engine.schema import Names
 
 from harel_beanie import AsyncMongoStore
 from harel_beanie.core.names import queue_names
-from harel_beanie.ops.drivers import open_mongo_transport
-from harel_beanie.ops.loader import load_models
-from harel_beanie.ops.stack import queued
+from harel_beanie.deploy.loader import load_models
+from harel_beanie.deploy.stack import queued
+from harel_beanie.harness.drivers import open_mongo_transport
 from harel_beanie.transport import AsyncMongoTransport
 from tests.test_cli import MODELS, cli_env
 
@@ -236,7 +236,7 @@ async def test_a_connection_lost_while_starting_does_not_end_the_worker(tmp_path
     """The server answers the worker's first ping, then closes the connection under the
     store's set-up (a fail point on `createIndexes`, twice): the worker retries its start-up
     and gets ready instead of exiting (the network-fault runs found a worker ending so)."""
-    from harel_beanie.ops.embedded import EmbeddedServer
+    from harel_beanie.deploy.embedded import EmbeddedServer
 
     with EmbeddedServer(test_commands=True, log_path=tmp_path / "server.log") as server:
         admin: Any = pymongo.MongoClient(server.url)
@@ -259,7 +259,7 @@ async def test_a_write_concern_error_on_a_claim_does_not_end_the_worker(tmp_path
     `writeConcernError` on `findAndModify` and `update`, twice): the worker says so, goes on
     claiming, and handles the work published meanwhile (the network-fault soak found a worker
     ending on this)."""
-    from harel_beanie.ops.embedded import EmbeddedServer
+    from harel_beanie.deploy.embedded import EmbeddedServer
 
     with EmbeddedServer(test_commands=True, log_path=tmp_path / "server.log") as server:
         admin: Any = pymongo.MongoClient(server.url)

@@ -22,7 +22,7 @@ import pymongo
 import pytest
 
 from harel_beanie import AsyncMongoStore
-from harel_beanie.ops.loader import default_models_dir
+from harel_beanie.deploy.loader import default_models_dir
 from tests.browser import Dashboard, browser_missing, chrome, profile_dir
 from tests.seeds import HOSTILE_IDS, seed_everything
 

@@ -23,7 +23,7 @@ import pytest
 from harel.engine.execution import Execution, Status
 
 from harel_beanie import MongoStore
-from harel_beanie.ops.embedded import EmbeddedServer
+from harel_beanie.deploy.embedded import EmbeddedServer
 from tests.browser import Dashboard
 
 TOKEN = "live-token"

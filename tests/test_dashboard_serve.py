@@ -31,7 +31,7 @@ from harel_beanie import AsyncMongoStore, MongoStore
 from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
 from harel_beanie.dashboard.security import CONTENT_SECURITY_POLICY
 from harel_beanie.dashboard.serve import build_app
-from harel_beanie.ops.where import Target
+from harel_beanie.deploy.where import Target
 from tests.seeds import seed_harel_layout
 from tests.test_cli import CLI_RETRY
 

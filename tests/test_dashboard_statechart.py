@@ -20,7 +20,7 @@ import pytest
 
 from harel_beanie.dashboard import views
 from harel_beanie.dashboard.statechart import Marks, render, spawned_from, state_paths
-from harel_beanie.ops.loader import default_models_dir, load_models
+from harel_beanie.deploy.loader import default_models_dir, load_models
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ harel's three runners — `DurableRunner` (sync store), `AsyncDurableRunner` and
 `AsyncDistributedRunner` + `AsyncWorker` pair (async store, a transport) — and every run
 compared with the same run on harel's own in-memory store (`DictStore` / `AsyncDictStore`).
 
-Each scenario is a script (`harel_beanie.ops.drivers`: create, send, let time pass, control
+Each scenario is a script (`harel_beanie.harness.drivers`: create, send, let time pass, control
 commands) with expectations along the way (`Expect`) and at the end (`final`: every
 execution the run leaves, status / outcome / state). The differential compares what the two
 stores hold at the end (`snapshots.snapshot`): every `Execution.model_dump()`, each trace,
@@ -30,7 +30,8 @@ from harel.engine.aio_transport import AsyncInMemoryTransport
 from harel.spec.states import Event
 
 from harel_beanie import AsyncMongoStore, MongoStore
-from harel_beanie.ops.drivers import (
+from harel_beanie.deploy.loader import default_models_dir, load_models
+from harel_beanie.harness.drivers import (
     AsyncDurable,
     AsyncWorkerDriver,
     Control,
@@ -42,8 +43,7 @@ from harel_beanie.ops.drivers import (
     open_mongo_transport,
     order_steps,
 )
-from harel_beanie.ops.loader import default_models_dir, load_models
-from harel_beanie.ops.snapshots import asnapshot, snapshot
+from harel_beanie.harness.snapshots import asnapshot, snapshot
 
 MODELS = default_models_dir()  # the shop models, shipped in the package
 

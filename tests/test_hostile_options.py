@@ -190,7 +190,7 @@ async def _value(value: Any) -> Any:
 
 
 def _prune(c: Ctx, kw: dict[str, Any]) -> Any:
-    from harel_beanie.retention import prune
+    from harel_beanie.retention import pruning as prune
 
     return _on_server(c, lambda db: prune(db["harel_executions"], **{"before": 0.0, **kw}))
 

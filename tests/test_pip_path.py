@@ -63,8 +63,8 @@ def test_the_wheel_and_the_sdist_carry_what_a_user_needs(dist: dict[str, Path]) 
     names = set(zipfile.ZipFile(dist["wheel"]).namelist())
     for needed in (
         "harel_beanie/py.typed",
-        "harel_beanie/shop_models/order.stm",
-        "harel_beanie/shop_models/shop_actions.py",
+        "harel_beanie/demo/shop_models/order.stm",
+        "harel_beanie/demo/shop_models/shop_actions.py",
         "harel_beanie/dashboard/templates/execution.html",
         "harel_beanie/dashboard/static/dashboard.js",
         "harel_beanie/dashboard/static/mermaid.min.js",
@@ -76,7 +76,7 @@ def test_the_wheel_and_the_sdist_carry_what_a_user_needs(dist: dict[str, Path]) 
     for needed in (
         "tests/conftest.py",
         "migrations/0001_adopt_harel_mongostore.py",
-        "src/harel_beanie/shop_models/payment.stm",
+        "src/harel_beanie/demo/shop_models/payment.stm",
         "Makefile",
         "pyproject.toml",
     ):

@@ -79,7 +79,11 @@ from pymongo.errors import ConnectionFailure
 
 from harel_beanie import AsyncMongoStore
 from harel_beanie.core.names import queue_names
-from harel_beanie.ops.drivers import (
+from harel_beanie.deploy.embedded import EmbeddedServer
+from harel_beanie.deploy.loader import default_models_dir, load_models
+from harel_beanie.deploy.stack import open_transport, queued
+from harel_beanie.deploy.where import Target
+from harel_beanie.harness.drivers import (
     EPOCH,
     AsyncWorkerDriver,
     Control,
@@ -88,11 +92,7 @@ from harel_beanie.ops.drivers import (
     Send,
     Timers,
 )
-from harel_beanie.ops.embedded import EmbeddedServer
-from harel_beanie.ops.loader import default_models_dir, load_models
-from harel_beanie.ops.snapshots import asnapshot
-from harel_beanie.ops.stack import open_transport, queued
-from harel_beanie.ops.where import Target
+from harel_beanie.harness.snapshots import asnapshot
 from harel_beanie.store.connect import RetryPolicy
 from tests.crash_clock import ClockControl
 from tests.processes import terminate

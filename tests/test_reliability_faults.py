@@ -48,7 +48,7 @@ from pymongo.errors import AutoReconnect, OperationFailure, PyMongoError
 from harel_beanie import AsyncMongoStore, MongoStore
 from harel_beanie.core import calls
 from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
-from harel_beanie.ops.embedded import EmbeddedServer
+from harel_beanie.deploy.embedded import EmbeddedServer
 from tests.both import BlockingAsyncStore
 from tests.wire import Hit, Recorder
 

@@ -26,10 +26,10 @@ from harel.spec.states import Event
 
 from harel_beanie import Anomaly, HistoryWriter, RecordingStore, Verdict, check
 from harel_beanie.core.names import queue_names
+from harel_beanie.deploy.loader import load_models
+from harel_beanie.harness.drivers import AsyncWorkerDriver, ManualClock, open_mongo_transport
 from harel_beanie.history import RecordingTransport, pair, read_history
-from harel_beanie.ops.drivers import AsyncWorkerDriver, ManualClock, open_mongo_transport
-from harel_beanie.ops.loader import load_models
-from harel_beanie.ops.replay import replay
+from harel_beanie.history.replay import replay
 from tests.test_cli import run_cli
 
 MODELS = Path(__file__).resolve().parent / "history_models"

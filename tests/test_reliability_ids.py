@@ -25,9 +25,9 @@ from harel.spec.states import Event
 from pymongo import monitoring
 
 from harel_beanie import AsyncMongoStore, MongoStore
-from harel_beanie.ops.drivers import ManualClock, open_mongo_transport
-from harel_beanie.ops.relay import sweep
-from harel_beanie.ops.stack import CountingWorker
+from harel_beanie.deploy.relay import sweep
+from harel_beanie.deploy.stack import CountingWorker
+from harel_beanie.harness.drivers import ManualClock, open_mongo_transport
 from tests.figures import Figures
 
 LONG = "L" * 4000

@@ -22,7 +22,7 @@ from pymongo.errors import AutoReconnect, ConnectionFailure, DuplicateKeyError
 from harel_beanie import CommitOutcomeUnknown, MongoStore
 from harel_beanie.core import calls
 from harel_beanie.core.commit import COMMIT_TOKENS
-from harel_beanie.ops.loader import load_models
+from harel_beanie.deploy.loader import load_models
 from tests.both import BlockingAsyncStore, make_store
 
 COMMIT_UPDATE = lambda c: (

@@ -46,8 +46,8 @@ from typing import Any, Iterator, Optional
 
 import pytest
 
+from harel_beanie.deploy.embedded import free_port
 from harel_beanie.history.records import HistoryWriter
-from harel_beanie.ops.embedded import free_port
 from tests.netfaults.echo import ask, message
 from tests.netfaults.faults import Fault, Injector
 from tests.netfaults.proxy import FaultProxy

@@ -25,7 +25,7 @@ from harel.spec.states import Event
 from pymongo.errors import OperationFailure
 
 from harel_beanie import AsyncMongoStore, MongoStore, RetryPolicy, StoreUnavailable
-from harel_beanie.ops.embedded import EmbeddedServer, server_command
+from harel_beanie.deploy.embedded import EmbeddedServer, server_command
 from tests.both import settle
 
 QUICK = RetryPolicy(attempts=2, delay=0.1, timeout_ms=1500)

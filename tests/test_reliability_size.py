@@ -20,7 +20,7 @@ from harel.spec.states import Event
 
 from harel_beanie import ExecutionTooLarge, MongoStore
 from harel_beanie.core.sizes import DEFAULT_TRACE_STEP_BYTES, MAX_DOCUMENT_BYTES, data_budget
-from harel_beanie.ops.loader import load_models
+from harel_beanie.deploy.loader import load_models
 
 MODEL = """
 event Note {}

@@ -1,4 +1,4 @@
-"""Retention (harel_beanie.ops.retention, `harel-beanie prune`): only finished executions older
+"""Retention (harel_beanie.retention.pruning, `harel-beanie prune`): only finished executions older
 than the cut-off go, never one whose parent is still going or that has work to hand on; a
 dry run changes nothing; the archive holds exactly what was removed; an interrupted run,
 re-run, completes; the TTL index is created and its period changed in place."""
@@ -18,8 +18,8 @@ from harel.engine.execution import Execution, Status
 from harel.spec.states import Event
 
 from harel_beanie import retention
-from harel_beanie.ops import archive as archive_internals
-from harel_beanie.ops import retention as prune_internals
+from harel_beanie.retention import archive as archive_internals
+from harel_beanie.retention import pruning as prune_internals
 from tests.test_cli import run_cli
 
 NOW = 1_800_000_000.0

@@ -16,7 +16,7 @@ from harel.spec.states import Event
 
 from harel_beanie import AsyncMongoStore, ExecutionTooLarge, MongoStore, RetryPolicy, SchemaMismatch, StoreUnavailable
 from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
-from harel_beanie.ops.embedded import EmbeddedServer, free_port
+from harel_beanie.deploy.embedded import EmbeddedServer, free_port
 
 AWKWARD = [
     "a.b",

@@ -27,8 +27,8 @@ from harel.spec.states import Event
 from harel.testing import assert_async_transport_contract
 
 from harel_beanie import AsyncMongoStore
-from harel_beanie.ops.embedded import EmbeddedServer
-from harel_beanie.ops.loader import default_models_dir, load_models
+from harel_beanie.deploy.embedded import EmbeddedServer
+from harel_beanie.deploy.loader import default_models_dir, load_models
 from harel_beanie.transport import AsyncMongoTransport
 
 MODELS = default_models_dir()  # the shop models, shipped in the package

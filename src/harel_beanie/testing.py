@@ -83,7 +83,7 @@ def harel_mongo_url() -> Iterator[str]:
     if url:
         yield url
         return
-    from harel_beanie.ops.embedded import EmbeddedServer
+    from harel_beanie.deploy.embedded import EmbeddedServer
 
     with EmbeddedServer(standalone=os.environ.get(REPLICA_SET_ENV) != "1") as server:
         yield server.url

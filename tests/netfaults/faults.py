@@ -44,8 +44,8 @@ from typing import Any, Callable, Optional
 
 import pymongo
 
+from harel_beanie.deploy.embedded import EmbeddedServer
 from harel_beanie.history.records import HistoryWriter
-from harel_beanie.ops.embedded import EmbeddedServer
 from tests.netfaults.topology import Network
 
 LINK = ("partition", "half_open", "lossy", "link_down")

@@ -42,14 +42,14 @@ import pymongo
 from harel.engine.aio.distributed import AsyncDistributedRunner
 from harel.spec.states import Event
 
+from harel_beanie.deploy.embedded import EmbeddedServer, free_port
+from harel_beanie.deploy.loader import load_models
+from harel_beanie.deploy.stack import open_transport, queued
+from harel_beanie.deploy.where import Target
 from harel_beanie.history.checker import Verdict, check
 from harel_beanie.history.recording import RecordingStore, RecordingTransport
 from harel_beanie.history.records import HistoryWriter, read_history
-from harel_beanie.ops.embedded import EmbeddedServer, free_port
-from harel_beanie.ops.loader import load_models
-from harel_beanie.ops.replay import replay
-from harel_beanie.ops.stack import open_transport, queued
-from harel_beanie.ops.where import Target
+from harel_beanie.history.replay import replay
 from harel_beanie.store.async_store import AsyncMongoStore
 from harel_beanie.store.connect import RetryPolicy
 from tests.netfaults.faults import LINK, PROXY, Fault, Injector

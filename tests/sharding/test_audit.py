@@ -27,9 +27,9 @@ from harel.spec.states import Event
 
 from harel_beanie import AsyncMongoStore, MongoStore
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, PartitionScope
-from harel_beanie.ops.loader import load_models
-from harel_beanie.ops.relay import sweep
-from harel_beanie.ops.stack import CountingWorker
+from harel_beanie.deploy.loader import load_models
+from harel_beanie.deploy.relay import sweep
+from harel_beanie.deploy.stack import CountingWorker
 from harel_beanie.transport import AsyncMongoTransport, MongoTransport
 from harel_beanie.transport.documents import INLINE_MAX
 from harel_beanie.transport.ownership import PartitionOwner
@@ -158,7 +158,7 @@ async def test_a_worker_running_the_shop(mongo_url: str, audits: Any) -> None:
 async def test_migrate_transport_both_ways(mongo_url: str, audits: Any) -> None:
     """`harel-beanie migrate-transport`: harel's transport's messages (a group deep enough to
     spill) into this package's queues and back, each write naming its group's partition."""
-    from harel_beanie.ops.drivers import open_mongo_transport
+    from harel_beanie.harness.drivers import open_mongo_transport
     from harel_beanie.transport import moving
 
     new, _ = audits
@@ -191,8 +191,8 @@ async def test_the_operators_side(mongo_url: str, audits: Any) -> None:
     from prometheus_client import CollectorRegistry
 
     from harel_beanie.dashboard import dashboard_router, no_auth
-    from harel_beanie.ops.retention import prune
     from harel_beanie.queries import backlog
+    from harel_beanie.retention.pruning import prune
     from harel_beanie.telemetry.metrics import StoreMetrics
 
     new, _ = audits

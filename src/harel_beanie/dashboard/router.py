@@ -46,7 +46,7 @@ from harel_beanie.dashboard.security import (
     static_headers,
 )
 from harel_beanie.dashboard.survey import Surveyor
-from harel_beanie.ops.status import human_duration
+from harel_beanie.queries.backlog import human_duration
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"

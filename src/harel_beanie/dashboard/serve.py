@@ -4,7 +4,7 @@ Why this module exists: a newcomer who ran `make demo` should see those executio
 browser with one command, and an operator without a FastAPI app of their own should still
 get the pages. It builds a FastAPI app around `dashboard_router` on the command's `Target`
 (the embedded server when no URL is given: the CLI resolves it through
-`harel_beanie.ops.where`, as for `status`), guards it with a token, and serves `/metrics`.
+`harel_beanie.deploy.where`, as for `status`), guards it with a token, and serves `/metrics`.
 
 The token: `--token`, else `HAREL_DASHBOARD_TOKEN`, else a random one printed with the URL
 to open. A request carrying it as `?token=` gets it back as an HttpOnly, SameSite=Strict
@@ -36,7 +36,7 @@ from harel_beanie.core.errors import ConfigError
 from harel_beanie.dashboard.auth import COOKIE, token_auth
 from harel_beanie.dashboard.router import DashboardActions, dashboard_router
 from harel_beanie.dashboard.security import SecurityHeaders, server_error
-from harel_beanie.ops.where import Target
+from harel_beanie.deploy.where import Target
 
 ACTIONS = ("send", "cancel", "redrive")
 
@@ -59,12 +59,12 @@ def build_app(
     say: Callable[[str], None] = print,
 ) -> FastAPI:
     """The standalone app: the dashboard at `/`, guarded by `token`, with `/metrics`."""
-    from harel_beanie.ops.stack import open_store, open_transport
+    from harel_beanie.deploy.stack import open_store, open_transport
     from harel_beanie.telemetry.metrics import StoreMetrics, new_registry
 
     if allow and not definitions_dir:
         raise ConfigError("--allow needs --definitions DIR: harel's runner needs the machines to act on executions")
-    from harel_beanie.ops.loader import default_models_dir, load_models
+    from harel_beanie.deploy.loader import default_models_dir, load_models
 
     definitions = None
     if definitions_dir:

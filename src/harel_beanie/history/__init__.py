@@ -16,7 +16,7 @@ whether anything was lost, doubled, skipped, read stale or taken out of order.
 - `verdict.py` — `Verdict` and `Anomaly`: what was found, and the figures of the history.
 
 The replay the checker compares final states with (harel's in-memory store running the
-accepted events) is on the operations side, `harel_beanie.ops.replay`, as is the
+accepted events) is on the operations side, `harel_beanie.history.replay`, as is the
 `harel-beanie check-history` command.
 """
 

@@ -1,6 +1,6 @@
 """`harel-beanie migrate up|down|status`: the migration engine from the command line.
 
-Why this module exists: `harel_beanie.ops.cli` parses the flags and `harel_beanie.ops.where`
+Why this module exists: `harel_beanie.ops.cli` parses the flags and `harel_beanie.deploy.where`
 resolves the server, database and prefix, as for every command; this module turns the
 action into `Migrator` calls, prints what each step did, and turns what can go wrong during
 a migration into one line: a refusal or failure (exit 1: the message says what to do, and
@@ -16,9 +16,9 @@ from pymongo.errors import PyMongoError
 
 from harel_beanie.core.documents import SCHEMA_VERSION
 from harel_beanie.core.errors import CommandFailed, ConfigError
+from harel_beanie.deploy.stack import open_client
+from harel_beanie.deploy.where import Target
 from harel_beanie.migrate.engine import BATCH_SIZE, MigrationError, Migrator
-from harel_beanie.ops.stack import open_client
-from harel_beanie.ops.where import Target
 from harel_beanie.store.connect import driver_message
 
 RESUME = "run the same command again to resume"

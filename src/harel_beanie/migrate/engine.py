@@ -50,7 +50,7 @@ BATCH_SIZE = 500
 #: The counters-collection document recording a step in progress and its last finished batch.
 PROGRESS_ID = "harel_beanie:migration"
 #: The environment variable the Beanie migration files read the batch size from (the prefix
-#: comes from `HAREL_PREFIX`, as for every command: see `harel_beanie.ops.where`).
+#: comes from `HAREL_PREFIX`, as for every command: see `harel_beanie.deploy.where`).
 BATCH_ENV = "HAREL_MIGRATE_BATCH_SIZE"
 #: How many times a batch re-reads documents a concurrent writer moved before giving up.
 GUARD_ATTEMPTS = 5
@@ -347,7 +347,7 @@ async def run_beanie_step(version: int, direction: str) -> StepReport:
     from beanie.migrations.database import DBHandler
 
     from harel_beanie.core.errors import ConfigError
-    from harel_beanie.ops.where import prefix_from
+    from harel_beanie.deploy.where import prefix_from
 
     version = require_int("version", version)  # checked before the database is looked for
     direction = require_choice("direction", direction, (UP, DOWN))

@@ -5,7 +5,7 @@ Why this module exists: one entry point for running statechart workloads on the 
 (`prune`), evolving the schema (`migrate`), sharding it on a cluster (`shard`) and judging
 a fault run's recorded history (`check-history`, the one command that needs no database).
 This module only parses flags — one parser, and one set of `--url`/`--db`/`--prefix` rules
-(`harel_beanie.ops.where`) for every command — and turns the errors a user can cause — a
+(`harel_beanie.deploy.where`) for every command — and turns the errors a user can cause — a
 wrong flag, an unreachable server, a missing directory, a database in another layout or
 sharded against the plan — into one line on stderr and exit code 2 (a command that refuses
 or fails on its own terms raises `CommandFailed`: one line, its exit code). Each command
@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-trace", action="store_true", help="do not record the execution timelines")
     demo.add_argument("--transport", choices=("beanie", "harel"), default=None,
                       help="beanie: this package's transport (the default; $HAREL_BEANIE_TRANSPORT); harel: harel's")  # fmt: skip
-    _command(demo, "harel_beanie.ops.demo", embedded=True, notes=_stdout)  # its notes belong to its report
+    _command(demo, "harel_beanie.demo.run", embedded=True, notes=_stdout)  # its notes belong to its report
 
     worker = sub.add_parser("worker", help="a long-running harel AsyncWorker on the store",
                             description="Claim and process the events queued on harel's Mongo transport, "
@@ -258,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _target(args: Any, *, embedded_ok: bool, say: Callable[[str], None]) -> Any:
-    from harel_beanie.ops.where import resolve
+    from harel_beanie.deploy.where import resolve
 
     return resolve(
         url=args.url,

@@ -4,7 +4,7 @@ Why this module exists: a fault run's verdict should not depend on the process t
 surviving to the end, nor on its author's assertions. The histories its processes wrote
 (`harel_beanie.history`) are judged afterwards, by this command, from the files alone: it
 reads and merges them, runs the checker with the final states replayed on harel's in-memory
-store (`harel_beanie.ops.replay`, over the `--definitions` the run used), prints the
+store (`harel_beanie.history.replay`, over the `--definitions` the run used), prints the
 figures and every anomaly, and exits 0 when there is none, 1 otherwise (2: the files or the
 definitions could not be read). It needs no database.
 """
@@ -17,8 +17,8 @@ from typing import Any
 from harel_beanie.core.errors import ConfigError
 from harel_beanie.history.checker import check
 from harel_beanie.history.records import read_history
+from harel_beanie.history.replay import replay
 from harel_beanie.history.verdict import Verdict
-from harel_beanie.ops.replay import replay
 from harel_beanie.ops.worker import load_definitions
 
 

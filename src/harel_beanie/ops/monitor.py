@@ -19,9 +19,9 @@ from typing import Any, Optional
 from harel.config import Config
 
 from harel_beanie.core.errors import ConfigError
-from harel_beanie.ops.loader import load_models
-from harel_beanie.ops.stack import open_sync_store
-from harel_beanie.ops.where import Target
+from harel_beanie.deploy.loader import load_models
+from harel_beanie.deploy.stack import open_sync_store
+from harel_beanie.deploy.where import Target
 
 
 def definition_source(directory: Optional[str]) -> Any:

@@ -1,6 +1,6 @@
 """`harel-beanie prune`: retention from the command line, with a progress bar.
 
-Why this module exists: `harel_beanie.ops.retention` does the work; this module turns the
+Why this module exists: `harel_beanie.retention.pruning` does the work; this module turns the
 command's flags into a cut-off and an archive, shows progress (rich), and prints what was
 removed and what was kept and why. `--ttl` instead sets, changes or drops the TTL index.
 """
@@ -16,10 +16,10 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from harel_beanie.core.errors import ConfigError
-from harel_beanie.ops import archive as archives
-from harel_beanie.ops import retention
-from harel_beanie.ops.stack import open_client
-from harel_beanie.ops.where import Target
+from harel_beanie.deploy.stack import open_client
+from harel_beanie.deploy.where import Target
+from harel_beanie.retention import archive as archives
+from harel_beanie.retention import pruning as retention
 
 
 async def run(args: Any, target: Target, console: Console) -> retention.PruneReport | str:

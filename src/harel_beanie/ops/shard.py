@@ -26,7 +26,7 @@ from pymongo.errors import OperationFailure
 from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
 from harel_beanie.core.errors import ConfigError, SchemaMismatch, ShardPlanError
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, SHARD_PLAN
-from harel_beanie.ops.where import Target
+from harel_beanie.deploy.where import Target
 from harel_beanie.store.connect import wait_for_server
 from harel_beanie.store.sharding import format_key, is_mongos, plan_collections, plan_problems, read_live_keys
 

@@ -26,8 +26,9 @@ from rich.text import Text
 
 from harel_beanie import queries
 from harel_beanie.core.documents import bind
-from harel_beanie.ops.stack import open_client
-from harel_beanie.ops.where import Target
+from harel_beanie.deploy.stack import open_client
+from harel_beanie.deploy.where import Target
+from harel_beanie.queries.backlog import human_duration
 from harel_beanie.store.async_store import AsyncMongoStore
 
 STATUSES = queries.STATUSES
@@ -56,22 +57,6 @@ async def collect(target: Target, stuck_after: float, show: int) -> dict[str, An
     out["transport"] = {"queued": queued, "leased": leased}
     out["where"] = {"url": target.masked_url, "db": target.db, "prefix": target.prefix}
     return out
-
-
-def human_duration(seconds: float) -> str:
-    """A duration for people: 45s, 12m, 3.5h, 2.0d (the sign dropped; the caller says
-    "ago" or "in"). The status command and the dashboard both show durations this way."""
-    s = abs(seconds)
-    text = (
-        f"{s:.0f}s"
-        if s < 120
-        else f"{s / 60:.0f}m"
-        if s < 7200
-        else f"{s / 3600:.1f}h"
-        if s < 172800
-        else f"{s / 86400:.1f}d"
-    )
-    return text
 
 
 def render(console: Console, data: dict[str, Any]) -> None:

@@ -13,8 +13,8 @@ import asyncio
 from typing import Any
 
 from harel_beanie.core.errors import CommandFailed
-from harel_beanie.ops.stack import TRANSPORTS, open_client, queued
-from harel_beanie.ops.where import Target
+from harel_beanie.deploy.stack import TRANSPORTS, open_client, queued
+from harel_beanie.deploy.where import Target
 from harel_beanie.transport.moving import MoveRefused, down, up
 
 

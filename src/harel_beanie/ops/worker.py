@@ -24,7 +24,7 @@ What it adds to harel's loop:
 - Each event's relay is kept to its own execution, and a sweep every `--sweep-every`
   seconds (and once at start) relays outbox entries and spawns that no handler relayed —
   a worker that died between commit and relay, a relay that lost a race. See
-  `harel_beanie.ops.relay` for why harel's relay alone leaves work behind.
+  `harel_beanie.deploy.relay` for why harel's relay alone leaves work behind.
 - On this package's transport the worker leases a share of the database's partitions
   (`harel_beanie.transport.ownership`): its claims, timer sweeps and relay sweeps read only
   those, so N workers divide the background work instead of each doing all of it; a
@@ -53,12 +53,12 @@ from pymongo.errors import ConnectionFailure, OperationFailure, WriteConcernErro
 
 from harel_beanie.core.errors import ConfigError
 from harel_beanie.core.partitions import PartitionScope
+from harel_beanie.deploy.loader import load_models
+from harel_beanie.deploy.relay import sweep
+from harel_beanie.deploy.stack import TRANSPORTS, CountingWorker, open_client, open_transport, refuse_if_stranded
+from harel_beanie.deploy.where import Target
 from harel_beanie.history.recording import RecordingStore, RecordingTransport
 from harel_beanie.history.records import HistoryWriter
-from harel_beanie.ops.loader import load_models
-from harel_beanie.ops.relay import sweep
-from harel_beanie.ops.stack import TRANSPORTS, CountingWorker, open_client, open_transport, refuse_if_stranded
-from harel_beanie.ops.where import Target
 from harel_beanie.store.async_store import AsyncMongoStore
 from harel_beanie.transport.ownership import RENEW_EVERY, TAKEOVER_BOUND, PartitionOwner
 

@@ -196,3 +196,19 @@ async def _pending_scanned(coll: Any, out: Backlog, show: int) -> None:
         out.oldest_outbox_age = _age(low["outbox"], now)
     if out.pending_spawns and low["spawns"] is not None:
         out.oldest_spawn_age = _age(low["spawns"], now)
+
+
+def human_duration(seconds: float) -> str:
+    """A duration for people: 45s, 12m, 3.5h, 2.0d (the sign dropped; the caller says
+    "ago" or "in"). The status command and the dashboard both show durations this way."""
+    s = abs(seconds)
+    text = (
+        f"{s:.0f}s"
+        if s < 120
+        else f"{s / 60:.0f}m"
+        if s < 7200
+        else f"{s / 3600:.1f}h"
+        if s < 172800
+        else f"{s / 86400:.1f}d"
+    )
+    return text

@@ -45,7 +45,7 @@ class AsyncMongoTransport:
     `client` is PyMongo's `AsyncMongoClient` (or a Motor / mongomock-motor client). `idle_wait`
     (seconds, default 0: answer at once, as harel's transports do) lets a claim that finds
     nothing wait for a publish, the end of a lease or park, or `timers()`'s next timer; the
-    production stack (`harel_beanie.ops.stack`) sets it. `timers` is the store's
+    production stack (`harel_beanie.deploy.stack`) sets it. `timers` is the store's
     `next_timer`. `sharded` and `partitions` as for the store (`harel_beanie.AsyncMongoStore`).
 
     Every lease, park and wait is bounded (`harel_beanie.transport.settings`): a claim's

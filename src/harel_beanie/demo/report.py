@@ -2,7 +2,7 @@
 events and round trips, how each scenario ended against what its model says, the round
 trips by who sent them, where the data lives and the commands to look at it.
 
-Why this module exists: the run (`harel_beanie.ops.demo`) and its presentation change for
+Why this module exists: the run (`harel_beanie.demo.run`) and its presentation change for
 different reasons; the run hands over a `Result` and this module only formats it (rich).
 """
 
@@ -21,8 +21,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from harel_beanie.ops.loader import default_models_dir
-from harel_beanie.ops.where import DEFAULT_DB, Target
+from harel_beanie.deploy.loader import default_models_dir
+from harel_beanie.deploy.where import DEFAULT_DB, Target
 
 
 @dataclass

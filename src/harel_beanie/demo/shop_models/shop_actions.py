@@ -1,7 +1,7 @@
 """Actions of the shop workloads in this directory (`payment.stm`, `picking.stm`, `order.stm`).
 
 The models bind them by dotted name (`shop_actions.<fn>`), so this directory has to be on
-`sys.path`; `harel_beanie.ops.loader.load_models` puts it there.
+`sys.path`; `harel_beanie.deploy.loader.load_models` puts it there.
 
 Every outcome is a pure function of the execution's context: the "gateway" fails the first
 `flaky_attempts` authorisations, refuses a card named "blocked", and a SKU starting with

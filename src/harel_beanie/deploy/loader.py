@@ -6,7 +6,7 @@ means is written once here. `load_models(path)` returns every machine of every `
 a directory, validated, keyed by definition id, with the directory put on `sys.path` so the
 models' dotted action names (`shop_actions.capture`) import, and every action a definition
 names imported at once. It runs nothing: the drivers that run loaded models for tests and
-the benchmark are in `harel_beanie.ops.drivers`.
+the benchmark are in `harel_beanie.harness.drivers`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from harel.dsl import definition_from_dsl_file, parse
 
 
 def default_models_dir() -> Path:
-    """The shop models the demo runs, shipped in the package (`harel_beanie/shop_models`;
+    """The shop models the demo runs, shipped in the package (`harel_beanie/demo/shop_models`;
     `models/` at the top of a checkout points there)."""
-    return Path(__file__).resolve().parents[1] / "shop_models"
+    return Path(__file__).resolve().parents[1] / "demo" / "shop_models"
 
 
 def load_models(path: Union[str, Path, None] = None) -> dict[str, Definition]:

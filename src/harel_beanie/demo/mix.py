@@ -3,7 +3,7 @@
 how many executions it makes and the final state its model must end it in.
 
 Why this module exists: the mix is the shop's story, told in the models' own vocabulary
-(contexts, event kinds, outcomes, timer windows); the run (`harel_beanie.ops.demo`) only drives
+(contexts, event kinds, outcomes, timer windows); the run (`harel_beanie.demo.run`) only drives
 it, phase by phase, so a scenario is added or changed here. What it runs:
 
 - orders that are paid, cool off for 15 minutes, fan their lines out to pickers, join,

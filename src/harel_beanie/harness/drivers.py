@@ -3,7 +3,7 @@
 Why this module exists: the store is only worth something if harel's engine runs real
 machines on it — invokes, forks and joins, fan-outs, durable timers, the outbox, the
 control plane. The engine tests, the demo command and the benchmark need the same pieces,
-written once here (loading the models they run is `harel_beanie.ops.loader`'s job):
+written once here (loading the models they run is `harel_beanie.deploy.loader`'s job):
 
 - Drivers with one shape over harel's three ways of running a machine: `SyncDurable`
   (`DurableRunner` over a sync store), `AsyncDurable` (`AsyncDurableRunner` over an async
@@ -13,11 +13,11 @@ written once here (loading the models they run is `harel_beanie.ops.loader`'s jo
 - A `ManualClock` that every runner, worker and transport of a run shares, so a durable
   timer fires when the script advances the clock (`Timers`), not when the wall clock says —
   runs are deterministic and take no real time. A script (`Create`, `Send`, `Timers`,
-  `Control`) replays the same workload on any driver; `harel_beanie.ops.snapshots` reads back
+  `Control`) replays the same workload on any driver; `harel_beanie.harness.snapshots` reads back
   what a store holds at the end, for comparing runs on different stores.
 
 Nothing here is Mongo-specific except `open_mongo_transport` (harel's `AsyncMongoTransport`,
-the deployment's queue, opened by `harel_beanie.ops.stack`): the drivers take any harel store
+the deployment's queue, opened by `harel_beanie.deploy.stack`): the drivers take any harel store
 or transport. Scripts and drivers stay in one module: a script step means what a driver
 does with it.
 """
@@ -35,8 +35,8 @@ from harel.engine.durable import DurableRunner
 from harel.engine.schema import DEFAULT_PREFIX
 from harel.spec.states import Event
 
-from harel_beanie.ops.stack import open_transport
-from harel_beanie.ops.where import Target
+from harel_beanie.deploy.stack import open_transport
+from harel_beanie.deploy.where import Target
 from harel_beanie.store.connect import RetryPolicy
 
 # A clock start far from 0, so timestamps look like real epoch seconds.
@@ -335,7 +335,7 @@ async def open_mongo_transport(
     url: str, db_name: str, *, clock: Any = None, prefix: str = DEFAULT_PREFIX, kind: str = "harel", **options: Any
 ) -> Any:
     """A transport on a new client for `url`, opened the way the commands open it
-    (`harel_beanie.ops.stack.open_transport`): harel's `AsyncMongoTransport` (`harel[mongo]`)
+    (`harel_beanie.deploy.stack.open_transport`): harel's `AsyncMongoTransport` (`harel[mongo]`)
     unless `kind="beanie"` asks for this package's. `clock` defaults to the wall clock; pass
     the run's `ManualClock` to replay a script. Close it with `await t.close()`."""
     target = Target(url, db_name, prefix, RetryPolicy(), source="driver")

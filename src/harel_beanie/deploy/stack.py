@@ -3,7 +3,7 @@ one server (this package's own, `harel_beanie.transport`, or harel's `AsyncMongo
 with their round trips counted.
 
 Why this module exists: `demo`, `worker` and the dashboard's actions all open the store and
-the transport for a `Target` (see `harel_beanie.ops.where`), wait for the server with the
+the transport for a `Target` (see `harel_beanie.deploy.where`), wait for the server with the
 CLI's short retry policy, and want to know what the run cost in round trips. The `from_url`
 constructors build their own clients, with no way to attach a PyMongo `CommandListener`, so
 the clients are built here and handed to the store and the transport. Which transport is
@@ -17,7 +17,7 @@ command can refuse to start on one while messages wait in the other.
   counter only counts a total.)
 - `CountingWorker`: harel's `AsyncWorker`, labelling each event it handles with the
   execution it is for, counting the events, and keeping each event's relay to that
-  execution (see `harel_beanie.ops.relay`).
+  execution (see `harel_beanie.deploy.relay`).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from pymongo.errors import ConfigurationError
 from harel_beanie.core.errors import ConfigError
 from harel_beanie.core.names import queue_names
 from harel_beanie.core.partitions import PartitionScope
-from harel_beanie.ops.relay import ScopedStore
-from harel_beanie.ops.where import Target
+from harel_beanie.deploy.relay import ScopedStore
+from harel_beanie.deploy.where import Target
 from harel_beanie.store.async_store import AsyncMongoStore
 from harel_beanie.store.connect import await_server
 from harel_beanie.transport.async_transport import AsyncMongoTransport
@@ -81,7 +81,7 @@ class CountingWorker(AsyncWorker):
     claims, timer sweeps and everything it commits are harel's):
 
     - the relay that follows the event's commit sees only the handled execution's pending
-      outbox and spawns (`harel_beanie.ops.relay.ScopedStore`; why, see that module);
+      outbox and spawns (`harel_beanie.deploy.relay.ScopedStore`; why, see that module);
     - the event runs under `LABEL` = its execution id and is counted in `events` once handled.
 
     `executions` is the store's executions collection on an async client."""

@@ -7,7 +7,7 @@ kept. It runs the pure-Mongo stack: our `AsyncMongoStore`, harel's `AsyncMongoTr
 the same server, harel's `AsyncDistributedRunner` queueing the work and real
 `AsyncWorker.run` loops claiming it with `--concurrency` events in flight. What it runs,
 cycled until it has about `--executions` executions, is the shop mix of
-`harel_beanie.ops.demo_mix`; what it prints is `harel_beanie.ops.demo_report`. This module drives
+`harel_beanie.demo.mix`; what it prints is `harel_beanie.demo.report`. This module drives
 the run: the phases of the mix's script, the clock, waiting for the work to settle, and
 the tally it hands to the report.
 
@@ -17,7 +17,7 @@ It replays about eight days of shop time (the mix's windows), ending at the real
 so a 15-minute or a 7-day timer fires at once and the timestamps stored are plausible.
 
 With no URL (`--url`, `HAREL_MONGO_URL`, `MONGODB_URL`) it starts the embedded server on
-`./harel-beanie-data` (see `harel_beanie.ops.where`), so a second run finds the first run's
+`./harel-beanie-data` (see `harel_beanie.deploy.where`), so a second run finds the first run's
 executions; every run's ids start with its own run id.
 """
 
@@ -38,12 +38,11 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from harel_beanie.core.errors import ConfigError
-from harel_beanie.ops.demo_mix import FULFIL_WINDOW, LOST_WINDOW, PAY_WINDOW, SPAN, Scenario, plan, root_id
-from harel_beanie.ops.demo_report import Result, report
-from harel_beanie.ops.drivers import ManualClock, next_fire
-from harel_beanie.ops.loader import default_models_dir, load_models
-from harel_beanie.ops.relay import sweep
-from harel_beanie.ops.stack import (
+from harel_beanie.demo.mix import FULFIL_WINDOW, LOST_WINDOW, PAY_WINDOW, SPAN, Scenario, plan, root_id
+from harel_beanie.demo.report import Result, report
+from harel_beanie.deploy.loader import default_models_dir, load_models
+from harel_beanie.deploy.relay import sweep
+from harel_beanie.deploy.stack import (
     LABEL,
     TRANSPORTS,
     CommandCounter,
@@ -53,7 +52,8 @@ from harel_beanie.ops.stack import (
     queued,
     refuse_if_stranded,
 )
-from harel_beanie.ops.where import Target
+from harel_beanie.deploy.where import Target
+from harel_beanie.harness.drivers import ManualClock, next_fire
 from harel_beanie.store.async_store import AsyncMongoStore
 
 FINISHED = ("DONE", "FAILED", "CANCELLED")
@@ -272,7 +272,7 @@ class Demo:
             if now != last:
                 last, since = now, time.monotonic()
             elif not now[0] and (now[1] or now[2]) and time.monotonic() - since > 0.3:
-                # entries no relay is working on (see harel_beanie.ops.relay): relay them
+                # entries no relay is working on (see harel_beanie.deploy.relay): relay them
                 token = LABEL.set("sweep")
                 try:
                     await self.relay()

@@ -8,7 +8,7 @@ Every `harel-beanie` command needs the same answer, so it is worked out once her
   `HAREL_MONGO_DB`, else `harel`; the collection prefix from `--prefix`, else `HAREL_PREFIX`,
   else `harel` — the same defaults as harel's worker, so both find the same data.
 - With no URL, `demo`, `status` and `monitor` use an embedded SecantusDB (a child process,
-  `harel_beanie.ops.embedded`) whose storage is a folder under the working directory
+  `harel_beanie.deploy.embedded`) whose storage is a folder under the working directory
   (`./harel-beanie-data` unless `--data`). While a command owns that server it leaves a small
   `server.json` in the folder, so a second command run meanwhile (say `status` beside a
   running `demo`) joins the same server instead of starting another on the same files; a
@@ -22,15 +22,14 @@ Anything wrong with these settings raises `ConfigError`, which the CLI prints as
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Callable, Iterator, Mapping, Optional
 
 from harel_beanie.core.errors import ConfigError
+from harel_beanie.deploy.local_server import LocalServer
 from harel_beanie.store.connect import RetryPolicy, mask_url
 
 #: Where every command looks for its server, database and prefix when no flag names them:
@@ -41,7 +40,6 @@ DB_ENV = "HAREL_MONGO_DB"
 PREFIX_ENV = "HAREL_PREFIX"
 DEFAULT_DB = "harel"
 DEFAULT_DATA_DIR = "harel-beanie-data"
-HANDOFF_FILE = "server.json"
 CLI_RETRY = RetryPolicy(attempts=5, delay=0.5, timeout_ms=1000)
 
 
@@ -131,137 +129,6 @@ def db_and_prefix(db: Optional[str], prefix: Optional[str], env: Mapping[str, st
 
 
 # --- the embedded server on the data folder --------------------------------------------------
-
-
-class LocalServer:
-    """The embedded server for a data folder: started here (and stopped on `close`), or
-    joined if another command already runs one on that folder. A server whose owner died
-    without stopping it (killed) is adopted: used, and stopped on `close`. `command` names
-    the command, so two demos never share one server (their clocks would disagree)."""
-
-    def __init__(self, data_dir: Path, command: str = "") -> None:
-        self.data_dir = data_dir
-        self.command = command
-        self.url = ""
-        self.mode = ""  # "started", "joined" or "adopted"
-        self._server: Optional[Any] = None  # an EmbeddedServer
-        self._adopted: Optional[int] = None  # the pid of an adopted server
-
-    @property
-    def handoff(self) -> Path:
-        return self.data_dir / HANDOFF_FILE
-
-    @property
-    def owns(self) -> bool:
-        return self.mode in ("started", "adopted")
-
-    def open(self) -> str:
-        info = self._live_server()
-        if info is not None:
-            self.url = f"mongodb://127.0.0.1:{info['port']}"
-            if _alive(info["owner"]):
-                if self.command == "demo" and info.get("command") == "demo":
-                    raise ConfigError(
-                        f"another demo (pid {info['owner']}) is running on {self.data_dir}/: "
-                        "wait for it, or pass --data DIR"
-                    )
-                self.mode = "joined"
-            else:
-                self.mode = "adopted"
-                self._adopted = info["pid"]
-                self._write(info["port"], info["pid"])
-            return self.url
-        from harel_beanie.ops.embedded import EmbeddedServer
-
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        server = EmbeddedServer(self.data_dir / "db", log_path=self.data_dir / "server.log")
-        try:
-            server.start()
-        except FileNotFoundError as exc:  # secantusd-py is not installed
-            raise ConfigError(str(exc)) from None
-        except (RuntimeError, TimeoutError) as exc:
-            server.stop(kill=True)
-            raise ConfigError(f"the embedded server did not start: {exc}") from None
-        self._server = server
-        self.mode = "started"
-        self.url = server.url
-        assert server.proc is not None
-        self._write(server.port, server.proc.pid)
-        return self.url
-
-    def _write(self, port: int, pid: int) -> None:
-        self.handoff.write_text(json.dumps({"port": port, "pid": pid, "owner": os.getpid(), "command": self.command}))
-
-    def _live_server(self) -> Optional[dict[str, Any]]:
-        """The handoff record of a server that still answers on this folder, if any."""
-        try:
-            info = json.loads(self.handoff.read_text())
-            info["port"], info["pid"], info["owner"] = int(info["port"]), int(info["pid"]), int(info["owner"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        if info["owner"] == os.getpid() or not _is_embedded_server(info["pid"]):
-            return None
-        try:
-            with socket.create_connection(("127.0.0.1", info["port"]), timeout=0.5):
-                return dict(info)
-        except OSError:
-            return None
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
-        elif self._adopted is not None:
-            _stop_pid(self._adopted)
-            self._adopted = None
-        else:
-            return
-        try:
-            self.handoff.unlink()
-        except OSError:
-            pass
-
-
-def _is_embedded_server(pid: int) -> bool:
-    """Whether `pid` is a running `secantusd-py` (what the handoff file says it is)."""
-    try:
-        return b"secantusd" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return _alive(pid)  # no /proc: trust the record if the process exists
-
-
-def _stop_pid(pid: int, grace: float = 15.0) -> None:
-    """Stop an adopted server and what it forked (it leads its own process group)."""
-    import signal
-    import time
-
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        return
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and _alive(pid):
-        time.sleep(0.1)
-    if _alive(pid):
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def _alive(pid: int) -> bool:
-    """Whether process `pid` exists and is not a zombie (killed, not yet reaped)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 @contextmanager

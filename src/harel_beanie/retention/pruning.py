@@ -30,7 +30,7 @@ Prune leaves no tombstone, so an id it removed may be created again, and removed
 Archive: each removal, once and whole (the stored document inside a record keyed by a
 removal key minted for it; Extended JSON for a file, as is for a collection), to a JSON Lines
 file or a collection, through a journal, so that the archive holds exactly what was removed,
-once per removal, whatever instant a run is killed at (`harel_beanie.ops.archive` states the
+once per removal, whatever instant a run is killed at (`harel_beanie.retention.archive` states the
 protocol). Re-running continues: what was removed is gone, and what is left is
 examined again.
 """
@@ -56,7 +56,7 @@ from harel_beanie.core.arguments import (
     require_str,
     require_time,
 )
-from harel_beanie.ops.archive import Archive, are_gone, identity
+from harel_beanie.retention.archive import Archive, are_gone, identity
 
 #: what harel counts as finished for good (harel.engine.execution stamps finished_at on these)
 FINISHED = ("DONE", "CANCELLED")

@@ -1,9 +1,9 @@
-"""Retention (what `harel-beanie prune` removes, its archives, the TTL index) for apps that prune
-from their own code. It lives in `harel_beanie.ops.retention`; this module is the public path
-to it.
+"""Retention: what `harel-beanie prune` removes (`prune`), where it puts what it removes
+(`archive`), and the TTL index; this package's face is the public path for apps that prune
+from their own code.
 """
 
-from harel_beanie.ops.archive import (
+from harel_beanie.retention.archive import (
     Archive,
     ArchiveContents,
     CollectionArchive,
@@ -12,7 +12,7 @@ from harel_beanie.ops.archive import (
     Removal,
     read_jsonl,
 )
-from harel_beanie.ops.retention import (
+from harel_beanie.retention.pruning import (
     FINISHED,
     TTL_INDEX,
     PruneReport,

@@ -21,9 +21,9 @@ from harel.definition.model import Definition
 from harel.engine.aio_store.dict import AsyncDictStore
 from harel.engine.aio_transport.inmemory import AsyncInMemoryTransport
 
+from harel_beanie.harness.drivers import AsyncWorkerDriver, Create, ManualClock, Send, Step, Timers
+from harel_beanie.harness.snapshots import asnapshot
 from harel_beanie.history.checker import ReplayCase
-from harel_beanie.ops.drivers import AsyncWorkerDriver, Create, ManualClock, Send, Step, Timers
-from harel_beanie.ops.snapshots import asnapshot
 
 #: how long the clock runs after the creation and after each event (seconds)
 SETTLE = 3600.0
