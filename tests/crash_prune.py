@@ -31,7 +31,7 @@ from typing import Any
 
 from pymongo.asynchronous.collection import AsyncCollection
 
-from harel_beanie.ops import archive, cli
+from harel_beanie.commands import archive, cli
 
 POINTS = (
     "begin-before",

@@ -7,7 +7,7 @@ start-up and periodic relay sweeps, its ready line and signal handling — with 
 harel's `AsyncWorker`, harel's Mongo transport and the relay sweeps take the time from the
 clock file the test writes (`tests/crash_clock.py`) instead of the wall clock. The command
 has no clock option, so this script puts the clock into the three places `serve` builds them
-(`open_transport`, `CountingWorker`, `sweep` in `harel_beanie.ops.worker`), then runs the command
+(`open_transport`, `CountingWorker`, `sweep` in `harel_beanie.commands.worker`), then runs the command
 unchanged. That way the models' long timers fire within seconds, every incarnation of the
 worker agrees on the time, and `--visibility` is in clock seconds.
 """
@@ -17,8 +17,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from harel_beanie.ops import cli
-from harel_beanie.ops import worker as command
+from harel_beanie.commands import cli
+from harel_beanie.commands import worker as command
 from tests.crash_clock import SharedClock
 
 PATCHED = ("open_transport", "CountingWorker", "sweep")
@@ -27,7 +27,7 @@ PATCHED = ("open_transport", "CountingWorker", "sweep")
 def use_clock(clock: SharedClock) -> None:
     missing = [name for name in PATCHED if not hasattr(command, name)]
     if missing:
-        raise SystemExit(f"harel_beanie.ops.worker no longer has {missing}: update tests/crash_worker.py")
+        raise SystemExit(f"harel_beanie.commands.worker no longer has {missing}: update tests/crash_worker.py")
     open_transport, counting_worker, sweep = (getattr(command, name) for name in PATCHED)
 
     async def clocked_open_transport(*args: Any, **kwargs: Any) -> Any:

@@ -204,7 +204,7 @@ def doors() -> list[Door]:
 
 def cli_flags() -> list[tuple[str, str, argparse.Action]]:
     """Every option of every command, read from the parsers themselves: (command, flag, action)."""
-    from harel_beanie.ops.cli import build_parser
+    from harel_beanie.commands.cli import build_parser
 
     out = []
     parser = build_parser()

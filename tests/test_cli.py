@@ -20,10 +20,10 @@ from harel.engine.execution import Execution, Status
 from harel.engine.store.base import TimerOp
 from harel.spec.states import Event
 
+from harel_beanie.commands import cli
 from harel_beanie.deploy.embedded import free_port
 from harel_beanie.deploy.loader import default_models_dir
 from harel_beanie.deploy.where import CLI_RETRY, Target
-from harel_beanie.ops import cli
 
 MODELS = default_models_dir()  # the shop models, shipped in the package
 
@@ -170,22 +170,20 @@ def test_help_lists_every_command(tmp_path):
 def test_migrate_is_parsed_like_every_command(monkeypatch):
     """`migrate` is one more command of the same parser, resolving --url/--db/--prefix by
     the same rules, and run by its own module."""
-    import harel_beanie
-    from harel_beanie import migrate
-    from harel_beanie.migrate import command
+    from harel_beanie.commands import migrate as command
 
     for var in _SCRUB:
         monkeypatch.delenv(var, raising=False)
     seen: list[tuple[str, str, str, str]] = []
     monkeypatch.setattr(command, "main", lambda args, t: seen.append((args.action, t.url, t.db, t.prefix)) or 0)
-    assert harel_beanie.migrate is migrate
     assert cli.main(["migrate", "up", "--url", "mongodb://x"]) == 0
     assert seen == [("up", "mongodb://x", "harel", "harel")]
 
 
 def test_python_m_harel_beanie_migrate_is_the_migrate_command(tmp_path):
+    """`python -m harel_beanie migrate` is `harel-beanie migrate`."""
     proc = subprocess.run(
-        [sys.executable, "-m", "harel_beanie.migrate", "--help"],
+        [sys.executable, "-m", "harel_beanie", "migrate", "--help"],
         cwd=tmp_path,
         env=cli_env(),
         capture_output=True,
@@ -195,7 +193,7 @@ def test_python_m_harel_beanie_migrate_is_the_migrate_command(tmp_path):
     assert proc.returncode == 0 and "harel-beanie migrate" in proc.stdout and "{up,down,status}" in proc.stdout
     line = one_line_error(
         subprocess.run(
-            [sys.executable, "-m", "harel_beanie.migrate", "up"],
+            [sys.executable, "-m", "harel_beanie", "migrate", "up"],
             cwd=tmp_path,
             env=cli_env(),
             capture_output=True,
@@ -289,7 +287,7 @@ def test_status_on_an_empty_database_says_so(mongo_url, db_name, tmp_path):
 async def test_monitor_starts_and_lists_the_executions(astore, mongo_url, db_name):
     from textual.widgets import DataTable
 
-    from harel_beanie.ops.monitor import build_app
+    from harel_beanie.commands.monitor import build_app
 
     ids = ["order-a", "order-b", "payment-c"]
     for i in ids:

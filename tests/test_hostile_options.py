@@ -29,8 +29,8 @@ from harel.spec.states import Event
 from mongomock_motor import AsyncMongoMockClient
 
 from harel_beanie import AsyncMongoStore, AsyncMongoTransport, HistoryWriter, MongoStore, MongoTransport, RetryPolicy
+from harel_beanie.commands.cli import main as cli_main
 from harel_beanie.dashboard import no_auth
-from harel_beanie.ops.cli import main as cli_main
 from harel_beanie.transport.settings import MAX_IDLE_WAIT, MAX_PARK, MAX_POLL_INTERVAL, MAX_VISIBILITY
 from tests.doors import NOT_VALUES, Door, cli_flags, doors
 
@@ -190,7 +190,7 @@ async def _value(value: Any) -> Any:
 
 
 def _prune(c: Ctx, kw: dict[str, Any]) -> Any:
-    from harel_beanie.retention import pruning as prune
+    from harel_beanie.retention import prune
 
     return _on_server(c, lambda db: prune(db["harel_executions"], **{"before": 0.0, **kw}))
 

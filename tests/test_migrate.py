@@ -28,6 +28,7 @@ from harel.engine.schema import DEFAULT_PREFIX, Names
 from harel.engine.store import MongoStore as HarelMongoStore
 
 from harel_beanie import MongoStore, SchemaMismatch
+from harel_beanie.commands import cli
 from harel_beanie.core.documents import PARTITION_INDEXES, SCHEMA_MARKER_ID, SCHEMA_VERSION, bind, index_models
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
 from harel_beanie.migrate import (
@@ -37,9 +38,14 @@ from harel_beanie.migrate import (
     MigrationError,
     Migrator,
     StepReport,
-    main,
 )
 from tests import migrate_actions
+
+
+def main(argv: list[str]) -> int:
+    """`harel-beanie migrate` with `argv`, in this process."""
+    return cli.main(["migrate", *argv])
+
 
 # harel's default prefix, as most deployments of harel's store use; the Beanie CLI test
 # uses another one

@@ -114,7 +114,6 @@ PUBLIC: dict[str, set[str]] = {
         "STEPS",
         "Step",
         "StepReport",
-        "main",
         "run_beanie_step",
     },
     "harel_beanie.retention": {

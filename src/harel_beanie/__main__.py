@@ -1,7 +1,7 @@
-"""`python -m harel_beanie`: the `harel-beanie` command line (see `harel_beanie.ops.cli`)."""
+"""`python -m harel_beanie`: the `harel-beanie` command line (see `harel_beanie.commands.cli`)."""
 
 import sys
 
-from harel_beanie.ops.cli import main
+from harel_beanie.commands.cli import main
 
 sys.exit(main())

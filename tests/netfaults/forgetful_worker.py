@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Optional
 
-from harel_beanie.ops import cli
+from harel_beanie.commands import cli
 from harel_beanie.store.async_store import AsyncMongoStore
 
 

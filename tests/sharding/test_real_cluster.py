@@ -64,7 +64,7 @@ def cluster_db(admin: pymongo.MongoClient[Any]) -> Iterator[str]:
     """A database for this run, with the store's and the transport's schema, sharded by
     `harel-beanie shard`."""
     from harel_beanie import MongoStore, MongoTransport
-    from harel_beanie.ops import cli
+    from harel_beanie.commands import cli
 
     name = "hbshard_" + uuid.uuid4().hex[:10]
     store = MongoStore.from_url(URL, name, sharded=None)

@@ -10,9 +10,9 @@ from typing import Any, Iterator, Optional
 import pytest
 from pymongo.errors import OperationFailure
 
+from harel_beanie.commands import cli, shard
 from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
 from harel_beanie.core.errors import ConfigError, SchemaMismatch, ShardPlanError
-from harel_beanie.ops import cli, shard
 
 DB, PREFIX = "app", "harel"
 EXECUTIONS, QUEUES, OVERFLOW = "harel_executions", "harel_hb_queues", "harel_hb_overflow"

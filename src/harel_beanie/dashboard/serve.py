@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import secrets
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Callable, Optional
@@ -151,25 +150,3 @@ class _LateRunner:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._held["runner"], name)
-
-
-def main(args: Any, target: Target, say: Callable[[str], None] = print) -> int:
-    import uvicorn
-
-    token = args.token or os.environ.get("HAREL_DASHBOARD_TOKEN") or secrets.token_urlsafe(18)
-    app = build_app(
-        target,
-        token=token,
-        allow=parse_allow(args.allow),
-        definitions_dir=args.definitions,
-        stuck_after=args.stuck_after,
-        say=say,
-    )
-    host = args.host
-    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    given = args.token or os.environ.get("HAREL_DASHBOARD_TOKEN")
-    say(f"harel-beanie dashboard on {target.masked_url}, database {target.db}, prefix {target.prefix}")
-    say(f"  open http://{shown}:{args.port}/?token={'<your token>' if given else token}")
-    say(f"  metrics at http://{shown}:{args.port}/metrics (Authorization: Bearer <token>); Ctrl-C stops")
-    uvicorn.run(app, host=host, port=args.port, log_level="warning")
-    return 0

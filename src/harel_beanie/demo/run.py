@@ -24,7 +24,6 @@ executions; every run's ids start with its own run id.
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
 import time
 from collections import Counter, defaultdict
@@ -34,13 +33,12 @@ from typing import Any
 from harel.engine.aio.distributed import AsyncDistributedRunner
 from harel.engine.schema import Names
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from harel_beanie.core.errors import ConfigError
 from harel_beanie.demo.mix import FULFIL_WINDOW, LOST_WINDOW, PAY_WINDOW, SPAN, Scenario, plan, root_id
-from harel_beanie.demo.report import Result, report
-from harel_beanie.deploy.loader import default_models_dir, load_models
+from harel_beanie.demo.report import Result
+from harel_beanie.deploy.loader import load_models
 from harel_beanie.deploy.relay import sweep
 from harel_beanie.deploy.stack import (
     LABEL,
@@ -360,39 +358,3 @@ class Demo:
             transport_rt=self.transport_counter.total,
             collections=collections,
         )
-
-
-def main(args: Any, target: Target) -> int:
-    """Run the demo against `target` (see `harel_beanie.ops.cli` for the flags)."""
-    console = Console(highlight=False)
-    if not console.is_terminal:  # piped or captured: room for the tables, unwrapped
-        console.width = max(console.width, 110)
-    models = Path(args.models) if args.models else default_models_dir()
-    if not models.is_dir():
-        raise ConfigError(f"no models directory at {models} (pass --models DIR)")
-    kind = args.transport or os.environ.get("HAREL_BEANIE_TRANSPORT") or TRANSPORTS[0]
-    demo = Demo(
-        target,
-        models,
-        args.executions,
-        args.workers,
-        args.concurrency,
-        console,
-        trace=not args.no_trace,
-        transport=kind,
-    )
-    console.print(
-        f"[bold]harel-beanie demo[/] {demo.run_id}: about {demo.planned} executions of the shop models in {_short(models)}"
-    )
-    on = "this package's transport" if kind == "beanie" else "harel's Mongo transport"
-    console.print(f"  on {escape(target.masked_url)}, database {target.db}; harel's AsyncWorker and {on}")
-    result = asyncio.run(demo.run())
-    report(console, target, result, args.workers, args.concurrency, models)
-    return 0 if all(ok for *_, ok in result.endings) else 1
-
-
-def _short(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path(os.getcwd()).resolve())) + "/"
-    except ValueError:
-        return str(path)

@@ -6,9 +6,8 @@ The pieces, each in a module of its own:
   record to resume from, writes guarded on each document's version, the version checks);
 - one module per step (`adopt_harel_mongostore`: version 1 over harel's layout;
   `pending_flag`: 2; `partitions`: 3), listed in `steps.STEPS`;
-- `command`: `harel-beanie migrate up|down|status`, parsed by the package's one command
-  line (`harel_beanie.ops.cli`) with the same `--url`/`--db`/`--prefix` rules as every command;
-  `python -m harel_beanie.migrate ...` and `main(argv)` below run the same.
+- the command that runs them, `harel-beanie migrate up|down|status`, is
+  `harel_beanie.commands.migrate`, with the same `--url`/`--db`/`--prefix` rules as every command.
 
 Beanie's CLI runs the same steps: each file in `migrations/` is a Beanie migration whose
 `Forward` / `Backward` call `run_beanie_step` for its version (the prefix comes from
@@ -16,9 +15,6 @@ Beanie's CLI runs the same steps: each file in `migrations/` is a Beanie migrati
 """
 
 from __future__ import annotations
-
-import sys
-from typing import Optional, Sequence
 
 from harel_beanie.migrate.adopt_harel_mongostore import ADDED_FIELDS
 from harel_beanie.migrate.engine import (
@@ -33,16 +29,6 @@ from harel_beanie.migrate.engine import (
 )
 from harel_beanie.migrate.steps import STEPS
 
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """`harel-beanie migrate` with `argv` (default: this process's arguments). Exit status:
-    0 done, 1 the migration refused or failed (the message says why; re-running resumes),
-    2 bad arguments or no server."""
-    from harel_beanie.ops import cli
-
-    return cli.main(["migrate", *(sys.argv[1:] if argv is None else argv)])
-
-
 __all__ = [
     "ADDED_FIELDS",
     "BATCH_SIZE",
@@ -53,6 +39,5 @@ __all__ = [
     "STEPS",
     "Step",
     "StepReport",
-    "main",
     "run_beanie_step",
 ]

@@ -23,7 +23,7 @@ module knows nothing of what a step changes, only how a step is run:
   never while another step is half-way, never on a database newer than this package.
 
 `run_beanie_step` is what the Beanie migration files in `migrations/` call; the command line
-is `harel_beanie.migrate.command`.
+is `harel_beanie.commands.migrate`.
 """
 
 from __future__ import annotations

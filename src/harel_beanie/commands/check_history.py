@@ -11,15 +11,41 @@ definitions could not be read). It needs no database.
 
 from __future__ import annotations
 
+import argparse
 import json
 from typing import Any
 
+from harel_beanie.commands.worker import load_definitions
 from harel_beanie.core.errors import ConfigError
 from harel_beanie.history.checker import check
 from harel_beanie.history.records import read_history
 from harel_beanie.history.replay import replay
 from harel_beanie.history.verdict import Verdict
-from harel_beanie.ops.worker import load_definitions
+
+NAME = "check-history"
+HELP = "judge recorded history files: nothing lost, nothing doubled"
+DESCRIPTION = (
+    "Read the history files a run's processes recorded (harel_beanie.history), check that every acknowledged "
+    "event was applied once and none twice, that each execution's versions form one chain, that no read went "
+    "back in time, that the final states match harel's in-memory replay of the accepted events and that the "
+    "work drained. Prints the figures and each anomaly; exit 0 when there is none, 1 otherwise."
+)
+#: it reads local files only: no server
+WHERE = "offline"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("history", nargs="+", metavar="HISTORY", help="a JSON Lines history file (several: merged)")
+    p.add_argument(
+        "--definitions", metavar="DIR", required=True, help="the *.stm directory the run used (for the replay)"
+    )
+    p.add_argument(
+        "--seen-field",
+        default="seen",
+        metavar="NAME",
+        help="the context field listing the ids of the events applied (default seen)",
+    )
+    p.add_argument("--json", action="store_true", help="print the verdict as JSON")
 
 
 def main(args: Any) -> int:

@@ -7,6 +7,7 @@ removed and what was kept and why. `--ttl` instead sets, changes or drops the TT
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import time
 from typing import Any, Optional
@@ -15,11 +16,42 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from harel_beanie.commands import flags
 from harel_beanie.core.errors import ConfigError
 from harel_beanie.deploy.stack import open_client
 from harel_beanie.deploy.where import Target
 from harel_beanie.retention import archive as archives
 from harel_beanie.retention import pruning as retention
+
+NAME = "prune"
+HELP = "remove (or archive) finished executions older than a cut-off"
+DESCRIPTION = (
+    "Remove DONE/CANCELLED executions that finished before the cut-off, in batches, each delete guarded on what "
+    "was read; executions whose parent is still going, or with events still to hand on, are kept. Re-running "
+    "continues an interrupted run. FAILED executions are never removed (redrive or terminate them)."
+)
+WHERE = "embedded"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--finished-before",
+        metavar="AGE|DATE",
+        help="an age (30d, 12h, 90m), an ISO date/date-time (UTC unless given), or @epoch",
+    )
+    p.add_argument("--archive", metavar="FILE.jsonl", help="append each removed execution to this JSON Lines file")
+    p.add_argument("--archive-collection", metavar="NAME", help="copy each removed execution into this collection")
+    p.add_argument("--dry-run", action="store_true", help="count what would be removed; change nothing")
+    p.add_argument(
+        "--batch-size", type=flags.positive_int, default=500, metavar="N", help="executions per batch (default 500)"
+    )
+    p.add_argument(
+        "--ttl",
+        metavar="AGE|off",
+        help="instead: create or change the TTL index on finished_at (the server expires finished executions by "
+        "age alone), or drop it with 'off'",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 async def run(args: Any, target: Target, console: Console) -> retention.PruneReport | str:

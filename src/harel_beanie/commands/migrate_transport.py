@@ -9,6 +9,7 @@ harel's; `status` says how many wait in each. A run cut short is finished by run
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 from typing import Any
 
@@ -16,6 +17,22 @@ from harel_beanie.core.errors import CommandFailed
 from harel_beanie.deploy.stack import TRANSPORTS, open_client, queued
 from harel_beanie.deploy.where import Target
 from harel_beanie.transport.moving import MoveRefused, down, up
+
+NAME = "migrate-transport"
+HELP = "move undelivered messages between harel's Mongo transport and this package's"
+DESCRIPTION = (
+    "With the workers and the publishers stopped, move the messages waiting in harel's Mongo transport into this "
+    "package's queues (up), or back (down); status counts both. Running it again finishes a run cut short."
+)
+WHERE = "url"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "action",
+        choices=("up", "down", "status"),
+        help="up: into this package's transport; down: back into harel's; status: what waits in each",
+    )
 
 
 async def run(args: Any, target: Target) -> None:

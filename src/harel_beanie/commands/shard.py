@@ -17,6 +17,7 @@ Every other collection (counters, leases, samples) stays unsharded, on the prima
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -29,6 +30,21 @@ from harel_beanie.core.partitions import DEFAULT_PARTITIONS, SHARD_PLAN
 from harel_beanie.deploy.where import Target
 from harel_beanie.store.connect import wait_for_server
 from harel_beanie.store.sharding import format_key, is_mongos, plan_collections, plan_problems, read_live_keys
+
+NAME = "shard"
+HELP = "shard the store's and transport's collections on a cluster, as planned"
+DESCRIPTION = (
+    "Through a mongos: enable sharding on the database and shard the executions ({part: 1, _id: 1}), queues and "
+    "overflow ({part: 1}) collections on the shard plan's keys, creating their key indexes; every other collection "
+    "stays on the primary shard. Refuses when the server is not a mongos, the layout is not this package's, or a "
+    "collection is sharded on another key. Safe to run again."
+)
+WHERE = "url"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """No flags beyond where the data lives."""
+
 
 #: The name of the index each partitioned collection's shard key is served by.
 SHARD_KEY_INDEX = "hb_shard_key"

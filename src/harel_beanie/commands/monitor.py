@@ -12,16 +12,39 @@ statechart view its machines; without it the monitor shows data only.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 from pathlib import Path
 from typing import Any, Optional
 
 from harel.config import Config
 
+from harel_beanie.commands import flags
 from harel_beanie.core.errors import ConfigError
 from harel_beanie.deploy.loader import load_models
 from harel_beanie.deploy.stack import open_sync_store
 from harel_beanie.deploy.where import Target
+
+NAME = "monitor"
+HELP = "harel's monitoring TUI over the store"
+DESCRIPTION = "harel's monitoring TUI (list, detail, control plane) over the store."
+WHERE = "embedded"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--definitions",
+        metavar="DIR",
+        help="*.stm directory for the statechart view (default: $HAREL_DEFINITIONS_DIR; none: data only)",
+    )
+    p.add_argument(
+        "--interval",
+        type=flags.positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="refresh interval (default: $HAREL_TUI_INTERVAL_MS, else 1 s)",
+    )
+    p.add_argument("--theme", default=None, help="a Textual theme (default: $HAREL_TUI_THEME, else nord)")
 
 
 def definition_source(directory: Optional[str]) -> Any:

@@ -38,6 +38,7 @@ What it adds to harel's loop:
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import os
@@ -51,6 +52,7 @@ from harel.config import Config
 from harel.engine.schema import Names
 from pymongo.errors import ConnectionFailure, OperationFailure, WriteConcernError
 
+from harel_beanie.commands import flags
 from harel_beanie.core.errors import ConfigError
 from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.deploy.loader import load_models
@@ -61,8 +63,52 @@ from harel_beanie.history.recording import RecordingStore, RecordingTransport
 from harel_beanie.history.records import HistoryWriter
 from harel_beanie.store.async_store import AsyncMongoStore
 from harel_beanie.transport.ownership import RENEW_EVERY, TAKEOVER_BOUND, PartitionOwner
+from harel_beanie.transport.settings import MAX_VISIBILITY
 
-log = logging.getLogger("harel_beanie.ops.worker")
+NAME = "worker"
+HELP = "a long-running harel AsyncWorker on the store"
+DESCRIPTION = (
+    "Claim and process the events queued on harel's Mongo transport, with the store on the same server, until "
+    "SIGINT or SIGTERM (in-flight events finish first). Flags override harel's HAREL_* variables."
+)
+#: a worker serves a deployment's database: never the embedded server
+WHERE = "url"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--definitions", metavar="DIR", help="directory of *.stm machines (default: $HAREL_DEFINITIONS_DIR)")
+    p.add_argument(
+        "--concurrency", type=flags.positive_int, help="events in flight (default: $HAREL_CONCURRENCY, else 256)"
+    )
+    p.add_argument("--worker-id", help="this worker's id (default: $HAREL_WORKER_ID, else host-pid)")
+    p.add_argument(
+        "--visibility",
+        type=flags.seconds(MAX_VISIBILITY),
+        metavar="SECONDS",
+        help=f"lease of an event in flight (default: $HAREL_VISIBILITY, else 30; at most {MAX_VISIBILITY:g})",
+    )
+    p.add_argument(
+        "--trace",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="record execution timelines (default: $HAREL_TRACE, else off)",
+    )
+    p.add_argument(
+        "--sweep-every",
+        type=flags.positive_float,
+        default=5.0,
+        metavar="SECONDS",
+        help="relay outbox entries and spawns no handler relayed, this often (default 5)",
+    )
+    p.add_argument(
+        "--history",
+        metavar="FILE",
+        help="append every create, commit and read of the store to FILE (JSON lines) for `harel-beanie check-history`",
+    )
+    flags.transport(p)
+
+
+log = logging.getLogger("harel_beanie.commands.worker")
 
 #: which transport a worker runs on when `--transport` is not given (`beanie` or `harel`)
 TRANSPORT_ENV = "HAREL_BEANIE_TRANSPORT"

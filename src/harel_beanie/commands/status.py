@@ -12,6 +12,7 @@ It reads only: the store is opened without creating indexes or layout markers.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import time
@@ -25,11 +26,33 @@ from rich.table import Table
 from rich.text import Text
 
 from harel_beanie import queries
+from harel_beanie.commands import flags
 from harel_beanie.core.documents import bind
 from harel_beanie.deploy.stack import open_client
 from harel_beanie.deploy.where import Target
 from harel_beanie.queries.backlog import human_duration
 from harel_beanie.store.async_store import AsyncMongoStore
+
+NAME = "status"
+HELP = "backlog and health: counts, pending work, timers, stuck executions"
+DESCRIPTION = (
+    "What is pending and what is stuck: executions by definition and status, pending outbox and spawns, due "
+    "and next timers, RUNNING executions silent for longer than --stuck-after."
+)
+WHERE = "embedded"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON (for scripts) instead of tables")
+    flags.stuck_after(p, "stuck")
+    p.add_argument(
+        "--show",
+        type=flags.positive_int,
+        default=10,
+        metavar="N",
+        help="list at most N next timers and stuck executions (default 10)",
+    )
+
 
 STATUSES = queries.STATUSES
 

@@ -1,0 +1,181 @@
+"""The `harel-beanie` command line (also `python -m harel_beanie`).
+
+Why this module exists: one entry point for running statechart workloads on the store
+(`demo`, `worker`), watching them (`status`, `monitor`, `dashboard`), removing finished ones
+(`prune`), evolving the schema (`migrate`, `migrate-transport`), sharding it on a cluster
+(`shard`) and judging a fault run's recorded history (`check-history`, the one command that
+needs no database). This module only lists the commands: each lives in its own module of
+this package, named as the command, with its flags beside its `main`. What it adds is the
+one way every command is started — one set of `--url`/`--db`/`--prefix` rules
+(`harel_beanie.deploy.where`) — and the errors a user can cause — a wrong flag, an
+unreachable server, a missing directory, a database in another layout or sharded against
+the plan — turned into one line on stderr and exit code 2 (a command that refuses or fails
+on its own terms raises `CommandFailed`: one line, its exit code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from types import ModuleType
+from typing import Any, Callable, NoReturn, Optional, Sequence
+
+from harel_beanie.commands import (
+    check_history,
+    dashboard,
+    demo,
+    flags,
+    migrate,
+    migrate_transport,
+    monitor,
+    prune,
+    shard,
+    status,
+    worker,
+)
+from harel_beanie.core.arguments import BadArgument, BadArgumentType
+from harel_beanie.core.errors import (
+    CommandFailed,
+    ConfigError,
+    SchemaMismatch,
+    ShardPlanError,
+    StoreUnavailable,
+)
+from harel_beanie.deploy.where import resolve
+
+PROG = "harel-beanie"
+
+#: Every command, in the order `--help` lists them. Each module holds `NAME`, `HELP`,
+#: `DESCRIPTION`, `WHERE` ("embedded": a URL, else the embedded server; "url": a URL only;
+#: "offline": local files only), `add_arguments(parser)` and `main`.
+COMMANDS: tuple[ModuleType, ...] = (
+    demo,
+    worker,
+    status,
+    monitor,
+    dashboard,
+    prune,
+    migrate,
+    migrate_transport,
+    shard,
+    check_history,
+)
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (raised, printed by `main`)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="Run harel statecharts on MongoDB with harel-beanie's store, watch them, query them.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for command in COMMANDS:
+        p = sub.add_parser(command.NAME, help=command.HELP, description=command.DESCRIPTION)
+        if command.WHERE != "offline":
+            flags.connection(p, embedded=command.WHERE == "embedded")
+        command.add_arguments(p)
+        p.set_defaults(handler=_handler(command))
+    return parser
+
+
+def _handler(command: ModuleType) -> Callable[[Any], int]:
+    """How `command` runs: an offline one on its arguments alone; any other on the target its
+    flags resolve to (the embedded server only where it may use one; what is said about that
+    goes to stdout for a command whose report it belongs to, else to stderr)."""
+    if command.WHERE == "offline":
+        return lambda args: int(command.main(args))
+    notes = _stdout if getattr(command, "NOTES_ON_STDOUT", False) else _stderr
+
+    def run(args: Any) -> int:
+        with resolve(
+            url=args.url,
+            db=args.db,
+            prefix=args.prefix,
+            attempts=args.connect_attempts,
+            timeout=args.connect_timeout,
+            data=getattr(args, "data", None),
+            embedded_ok=command.WHERE == "embedded",
+            say=notes,
+            command=args.command,
+        ) as target:
+            return int(command.main(args, target))
+
+    return run
+
+
+def _stdout(line: str) -> None:
+    print(line, flush=True)
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+# --- entry point --------------------------------------------------------------------------
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    # SIGTERM unwinds like Ctrl-C, so an embedded server this command started is stopped
+    raise KeyboardInterrupt
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # name the command they were given to
+            where = f"{PROG} {args.command}" if getattr(args, "command", None) else PROG
+            raise UsageError(f"{where}: unrecognized arguments: {' '.join(extra)} (see `{where} --help`)")
+    except UsageError as exc:
+        _stderr(str(exc))
+        return 2
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    where = f"{PROG} {args.command}"
+    previous = None
+    if args.command != "worker":  # the worker stops on SIGTERM its own way
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return int(args.handler(args))
+    except (ConfigError, StoreUnavailable, SchemaMismatch, ShardPlanError, BadArgument, BadArgumentType) as exc:
+        _stderr(f"{where}: {_one_line(exc)}")
+        return 2
+    except CommandFailed as exc:
+        _stderr(f"{where}: {_one_line(exc)}")
+        return exc.code
+    except KeyboardInterrupt:
+        _stderr(f"{where}: interrupted")
+        return 130
+    except Exception as exc:  # a bug or an outage mid-run: one line, the traceback on request
+        if os.environ.get("HAREL_BEANIE_DEBUG"):
+            raise
+        _stderr(f"{where}: failed: {type(exc).__name__}: {_one_line(exc)} (HAREL_BEANIE_DEBUG=1 shows the traceback)")
+        return 1
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""`harel-beanie dashboard`: the web dashboard served standalone by uvicorn, guarded by a token
+(the app it serves is `harel_beanie.dashboard.serve`'s; it needs the `dashboard` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+from typing import Any
+
+from harel_beanie.commands import flags
+from harel_beanie.core.errors import ConfigError
+from harel_beanie.deploy.where import Target
+
+NAME = "dashboard"
+HELP = "the web dashboard, served standalone (uvicorn)"
+DESCRIPTION = (
+    "Serve the web dashboard (executions, one execution's timeline, failed and silent ones, backlog, /metrics) on "
+    "this machine, guarded by a token. Needs the dashboard extra: pip install 'harel-beanie[dashboard]'."
+)
+WHERE = "embedded"
+#: what it says about the embedded server sits with its address, on stdout
+NOTES_ON_STDOUT = True
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=flags.positive_int, default=8000, help="port (default 8000)")
+    p.add_argument(
+        "--token",
+        help="the token a browser or script must present (default: $HAREL_DASHBOARD_TOKEN, else a random one, printed)",
+    )
+    p.add_argument(
+        "--allow",
+        metavar="ACTIONS",
+        help="turn on actions, comma-separated: send,cancel,redrive (default none; needs --definitions)",
+    )
+    p.add_argument(
+        "--definitions",
+        metavar="DIR",
+        help="*.stm directory: the statecharts drawn (default: the shop models shipped in the package) and the "
+        "machines the actions run",
+    )
+    flags.stuck_after(p, "silent")
+
+
+def main(args: Any, target: Target) -> int:
+    try:  # the web stack is an extra: without it, one line saying how to get it
+        import uvicorn
+
+        from harel_beanie.dashboard.serve import build_app, parse_allow
+    except ImportError as exc:
+        raise ConfigError(f"the dashboard needs its extra: pip install 'harel-beanie[dashboard]' ({exc})") from None
+    say = print
+    token = args.token or os.environ.get("HAREL_DASHBOARD_TOKEN") or secrets.token_urlsafe(18)
+    app = build_app(
+        target,
+        token=token,
+        allow=parse_allow(args.allow),
+        definitions_dir=args.definitions,
+        stuck_after=args.stuck_after,
+        say=say,
+    )
+    host = args.host
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    given = args.token or os.environ.get("HAREL_DASHBOARD_TOKEN")
+    say(f"harel-beanie dashboard on {target.masked_url}, database {target.db}, prefix {target.prefix}")
+    say(f"  open http://{shown}:{args.port}/?token={'<your token>' if given else token}")
+    say(f"  metrics at http://{shown}:{args.port}/metrics (Authorization: Bearer <token>); Ctrl-C stops")
+    uvicorn.run(app, host=host, port=args.port, log_level="warning")
+    return 0

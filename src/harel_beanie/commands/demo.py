@@ -1,0 +1,91 @@
+"""`harel-beanie demo`: the shop models shipped in the package, run through harel's engine on
+the store, then summarised (the run itself is `harel_beanie.demo.run`'s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from harel_beanie.commands import flags
+from harel_beanie.core.errors import ConfigError
+from harel_beanie.demo.report import report
+from harel_beanie.demo.run import Demo
+from harel_beanie.deploy.loader import default_models_dir
+from harel_beanie.deploy.stack import TRANSPORTS
+from harel_beanie.deploy.where import Target
+
+NAME = "demo"
+HELP = "run the shop models shipped in the package through harel's engine on the store"
+DESCRIPTION = (
+    "Run the shop's statechart workloads (orders, payments, pickers; shipped in the package) through harel's "
+    "AsyncWorker and Mongo transport on the store, then summarise. With no URL, starts an embedded server whose "
+    "data stays in ./harel-beanie-data."
+)
+WHERE = "embedded"
+#: what it says about the embedded server belongs in its report, on stdout
+NOTES_ON_STDOUT = True
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-n",
+        "--executions",
+        type=flags.positive_int,
+        default=300,
+        metavar="N",
+        help="about how many executions to run (default 300)",
+    )
+    p.add_argument("--workers", type=flags.positive_int, default=2, help="AsyncWorker loops (default 2)")
+    p.add_argument(
+        "--concurrency", type=flags.positive_int, default=16, help="events in flight per worker (default 16)"
+    )
+    p.add_argument(
+        "--models",
+        metavar="DIR",
+        help="a directory of *.stm models to run instead (default: the shop models shipped in the package)",
+    )
+    p.add_argument("--no-trace", action="store_true", help="do not record the execution timelines")
+    flags.transport(p, idle_wait=False)
+
+
+def main(args: Any, target: Target) -> int:
+    """Run the demo against `target` (see `harel_beanie.commands.cli` for the flags)."""
+    console = Console(highlight=False)
+    if not console.is_terminal:  # piped or captured: room for the tables, unwrapped
+        console.width = max(console.width, 110)
+    models = Path(args.models) if args.models else default_models_dir()
+    if not models.is_dir():
+        raise ConfigError(f"no models directory at {models} (pass --models DIR)")
+    kind = args.transport or os.environ.get("HAREL_BEANIE_TRANSPORT") or TRANSPORTS[0]
+    demo = Demo(
+        target,
+        models,
+        args.executions,
+        args.workers,
+        args.concurrency,
+        console,
+        trace=not args.no_trace,
+        transport=kind,
+    )
+    console.print(
+        f"[bold]harel-beanie demo[/] {demo.run_id}: about {demo.planned} executions of the shop models in {_short(models)}"
+    )
+    on = "this package's transport" if kind == "beanie" else "harel's Mongo transport"
+    console.print(f"  on {escape(target.masked_url)}, database {target.db}; harel's AsyncWorker and {on}")
+    result = asyncio.run(demo.run())
+    report(console, target, result, args.workers, args.concurrency, models)
+    return 0 if all(ok for *_, ok in result.endings) else 1
+
+
+def _short(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path(os.getcwd()).resolve())) + "/"
+    except ValueError:
+        return str(path)
