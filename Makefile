@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-sharded soak reliability reliability-soak bench typecheck clean browser netfaults screenshots format bench-partitions
+.PHONY: setup docs demo test test-sharded soak reliability reliability-soak bench typecheck clean browser netfaults screenshots format bench-partitions
 
 # what `make test` checks first: the formatter and the linter (ruff), applied
 format: $(STAMP)
@@ -18,6 +18,13 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# the manual (mkdocs.yml, docs/), served at http://127.0.0.1:8000 while you edit it; `make test`
+# builds it with --strict, so a broken link or an API reference to a moved path fails there.
+# (The variable silences mkdocs-material's banner about its successor.)
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+docs: $(STAMP)
+	$(MKDOCS) serve
 
 # the main job: run the statechart workloads in models/ on the store (embedded server
 # unless MONGODB_URL is set)
@@ -51,6 +58,7 @@ test: $(STAMP) browser netfaults
 	$(BIN)/python -m mypy
 	$(BIN)/python -m mypy bench/*.py
 	$(BIN)/lint-imports
+	$(MKDOCS) build --strict --site-dir site
 	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadfile
 
 # the opt-in run on a real sharded cluster, through its mongos (tests/sharding; without the
