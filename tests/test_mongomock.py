@@ -1,6 +1,6 @@
 """The fast in-memory layer: harel's contracts on mongomock (sync) and mongomock-motor
 (async). No server is involved, so this layer proves only what those fakes model faithfully;
-the README lists what they don't (and every behaviour here also runs on the real server).
+docs/testing.md lists what they don't (and every behaviour here also runs on the real server).
 The store picks, from the client kind, the forms of the reads and the write mongomock lacks
 (the `$elemMatch` projection, the `delete_timer` pipeline); these tests cover those forms."""
 

@@ -1,6 +1,6 @@
 """Write and read concerns: the stores take them as settings and every command carries them.
 
-What each setting gives is in the README's "Durability" section; these tests prove the
+What each setting gives is in docs/design.md, "Durability"; these tests prove the
 setting reaches the wire (a CommandListener on the store's own client sees every command),
 for every write the store makes and for both stores.
 """

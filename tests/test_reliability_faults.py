@@ -873,8 +873,8 @@ def test_every_commit_of_the_scenario_survives_a_lost_reply(runs, kind, figures)
 @pytest.mark.parametrize("kind", ["sync", "async"])
 @pytest.mark.parametrize("write", ["insert of a new execution", "commit update"])
 def test_a_commit_applied_late_is_reported_as_landed(runs, kind, write):
-    """README: a commit whose reply is lost is resolved by its token, "reports success if it
-    landed". Here the first send lands just after the store's read-back (a server still
+    """docs/design.md, "Durability": a commit whose reply is lost is resolved by its token,
+    "reports success if it landed". Here the first send lands just after the store's read-back (a server still
     running the write when the client gave up): the store re-sends under a new token, that
     write loses the CAS to the first one, and the stored token is the first send's, which
     the store has forgotten."""

@@ -87,7 +87,7 @@ def commits_by_others(other: Any, exe_id: str, n: int) -> Callable[[], None]:
 
 @pytest.mark.parametrize("others", [1, COMMIT_TOKENS - 1])
 def test_a_lost_reply_followed_by_other_writers_is_reported_landed(meddled, other, coll, others):
-    """The README's promise: a commit whose reply was lost is reported as landed when it
+    """The promise of docs/design.md, "Durability": a commit whose reply was lost is reported as landed when it
     landed, even if other writers committed after it before the read-back (up to the
     `COMMIT_TOKENS` - 1 it remembers): the caller gets its seqs, not a conflict."""
     meddled.commit(Execution(id="w", definition_id="d"), [])

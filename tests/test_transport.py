@@ -68,7 +68,7 @@ def _sent(rec: Recorder) -> list[str]:
 
 
 def test_round_trips_per_path(mongo_url: str, db_name: str) -> None:
-    """The round trips of every path, on the wire (README, "The production stack", says the
+    """The round trips of every path, on the wire (docs/production-stack.md says the
     same numbers): publish inline 1, into a full group 4 (it starts the spill), into a
     spilling group 3, a message over the inline bound 3 (2 into a spilling group); claim of an
     inline head 1, of an overflow head 2, a claim that finds nothing 1, one that finds a

@@ -15,7 +15,7 @@ Where they live is chosen per run with `--harel-store` (or `HAREL_BEANIE_TEST_ST
 
 - `memory` (the default): a mongomock client (sync) or mongomock-motor client (async),
   fresh for every test, no server at all: fast, and every store operation works, but see
-  the README for what an in-memory fake cannot prove;
+  docs/testing.md for what an in-memory fake cannot prove;
 - `server`: `MONGODB_URL` if set, else the embedded test server (`harel-beanie[server]`,
   started once per session); every test gets a fresh database, dropped afterwards. The async
   store's Beanie document classes are initialised on that database, so typed queries

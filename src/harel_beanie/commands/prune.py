@@ -63,7 +63,7 @@ async def run(args: Any, target: Target, console: Console) -> retention.PruneRep
         if args.ttl is not None:
             seconds: Optional[float] = None if args.ttl == "off" else retention.parse_age(args.ttl)
             done = await retention.ensure_ttl(executions, seconds)
-            if seconds is not None:  # what the index will do, and what it will not (see the README)
+            if seconds is not None:  # what the index will and will not do (docs/operations.md)
                 undated = await executions.count_documents(retention.undated_filter())
                 done += (
                     f"\nthe server will remove each DONE or CANCELLED execution {escape(args.ttl)} after it "

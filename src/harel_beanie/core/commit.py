@@ -39,7 +39,7 @@ from harel_beanie.core.keys import encode_path, timer_field
 from harel_beanie.core.sizes import DEFAULT_TRACE_STEP_BYTES, dedupe_key, ring_length, strict_json, trace_item
 
 DEFAULT_DEDUPE_WINDOW = 1000
-"""How many of the most recent event ids an execution remembers as processed (see README)."""
+"""How many of the most recent event ids an execution remembers as processed (docs/design.md, "The dedupe window")."""
 
 COMMIT_TOKENS = 16
 """How many commits back a writer whose reply was lost is still recognised as landed."""

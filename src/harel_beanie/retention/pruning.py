@@ -245,7 +245,7 @@ async def ensure_ttl(executions: Any, seconds: Optional[float]) -> str:
 
     The server then removes DONE/CANCELLED executions `seconds` after they finished (the
     partial filter names them; FAILED ones carry no `finished_at` anyway). It is blunt: it
-    cannot archive, and does not look at parents or pending work (see the README). An
+    cannot archive, and does not look at parents or pending work (docs/operations.md, "The TTL index"). An
     existing index with another period is changed in place with `collMod`, as MongoDB
     allows, rather than dropped and rebuilt. Returns what it did."""
     existing = None

@@ -8,7 +8,7 @@ decision a read feeds is settled by a conditional write. The two reads whose ans
 store reports as a fact (a commit whose reply was lost did land; an event was already
 processed) are read at majority whenever writes are acknowledged by a majority, so what
 the store reports can't be rolled back; the seq leases are always written and read at
-majority (see `harel_beanie.core.seqs`). The README's "Durability" section gives each choice.
+majority (see `harel_beanie.core.seqs`). docs/design.md, "Durability", gives each choice.
 """
 
 from __future__ import annotations
