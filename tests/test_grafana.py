@@ -9,7 +9,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from harel_beanie.metrics import StoreMetrics
+from harel_beanie.telemetry import StoreMetrics
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "docs" / "grafana" / "harel-beanie.json"
 

@@ -202,7 +202,7 @@ def _ttl(c: Ctx, kw: dict[str, Any]) -> Any:
 
 
 def _metrics(method: str, c: Ctx, kw: dict[str, Any]) -> Any:
-    from harel_beanie.metrics import StoreMetrics, new_registry
+    from harel_beanie.telemetry import StoreMetrics, new_registry
 
     m = StoreMetrics(new_registry())
     if method == "observe_commit":
@@ -211,7 +211,7 @@ def _metrics(method: str, c: Ctx, kw: dict[str, Any]) -> Any:
 
 
 def _sweep(kw: dict[str, Any]) -> Any:
-    from harel_beanie.relay import sweep
+    from harel_beanie.deploy import sweep
 
     return _run(sweep(object(), object(), object(), {}, **kw))
 
@@ -231,10 +231,10 @@ def _history(c: Ctx, method: str, kw: dict[str, Any]) -> Any:
 def _calls() -> dict[str, Callable[[Ctx, dict[str, Any]], Any]]:
     from harel_beanie import bind, check, document_models, mask_url, retention
     from harel_beanie.dashboard import DashboardActions, dashboard_router, token_auth
-    from harel_beanie.instrument import otel_tracer
+    from harel_beanie.deploy import ScopedStore
     from harel_beanie.migrate import run_beanie_step
     from harel_beanie.queries import ExecutionFilter
-    from harel_beanie.relay import ScopedStore
+    from harel_beanie.telemetry import otel_tracer
     from harel_beanie.testing import memory_async_store, memory_store
     from harel_beanie.transport import bind_queues
 

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from harel_beanie import AsyncMongoStore
 from harel_beanie.dashboard import DashboardActions, dashboard_router, token_auth
-from harel_beanie.metrics import StoreMetrics, new_registry
+from harel_beanie.telemetry import StoreMetrics, new_registry
 from tests.fuzz_strategies import SPECIAL, clean_text
 from tests.seeds import HOSTILE_IDS, seed_everything
 from tests.test_dashboard_app import FakeRunner

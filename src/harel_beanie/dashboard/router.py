@@ -146,7 +146,7 @@ def dashboard_router(
     `harel_beanie.telemetry.metrics.StoreMetrics` to serve at `/metrics`, refreshed on each scrape.
     `name` prefixes the route names; give each a different one to mount two dashboards (two
     databases, say) in one app. `definitions` (harel `Definition`s by id, as
-    `harel_beanie.loader.load_models` returns them) lets the execution page draw each execution
+    `harel_beanie.deploy.load_models` returns them) lets the execution page draw each execution
     on its statechart; an execution of a definition not among them shows its states as text.
     `secret` (at least 16 bytes) signs the actions' forms: give every process serving the app
     the same one, or a form one process served is refused by the others (stale); without it,
