@@ -5,8 +5,8 @@
     python docs/reliability.py --render     # render from the recorded runs only, run nothing
     python docs/reliability.py --rerun -- -k EXPR   # soak tests a fix changed, kept beside the soak
 
-The tests are every `tests/test_reliability_*.py`. They run with `HAREL_BEANIE_FIGURES`
-naming a scratch file, so each test's `figures` fixture (tests/figures.py) and outcome are
+The tests are every `tests/reliability/test_reliability_*.py`. They run with `HAREL_BEANIE_FIGURES`
+naming a scratch file, so each test's `figures` fixture (tests/support/figures.py) and outcome are
 recorded under its node id, with one line describing the run (server, versions, machine).
 The run is kept in `docs/reliability/<default|soak>.json` (so the document can be rendered
 again, and the two runs are rendered together whichever ran last), and the document is
@@ -40,14 +40,14 @@ from pathlib import Path
 from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = ROOT / "tests"
+TESTS = ROOT / "tests" / "reliability"
 HERE = ROOT / "docs" / "reliability"
 TEMPLATE = HERE / "template.md"
 OUTPUT = ROOT / "docs" / "RELIABILITY.md"
 RUNS = ("default", "soak", "rerun")
 #: each run's title in the document
 TITLES = {"default": "Default run", "soak": "Soak run", "rerun": "Soak re-run of the scenarios a fix changed"}
-ENV = "HAREL_BEANIE_FIGURES"  # as tests/figures.py
+ENV = "HAREL_BEANIE_FIGURES"  # as tests/support/figures.py
 
 
 def test_files() -> list[Path]:
@@ -90,7 +90,7 @@ def run_tests(kind: str, extra: list[str]) -> tuple[int, dict[str, Any]]:
         records = (
             [json.loads(line) for line in lines.read_text(encoding="utf-8").splitlines()] if lines.exists() else []
         )
-    command = shlex.join(["pytest", *marker, *extra]) + " tests/test_reliability_*.py"
+    command = shlex.join(["pytest", *marker, *extra]) + " tests/reliability/test_reliability_*.py"
     return status, collect(records, kind, command, seconds, status, at)
 
 

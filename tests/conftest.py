@@ -57,13 +57,13 @@ async def astore(mongo_url: str, db_name: str) -> AsyncIterator[AsyncMongoStore]
 
 @pytest.fixture(params=["sync", "async"])
 def either(request: pytest.FixtureRequest, mongo_url: str, db_name: str) -> Iterator[Any]:
-    """The sync store, then the async one behind a blocking facade (tests/both.py)."""
-    from tests.both import stores
+    """The sync store, then the async one behind a blocking facade (tests/support/both.py)."""
+    from tests.support.both import stores
 
     yield from stores(request.param, mongo_url, db_name)
 
 
-# --- figures for docs/RELIABILITY.md (tests/figures.py) ---------------------------------
+# --- figures for docs/RELIABILITY.md (tests/support/figures.py) ---------------------------------
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ def figures(request: pytest.FixtureRequest) -> Iterator[Any]:
     `HAREL_BEANIE_FIGURES` names a file (docs/reliability.py sets it); inert otherwise."""
     import time
 
-    from tests.figures import Figures, target
+    from tests.support.figures import Figures, target
 
     if target() is not None:
         request.getfixturevalue("_figures_session")
@@ -85,7 +85,7 @@ def figures(request: pytest.FixtureRequest) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def _figures_session(client: pymongo.MongoClient[Any]) -> Iterator[None]:
     """One line describing the run: the session's server and the machine."""
-    from tests.figures import session_record, write
+    from tests.support.figures import session_record, write
 
     info = client.admin.command("buildInfo")
     hello = client.admin.command("hello")
@@ -102,7 +102,7 @@ def _figures_session(client: pymongo.MongoClient[Any]) -> Iterator[None]:
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Each test's outcome beside its figures, when they are recorded."""
-    from tests.figures import target, write
+    from tests.support.figures import target, write
 
     if target() is None:
         return
@@ -132,7 +132,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     """The file harel's side-by-side table is written to, named once by the process that
     prints the summary (pytest-xdist's workers inherit it)."""
-    from tests.harel_suite import REPORT_ENV
+    from tests.support.harel_suite import REPORT_ENV
 
     if REPORT_ENV not in os.environ:
         fd, path = tempfile.mkstemp(prefix="hb-harel-suite-", suffix=".txt")
@@ -148,7 +148,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """The side-by-side counts of harel's suite on harel's store and on this one."""
-    from tests.harel_suite import REPORT_ENV
+    from tests.support.harel_suite import REPORT_ENV
 
     path = os.environ.get(REPORT_ENV)
     lines = open(path, encoding="utf-8").read().splitlines() if path and os.path.exists(path) else []

@@ -33,9 +33,9 @@ from harel_beanie.deploy.stack import CountingWorker
 from harel_beanie.transport import AsyncMongoTransport, MongoTransport
 from harel_beanie.transport.documents import INLINE_MAX
 from harel_beanie.transport.ownership import PartitionOwner
-from tests.contracts import SYNC
+from tests.commands.test_cli import MODELS
 from tests.sharding.audit import OP, Audit, Labelled, markdown
-from tests.test_cli import MODELS
+from tests.support.contracts import SYNC
 
 SCALING = Path(__file__).resolve().parents[2] / "docs" / "SCALING.md"
 BEGIN, END = "<!-- targeting audit: begin -->", "<!-- targeting audit: end -->"

@@ -9,7 +9,7 @@ seqs itself, in the Snowflake layout
     milliseconds since 2024-01-01 (41 bits) | node (10 bits) | n within the ms (12 bits)
 
 (a positive int64, good until 2093), but the uniqueness rests on *leases*, not on clocks or
-on luck. The argument, rule by rule (each is tested in tests/test_reliability_seqs.py):
+on luck. The argument, rule by rule (each is tested in tests/reliability/test_reliability_seqs.py):
 
 Rule 1: a seq is minted only inside a lease. A lease is one node number and a range of
     milliseconds [lo, hi); it is recorded in that node's lease document (`lease_id(node)` in

@@ -5,7 +5,7 @@ Why this module exists: harel's transport contract (one FIFO per group, at most 
 of a group in flight, leases that expire, parked nacks, priorities) is kept here with the
 fewest round trips a message can take, on the queue documents of
 `harel_beanie.transport.documents`. Round trips per path (each asserted on the wire in
-tests/test_transport.py): publish inline 1, into a full group 4 (it starts the spill), into
+tests/transport/test_transport.py): publish inline 1, into a full group 4 (it starts the spill), into
 a spilling group 3, a message over the inline bound 3 (2 into a spilling group); claim of an
 inline head 1, of an overflow head 2, one that finds nothing 1, one that finds a spilled
 group drained 4 (Rule 5, then it looks again); ack inline 1, of an overflow head 2; nack 1.

@@ -23,7 +23,7 @@ used once (`StoreState.prefetched`). Why that answer is one a read would be allo
   past one call). An entry another relay acked meanwhile comes back once more, as it could
   from a read that raced that ack: harel's delivery is at-least-once and deduplicated by
   event id, and an ack of an entry already gone changes nothing.
-tests/test_structure.py (`test_relay_pass_*`) checks the round trip saved and that a
+tests/store/test_structure.py (`test_relay_pass_*`) checks the round trip saved and that a
 commit, an ack or another `within` in between is seen.
 """
 

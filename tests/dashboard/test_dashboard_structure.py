@@ -1,0 +1,269 @@
+"""The dashboard's pages stay index-backed with 20,000 stored executions: every command a
+page sends is captured (a PyMongo CommandListener on the store's client) and explained.
+
+- The front page's reads are counted: exactly the commands it sends, in order, for the plain
+  page and for each way of searching (id prefix, definition, status, outcome, parent, roots,
+  a time range as "within", as from / to, and as the JSON twin's `updated_after` /
+  `updated_before`), each find and count naming its index and explained as a scan of it, so a
+  change that adds a read or a collection scan fails here. A time range reads only the
+  executions updated in it (hb_status_updated), not the collection.
+- The other listing pages (failed queue, children, one execution) are explained the same way.
+
+The dashboard's sampler (a sample a minute for the charts) sends from an asyncio task of its
+own; a page's reads are those of the request's task. SecantusDB has no distinct scan: the
+definitions list (`distinct`) is explained on mongod only (`MONGODB_URL`), and its shape is
+checked everywhere."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+import pymongo
+import pytest
+from fastapi import FastAPI
+from harel.engine.execution import Execution, Status
+from pymongo import monitoring
+
+from harel_beanie import AsyncMongoStore, MongoStore
+from harel_beanie.dashboard import dashboard_router, no_auth
+from harel_beanie.queries import STATUSES
+from tests.store.test_structure import ON_MONGOD, _idle_documents, _stages
+
+N = 20_000
+PAGE = 25
+
+
+def _plan(db: Any, name: str, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+    """The find a captured find/count runs, and the stages of its winning plan."""
+    if name == "find":
+        find = {k: cmd[k] for k in ("find", "filter", "sort", "limit", "projection", "hint") if k in cmd}
+    else:  # count_documents: an aggregate whose first stage is the $match
+        match = cmd["pipeline"][0].get("$match", {})
+        find = {"find": cmd["aggregate"], "filter": match, **({"hint": cmd["hint"]} if "hint" in cmd else {})}
+    explain = db.command("explain", find, verbosity="queryPlanner")
+    return find, _stages(explain["queryPlanner"]["winningPlan"])
+
+
+class TaskCommands(monitoring.CommandListener):
+    """Every command a client sends, with the asyncio task that sent it: a page's reads are
+    those of the request's task (httpx's ASGI transport runs the app in the caller's), the
+    dashboard's sampler sends from a task of its own."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[Any, str, dict[str, Any]]] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # a command sent from no event loop (none is, here)
+            task = None
+        self.sent.append((task, event.command_name, dict(event.command)))
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+    def clear(self) -> None:
+        self.sent.clear()
+
+    def of_this_task(self) -> list[tuple[str, dict[str, Any]]]:
+        me = asyncio.current_task()
+        return [(name, cmd) for task, name, cmd in self.sent if task is me and name != "endSessions"]
+
+
+@pytest.fixture(scope="module")
+def big(mongo_url: str) -> Any:
+    db_name = f"hbt_dash_big_{int(time.time())}"
+    client: pymongo.MongoClient[Any] = pymongo.MongoClient(mongo_url)
+    coll = client[db_name].harel_executions
+    setup = MongoStore(pymongo.MongoClient(mongo_url), db_name)
+    setup.init()  # the layout recorded and the indexes made first, as on a database in use
+    setup.close()
+    docs = _idle_documents(0, N, time.time())
+    for i in range(0, N, 2_000):
+        coll.insert_many(docs[i : i + 2_000], ordered=False)
+    yield mongo_url, db_name, None
+    client.drop_database(db_name)
+    client.close()
+
+
+async def test_listing_pages_are_index_backed_at_20k(big: Any) -> None:
+    mongo_url, db_name, _ = big
+    rec = TaskCommands()
+    store = AsyncMongoStore(pymongo.AsyncMongoClient(mongo_url, event_listeners=[rec]), db_name)
+    await store.init()  # creates the indexes on the 20,000 documents
+    now = time.time()
+    for i in range(30):
+        await store.save(Execution(id=f"f-{i:03d}", definition_id="Order", status=Status.FAILED, updated_at=now))
+    for i in range(8):
+        await store.save(Execution(id=f"f-000:R:{i}", definition_id="Region", status=Status.DONE, parent_id="f-000"))
+    db = pymongo.MongoClient(mongo_url)[db_name]
+    app = FastAPI()
+    app.include_router(dashboard_router(store, auth=no_auth, page_size=PAGE))
+    pages = {
+        "by status, page 2": "/?status=FAILED&after=f-009",
+        "by definition and status": "/?definition=Order&status=FAILED&after=f-003",
+        "children of, page 2": "/?parent=f-000&after=f-000:R:3",
+        "roots only": "/?roots=true",
+        "failed queue, page 2": "/failed?after=f-010",
+        "json, by parent": "/api/executions?parent=f-000&limit=25",
+        "one execution": "/execution?id=f-000",
+    }
+    # (one page of each shape, each matching few of the 20,000: SecantusDB reads every match
+    # whatever the limit, and counts by reading, so each page here already costs seconds
+    # for its counts per status; that a page reads about a page on mongod is asserted for
+    # the store's listing in tests/store/test_structure.py)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
+        for label, url in pages.items():
+            rec.clear()
+            r = await http.get(url)
+            assert r.status_code == 200, (label, r.text[:500])
+            sent = [
+                (n, c)
+                for n, c in rec.of_this_task()
+                if n in ("find", "aggregate")
+                and c.get(n) == "harel_executions"
+                and not (n == "find" and set(c["filter"]) == {"_id"})
+            ]  # a point read by _id (one execution)
+            assert sent, label
+            for name, cmd in sent:
+                find, stages = _plan(db, name, cmd)
+                scans = [ix for st, ix in stages if st in ("IXSCAN", "EXPRESS_IXSCAN", "COUNT_SCAN")]
+                assert scans and not any(st == "COLLSCAN" for st, _ in stages), (label, find, stages)
+                assert "skip" not in find, (label, find)
+                if name == "find" and find.get("sort") == {"_id": 1} and label != "one execution":
+                    assert find.get("limit") == PAGE + 1, (label, find)  # a page, and one to know if more
+                    if "after=" in url:
+                        assert set(find["filter"]["_id"]) == {"$gt"}, (label, find)  # a keyset, not an offset
+    await store.close()
+
+
+async def test_the_unfiltered_list_is_a_keyset_on_id(big: Any) -> None:
+    """No filter: the `_id` index in `_id` order, named to the server (unnamed, SecantusDB
+    plans any range on `_id` alone as a collection scan)."""
+    mongo_url, db_name, _ = big
+    rec = TaskCommands()
+    store = AsyncMongoStore(pymongo.AsyncMongoClient(mongo_url, event_listeners=[rec]), db_name)
+    db = pymongo.MongoClient(mongo_url)[db_name]
+    app = FastAPI()
+    app.include_router(dashboard_router(store, auth=no_auth, page_size=PAGE))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
+        await store.init()
+        rec.clear()
+        assert (await http.get("/?after=idle-000100")).status_code == 200
+        finds = [c for n, c in rec.of_this_task() if n == "find" and c.get("find") == "harel_executions"]
+    (page,) = [c for c in finds if c.get("sort") == {"_id": 1}]
+    # (a tombstone holds no field to filter on: the unfiltered page leaves it out by name)
+    assert page["filter"] == {"_id": {"$gt": "idle-000100"}, "tomb": {"$exists": False}} and page["limit"] == PAGE + 1
+    assert page["hint"] == "_id_"
+    _, stages = _plan(db, "find", page)
+    assert ("IXSCAN", "_id_") in stages and not any(st == "COLLSCAN" for st, _ in stages), stages
+    await store.close()
+
+
+# --- the front page's reads, counted ---------------------------------------------------------
+
+
+#: the executions updated in the searched window, two days ago
+IN_WINDOW = 5
+#: the page, one count per status, the definitions, the charts' samples
+FRONT_PAGE = ["find", *["aggregate"] * len(STATUSES), "distinct", "find"]
+
+
+def _examined(db: Any, find: dict[str, Any]) -> int:
+    stats = db.command("explain", find, verbosity="executionStats")["executionStats"]
+    return int(stats["totalDocsExamined"])
+
+
+async def test_the_front_page_reads_are_counted_and_index_backed(big: Any) -> None:
+    mongo_url, db_name, _ = big
+    rec = TaskCommands()
+    store = AsyncMongoStore(pymongo.AsyncMongoClient(mongo_url, event_listeners=[rec]), db_name)
+    await store.init()
+    window = time.time() - 2 * 86400
+    for i in range(IN_WINDOW):
+        await store.save(
+            Execution(
+                id=f"span-{i}", definition_id="Order", status=Status.DONE, outcome="shipped", updated_at=window + i
+            )
+        )
+    db = pymongo.MongoClient(mongo_url)[db_name]
+    app = FastAPI()
+    app.include_router(dashboard_router(store, auth=no_auth, page_size=PAGE))
+    iso = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))  # noqa: E731
+    span = {"from": iso(window - 1), "to": iso(window + 60)}
+    # each search: its address, the index its page reads, the index its counts read
+    searches = {
+        "front page": ("/", "_id_", "hb_status"),
+        "id prefix": ("/?prefix=idle-0123", "_id_", "hb_status"),
+        "definition": ("/?definition=Order", "hb_definition", "hb_status"),
+        "status": ("/?status=DONE", "hb_status", "hb_status"),
+        "outcome": ("/?outcome=shipped", "_id_", "hb_status"),
+        "children of, page 2": ("/?parent=idle-root&after=idle-010000", "hb_parent", "hb_parent"),
+        "roots only": ("/?roots=true", "hb_parent", "hb_parent"),
+        "from / to": ("/?" + urlencode(span), "hb_status_updated", "hb_status_updated"),
+        "from / to and a status": (
+            "/?" + urlencode({**span, "status": "DONE"}),
+            "hb_status_updated",
+            "hb_status_updated",
+        ),
+        "within, and a status": ("/?within=3600&status=DONE", "hb_status_updated", "hb_status_updated"),
+        "json, updated_after / before": (
+            f"/api/executions?updated_after={window - 1}&updated_before={window + 60}",
+            "hb_status_updated",
+            "hb_status_updated",
+        ),
+    }
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
+        assert (await http.get("/")).status_code == 200  # the first: the store's set-up, the sampler started
+        for label, (url, page_index, count_index) in searches.items():
+            rec.clear()
+            r = await http.get(url)
+            assert r.status_code == 200, (label, r.text[:500])
+            sent = rec.of_this_task()
+            names = [n for n, _ in sent]
+            expected = FRONT_PAGE if not url.startswith("/api/") else FRONT_PAGE[:-1]  # the twin draws no chart
+            assert names == expected, (label, [(n, c.get(n)) for n, c in sent])
+            assert all(c[n] == "harel_executions" for n, c in sent[: 2 + len(STATUSES)]), label
+            page, counts = sent[0][1], [c for n, c in sent[1 : 1 + len(STATUSES)]]
+            assert page["hint"] == page_index and page["limit"] == PAGE + 1 and "skip" not in page, (label, page)
+            assert [c["pipeline"][0]["$match"]["status"] for c in counts] == list(STATUSES), label
+            assert {c["hint"] for c in counts} == {count_index}, label
+            for name, cmd in [sent[0], *[("aggregate", c) for c in counts]]:
+                find, stages = _plan(db, name, cmd)
+                scans = [ix for st, ix in stages if st in ("IXSCAN", "EXPRESS_IXSCAN", "COUNT_SCAN")]
+                assert find["hint"] in scans and not any(st == "COLLSCAN" for st, _ in stages), (label, find, stages)
+            distinct = sent[1 + len(STATUSES)][1]
+            assert distinct["distinct"] == "harel_executions" and distinct["key"] == "definition_id"
+            assert not distinct.get("query"), distinct  # mongod answers it with one key per definition
+            if ON_MONGOD:
+                plan = db.command("explain", {"distinct": "harel_executions", "key": "definition_id"})
+                assert ("DISTINCT_SCAN", "hb_definition") in _stages(plan["queryPlanner"]["winningPlan"]), plan
+            if page_index == "hb_status_updated":  # a time range reads the executions updated in it
+                bounded = {k: v for k, v in page["filter"].items() if k in ("status", "updated_at")}
+                in_range = db.harel_executions.count_documents(bounded)
+                assert in_range < N // 100 and _examined(db, _plan(db, "find", page)[0]) <= in_range, label
+                if "within" not in url:
+                    assert {row["id"] for row in _rows_of(r)} == {f"span-{i}" for i in range(IN_WINDOW)}, label
+            if not url.startswith("/api/"):
+                samples = sent[-1][1]
+                assert samples["find"] == "harel_hb_samples" and set(samples["filter"]) == {"_id"}, samples
+                assert samples["hint"] == "_id_"
+                _, stages = _plan(db, "find", samples)
+                assert ("IXSCAN", "_id_") in stages and not any(st == "COLLSCAN" for st, _ in stages), stages
+    await store.close()
+
+
+def _rows_of(response: httpx.Response) -> list[dict[str, Any]]:
+    """The rows a listing response shows: the JSON twin's, or the HTML page's ids."""
+    if response.headers["content-type"].startswith("application/json"):
+        return list(response.json()["rows"])
+    import re
+
+    return [{"id": i} for i in re.findall(r'<tr[^>]*data-id="([^"]*)"', response.text)]

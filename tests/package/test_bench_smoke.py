@@ -1,0 +1,161 @@
+"""The benchmark runs: `bench/run.py --quick` and `bench/partitions.py` at tiny sizes, end to end,
+so they cannot rot unnoticed.
+
+It starts its own embedded server (and also uses MONGODB_URL when that is set), measures both
+stores through harel's runners at tiny sizes and writes its markdown report; the figures are
+not checked (speed lives in the benchmark, never in tests), the report's shape is.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bench_quick_run_writes_a_report(tmp_path: Path) -> None:
+    out = tmp_path / "RESULTS.md"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    text = out.read_text()
+    assert "SecantusDB" in text or "MONGODB_URL" in text
+    runners = ("DurableRunner (sync)", "AsyncWorker, concurrency 1", "AsyncWorker, concurrency 16")
+    for row in runners + tuple(r + ", traced" for r in runners):
+        for state in ("empty", "stored"):
+            line = next((ln for ln in text.splitlines() if ln.startswith(f"| {row} | {state} |")), None)
+            assert line is not None, f"no row for {row} / {state}"
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            assert all(c not in ("", "-") for c in cells[2:5]), line  # both stores measured, ratio
+    assert "Ceiling" in text and "### What each commit kind costs, and each index" in text
+    assert "### At equal write concern" in text and "harel-beanie at w:1" in text
+    # round trips per event, counted on the wire: harel's traced commit takes a counter round
+    # trip that this store's does not (a structural fact, so the smoke run can check it)
+    section = text[text.index("Round trips per event") : text.index("Submitting the worker's work")]
+    trips = {}
+    for ln in section.splitlines():
+        if ln.startswith(("| DurableRunner", "| AsyncWorker")):
+            cells = [c.strip() for c in ln.strip("|").split("|")]
+            trips[(cells[0], cells[1])] = cells[2:]
+    harel_plain, ours_plain = map(float, trips[("DurableRunner (sync)", "empty")][:2])
+    harel_traced, ours_traced = map(float, trips[("DurableRunner (sync), traced", "empty")][:2])
+    assert ours_traced == ours_plain and harel_traced > harel_plain
+    # a worker's event goes through harel's transport as well as the store
+    store_h, store_b, transport = trips[("AsyncWorker, concurrency 1", "empty")]
+    assert float(store_h) > 0 and float(store_b) > 0
+    assert all(float(x) > 0 for x in transport.split(" / "))
+    assert "`hb_pending`" in text and "`hb_timer_pending`" in text
+    # the relay reads both kinds of entry in one round trip: fewer per event than harel's store
+    assert ours_plain < harel_plain
+    # fewer indexes: `_id` only and only the store's own reads' indexes, beside the full set
+    fewer = text[text.index("### With fewer indexes") : text.index("### Where an event's time goes")]
+    for row in runners + tuple(r + ", traced" for r in runners):
+        line = next(ln for ln in fewer.splitlines() if ln.startswith(f"| {row} |"))
+        assert all(c.strip() not in ("", "-") for c in line.strip("|").split("|")), line
+    # where an event's time goes: the commands' wire time by side, and the server's CPU
+    split = text[text.index("### Where an event's time goes") : text.index("### The stacks side by side")]
+    parts = {}
+    for ln in split.splitlines():
+        if ln.startswith(("| DurableRunner", "| AsyncWorker")):
+            cells = [c.strip() for c in ln.strip("|").split("|")]
+            parts[(cells[0], cells[1])] = [float("nan") if c == "-" else float(c.split(" ")[0]) for c in cells[2:]]
+    for store in ("harel MongoStore", "harel-beanie, `_id` only", "harel-beanie"):
+        event, ours, updates, transport, _client, client_cpu, server_cpu = parts[("AsyncWorker, concurrency 1", store)]
+        assert event > 0 and ours >= updates > 0 and transport > 0 and client_cpu > 0, store
+        assert server_cpu > 0  # read from the embedded server's process (the first section)
+        assert parts[("DurableRunner (sync)", store)][3] == 0.0  # no transport in a DurableRunner
+    # the stacks side by side: both measured in every row, with the ratio; the transports' round
+    # trips per message on the wire (this package's: one command per operation)
+    stacks = text[text.index("### The stacks side by side") : text.index("### Round trips per message")]
+    rows = [ln for ln in stacks.splitlines() if ln.startswith("| AsyncWorker") and ln.count("|") == 7]
+    assert len(rows) == 12, rows  # concurrency 1, 16, 64; traced or not; empty and stored
+    assert all(c.strip() not in ("", "-", "-x") for r in rows for c in r.strip("|").split("|")[2:5]), rows
+    trips = text[text.index("### Round trips per message") : text.index("### Event-to-handler latency")]
+    per_op = {
+        ln.split("|")[1].strip(): ln.split("|")[2:4]
+        for ln in trips.splitlines()
+        if ln.startswith("| p") or ln.startswith("| c") or ln.startswith("| a")
+    }
+    assert {op: float(ours) for op, (_, ours) in per_op.items()} == {"publish": 1.0, "claim": 1.0, "ack": 1.0}
+    assert all(float(harel) > 1.0 for harel, _ in per_op.values())
+    latency = text[text.index("### Event-to-handler latency") : text.index("### Where the client's time goes")]
+    assert sum(1 for ln in latency.splitlines() if ln.startswith("| harel")) == 3  # the three setups
+    assert "### Where the client's time goes per event" in text
+
+
+def test_bench_partitions_writes_its_section_and_keeps_the_rest(tmp_path: Path) -> None:
+    """`bench/partitions.py` at tiny sizes, one worker count, no kills: its section replaces
+    the previous one between its markers, and the rest of the file (bench/run.py's report)
+    stays. Shapes only, no timings."""
+    out = tmp_path / "RESULTS.md"
+    old = "<!-- section partitions: begin -->\nold figures\n<!-- section partitions: end -->\n"
+    out.write_text("# Benchmark results\n\nthe main report\n\n" + old + "\nafter it\n")
+    argv = [
+        sys.executable,
+        str(ROOT / "bench" / "partitions.py"),
+        "--stored",
+        "200",
+        "--backlog",
+        "100",
+        "--queued",
+        "100",
+        "--reps",
+        "3",
+        "--workers",
+        "1",
+        "--executions",
+        "6",
+        "--kills",
+        "0",
+        "--out",
+        str(out),
+    ]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-4000:]
+    text = out.read_text()
+    assert text.startswith("# Benchmark results\n\nthe main report\n") and text.endswith("\nafter it\n")
+    assert "old figures" not in text
+    assert text.count("<!-- section partitions: begin -->") == 1 == text.count("<!-- section partitions: end -->")
+    assert "SecantusDB" in text and "Reduced from the full sizes" in text
+    work = text[text.index("#### Work per operation") : text.index("#### Events/s per number")]
+    rows = [ln for ln in work.splitlines() if ln.startswith("| ") and not ln.startswith("| operation")]
+    assert len(rows) == 12, rows  # 4 operations x (1 of 16, 16 of 16, no partitions)
+    for ln in rows:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        assert cells[2].replace(",", "").isdigit() and cells[3].replace(",", "").isdigit(), ln
+        assert float(cells[4]) > 0 and float(cells[5]) > 0, ln
+    # the post-commit relay read selects its own family however large the backlog; before
+    # partitions it selected every pending document
+    relay = {c[1]: c for c in ([x.strip() for x in ln.strip("|").split("|")] for ln in rows) if "relay read" in c[0]}
+    assert relay["1 of 16 owned"][2] == relay["1 of 16 owned"][3] == "1"
+    assert int(relay["no partitions (before)"][3]) > int(relay["no partitions (before)"][2])
+    rates = text[text.index("#### Events/s per number") : text.index("#### What they show")]
+    line = next(ln for ln in rates.splitlines() if ln.startswith("| 1 |"))
+    assert line.count("|") == 7 and "failed" not in line, line  # three stacks, two ratios
+    assert "#### Takeover" not in text  # no kills asked for
+
+
+def test_a_rewrite_of_the_results_keeps_the_marked_sections(tmp_path: Path) -> None:
+    """bench/run.py rewrites RESULTS.md whole; the sections other benchmarks put between their
+    markers come along (`sections.kept`), and `splice` replaces only its own section."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import sections
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    out = tmp_path / "RESULTS.md"
+    sections.splice(out, "partitions", "first figures")
+    sections.splice(out, "other", "other figures")
+    sections.splice(out, "partitions", "second figures")
+    text = out.read_text()
+    assert "first figures" not in text and text.count("second figures") == 1 and "other figures" in text
+    rewritten = "# Benchmark results\n\nthe main report\n" + sections.kept(out)
+    assert rewritten.index("second figures") < rewritten.index("other figures")
+    assert rewritten.count("<!-- section partitions: begin -->") == 1 == rewritten.count("<!-- section other: end -->")

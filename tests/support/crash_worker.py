@@ -1,0 +1,56 @@
+"""The `harel-beanie worker` command on the crash tests' shared clock.
+
+    python -m tests.support.crash_worker CLOCK_FILE [harel-beanie worker flags...]
+
+runs `harel-beanie worker` — the command line, its settings, its store and transport, its
+start-up and periodic relay sweeps, its ready line and signal handling — with one change:
+harel's `AsyncWorker`, harel's Mongo transport and the relay sweeps take the time from the
+clock file the test writes (`tests/support/crash_clock.py`) instead of the wall clock. The command
+has no clock option, so this script puts the clock into the three places `serve` builds them
+(`open_transport`, `CountingWorker`, `sweep` in `harel_beanie.commands.worker`), then runs the command
+unchanged. That way the models' long timers fire within seconds, every incarnation of the
+worker agrees on the time, and `--visibility` is in clock seconds.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from harel_beanie.commands import cli
+from harel_beanie.commands import worker as command
+from tests.support.crash_clock import SharedClock
+
+PATCHED = ("open_transport", "CountingWorker", "sweep")
+
+
+def use_clock(clock: SharedClock) -> None:
+    missing = [name for name in PATCHED if not hasattr(command, name)]
+    if missing:
+        raise SystemExit(f"harel_beanie.commands.worker no longer has {missing}: update tests/support/crash_worker.py")
+    open_transport, counting_worker, sweep = (getattr(command, name) for name in PATCHED)
+
+    async def clocked_open_transport(*args: Any, **kwargs: Any) -> Any:
+        return await open_transport(*args, clock=clock, **kwargs)
+
+    class ClockedWorker(counting_worker):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, clock=clock, **kwargs)
+
+    async def clocked_sweep(*args: Any, **kwargs: Any) -> Any:
+        return await sweep(*args, clock=clock, **kwargs)
+
+    command.open_transport = clocked_open_transport  # type: ignore[assignment]
+    command.CountingWorker = ClockedWorker  # type: ignore[misc]
+    command.sweep = clocked_sweep  # type: ignore[assignment]
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        raise SystemExit(__doc__)
+    use_clock(SharedClock(argv[0]))
+    return cli.main(["worker", *argv[1:]])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
