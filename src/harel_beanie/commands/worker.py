@@ -358,7 +358,7 @@ async def _run_through_outages(worker: Any, stop: asyncio.Event, wid: str, pause
             # a claim the server applied without the write concern it asked for (a member
             # lagging, a primary stepping down), or refused with a label saying a retry may
             # succeed: as passing as a lost connection, and what was leased comes back after
-            # its lease. The network-fault soak found a worker ending on a writeConcernError.
+            # its lease.
             if not _passing(exc):
                 raise
             if stop.is_set():

@@ -212,7 +212,7 @@ async def _open_harel_transport(
 def _durable(url: str) -> dict[str, Any]:
     """harel's transport writes at its client's write concern, and a client's default is
     w: 1 without the journal: a publish acknowledged just before the server crashes can be
-    lost (the network-fault soak lost one to a SIGKILL on harel's transport). Unless the URL
+    lost when the server is killed. Unless the URL
     names a write concern of its own, the client writes as this package's store and
     transport do, w: majority, journaled."""
     named = {key.lower() for key, _ in parse_qsl(urlsplit(url).query)}

@@ -106,8 +106,8 @@ def commit(st: StoreState, request: CommitRequest) -> Flow[list[int]]:
             continue
         if plan.insert is None and stored is not None and stored - plan.old_version > COMMIT_TOKENS:
             # more commits than the token window landed since: ours may have been one of
-            # them, its token pushed out (the network-fault runs met this: a reply lost in
-            # a partition while other workers committed on)
+            # them, its token pushed out (a reply lost in a partition while other workers
+            # committed on)
             if (yield from _maybe_landed(st, exe.id, request.processed_event_id, lost, stored - plan.old_version)):
                 raise CommitOutcomeUnknown(exe.id, plan.old_version, stored) from lost
         raise StoreConflict(exe.id, expected=plan.old_version, found=stored)
