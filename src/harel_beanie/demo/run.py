@@ -125,6 +125,11 @@ class Demo:
                 await transport.close()
 
     async def _run(self, store: Any, poll: Any, transport: Any, definitions: dict[str, Any]) -> Result:
+        """The run: the workers started, the mix's phases sent with the clock advanced
+        between them, the work waited for, and the tally.
+
+        Kept whole: the phases share the workers, the clock and the tally; it reads as the
+        script of the demo."""
         db = self.client[self.target.db]
         self.executions = db[Names(self.target.prefix).executions]
         self.transport = transport

@@ -88,7 +88,11 @@ def _layout(texts: list[str]) -> tuple[list[str], list[str]]:
 
 async def up(db: Any, prefix: str, *, say: Callable[[str], None] = print, sharded: Optional[bool] = None) -> MoveReport:
     """Every group of harel's transport into this package's queues (see the module).
-    `sharded`: whether the commands go through a mongos (None: asked of the server)."""
+    `sharded`: whether the commands go through a mongos (None: asked of the server).
+
+    Kept whole: the three steps of a group's move (copy, then drop from harel's, then the
+    lock) must stay in this order for a run cut short to be finished by the next, and they
+    read best as one loop."""
     names, (queues_name, overflow_name) = Names(prefix), queue_names(prefix)
     messages, locks = db[names.messages], db[names.transport_locks]
     queues, overflow = db[queues_name], db[overflow_name]
