@@ -43,11 +43,8 @@ class Result:
 
 
 def report(console: Console, target: Target, result: Result, workers: int, concurrency: int, models: Path) -> None:
-    """Print what the run did: the table of executions per model, the round trips, the
-    endings and where the data is kept.
-
-    Kept whole: it is the report's text in the order it is printed, one statement per line
-    of output; split, the order would be spread over several functions."""
+    """Print what the run did: executions per model, round trips, endings, where the data is.
+    Kept whole: it is the report's text in the order it is printed, a statement a line."""
     r = result
     secs = max(r.elapsed, 1e-9)
     table = Table(

@@ -205,11 +205,8 @@ class Migrator:
     async def run_step(self, version: int, direction: str) -> StepReport:
         """Run step `version` in `direction`, resuming it if it was interrupted. A no-op when
         the database is already past it; refused when an earlier step (up) or a later one
-        (down) has not run, or another step is half-way.
-
-        Kept whole: the checks, the progress record and the batches read top to bottom as
-        the one protocol a resumed run must follow; split, each part would need the others'
-        state passed back and forth."""
+        (down) has not run, or another step is half-way. Kept whole: the checks, the progress
+        record and the batches are the one protocol a resumed run follows, top to bottom."""
         version = require_int("version", version)  # a bool, a float or a str is not a version
         direction = require_choice("direction", direction, (UP, DOWN))
         step = self.steps.get(version)
