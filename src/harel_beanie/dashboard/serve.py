@@ -58,50 +58,22 @@ def build_app(
     say: Callable[[str], None] = print,
 ) -> FastAPI:
     """The standalone app: the dashboard at `/`, guarded by `token`, with `/metrics`."""
-    from harel_beanie.deploy.stack import open_store, open_transport
     from harel_beanie.telemetry.metrics import StoreMetrics, new_registry
 
     if allow and not definitions_dir:
         raise ConfigError("--allow needs --definitions DIR: harel's runner needs the machines to act on executions")
-    from harel_beanie.deploy.loader import default_models_dir, load_models
-
-    definitions = None
-    if definitions_dir:
-        try:
-            definitions = load_models(definitions_dir)
-        except FileNotFoundError as exc:
-            raise ConfigError(str(exc)) from None
-    elif default_models_dir().is_dir():  # the shop models: the demo's executions get their diagrams
-        definitions = load_models(default_models_dir())
+    definitions = _definitions(definitions_dir)
     held: dict[str, Any] = {}
-    runner = _LateRunner(held)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # the clients are made on uvicorn's loop, where they are used
-        store = await open_store(target, create_schema=False)
-        held["store"] = store
-        transport = None
-        if allow:
-            from harel.engine.aio.distributed import AsyncDistributedRunner
-
-            transport = await open_transport(target, create_schema=False)
-            held["runner"] = AsyncDistributedRunner(store, transport, definitions)
-        try:
-            yield
-        finally:
-            await store.close()
-            if transport is not None:
-                close = getattr(transport, "close", None)
-                if close is not None:
-                    result = close()
-                    if hasattr(result, "__await__"):
-                        await result
-
     # no default docs routes: each would be a door the token does not guard
-    app = FastAPI(title="harel-beanie dashboard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title="harel-beanie dashboard",
+        lifespan=_lifespan(target, held, definitions, bool(allow)),
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
     guard = token_auth(token)
-    actions = DashboardActions(runner=runner, **{a: True for a in allow}) if allow else None
+    actions = DashboardActions(runner=_LateRunner(held), **{a: True for a in allow}) if allow else None
     router = dashboard_router(
         lambda: held["store"],
         auth=guard,
@@ -118,10 +90,58 @@ def build_app(
     async def openapi() -> JSONResponse:
         return JSONResponse(app.openapi())
 
-    @app.middleware("http")
+    app.middleware("http")(_token_to_cookie(token))
+    app.add_middleware(SecurityHeaders)  # added last, so outermost: the redirect above gets them too
+    app.add_exception_handler(Exception, server_error)
+    return app
+
+
+def _definitions(directory: Optional[str]) -> Optional[dict[str, Any]]:
+    """The machines the pages draw and the actions run: those in `directory`, else the shop
+    models shipped in the package (so the demo's executions get their diagrams)."""
+    from harel_beanie.deploy.loader import default_models_dir, load_models
+
+    if directory:
+        try:
+            return load_models(directory)
+        except FileNotFoundError as exc:
+            raise ConfigError(str(exc)) from None
+    return load_models(default_models_dir()) if default_models_dir().is_dir() else None
+
+
+def _lifespan(target: Target, held: dict[str, Any], definitions: Any, acts: bool) -> Any:
+    """The app's lifespan: the store (and, when it `acts`, a runner over the transport) opened
+    on uvicorn's loop, where they are used, into `held`; closed when the app stops."""
+    from harel_beanie.deploy.stack import open_store, open_transport
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = await open_store(target, create_schema=False)
+        held["store"] = store
+        transport = None
+        if acts:
+            from harel.engine.aio.distributed import AsyncDistributedRunner
+
+            transport = await open_transport(target, create_schema=False)
+            held["runner"] = AsyncDistributedRunner(store, transport, definitions)
+        try:
+            yield
+        finally:
+            await store.close()
+            close = getattr(transport, "close", None)
+            if close is not None:
+                result = close()
+                if hasattr(result, "__await__"):
+                    await result
+
+    return lifespan
+
+
+def _token_to_cookie(token: str) -> Callable[[Request, Callable[[Request], Any]], Any]:
+    """The middleware keeping the token of the link printed at start (`?token=`) in a cookie,
+    and dropping it from the address bar (and so from the browser's history) by a redirect."""
+
     async def remember_token(request: Request, call_next: Callable[[Request], Any]) -> Response:
-        # the link printed at start carries ?token=: keep it in a cookie, and drop it from the
-        # address bar (and so from the browser's history) with a redirect
         given = request.query_params.get("token")
         if given and secrets.compare_digest(given.encode(), token.encode()) and request.method == "GET":
             rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
@@ -131,9 +151,7 @@ def build_app(
             return response
         return await call_next(request)  # type: ignore[no-any-return]
 
-    app.add_middleware(SecurityHeaders)  # added last, so outermost: the redirect above gets them too
-    app.add_exception_handler(Exception, server_error)
-    return app
+    return remember_token
 
 
 def form_secret(token: str) -> bytes:
