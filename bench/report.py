@@ -1,12 +1,12 @@
-"""The markdown report (bench/RESULTS.md): per server, the tables of a run's figures and the
-reading that explains the ratios in that run's own numbers, all taken from the ServerRun the
-measurements filled, so nothing here talks to a server or times anything."""
+"""The markdown report (bench/RESULTS.md): per server, the tables of a run's figures, one
+function per table, followed by the reading that explains the ratios (bench/reading.py), all
+taken from the ServerRun the measurements filled, so nothing here talks to a server or times
+anything."""
 
 from __future__ import annotations
 
 import datetime
 import math
-import os
 import statistics
 from typing import Optional
 
@@ -23,13 +23,13 @@ from harness import (
     RUNNERS,
     STATES,
     TARGET,
-    TRACED,
     Options,
     ServerRun,
     machine,
     split_runner,
 )
 from indexes import COMMIT_KINDS
+from reading import reading
 from stack_report import stack_section
 
 from harel_beanie.core.documents import ExecutionDocument, index_models
@@ -53,132 +53,48 @@ def _pct(a: Optional[float], b: Optional[float]) -> str:
     return "-" if a is None or b is None or b == 0 else f"{100 * a / b:.1f}%"
 
 
-def reading(run: ServerRun) -> list[str]:
-    """What explains the ratios, in this run's own numbers."""
-    out = []
-    seq = statistics.mean(c[0] for c in run.ceiling)
-    indexed = statistics.mean(c[2] for c in run.ceiling)
-    out.append(
-        f"- The server's cost model. A bare update by `_id` runs at {seq:,.0f}/s on a collection with only `_id`, "
-        f"and at {indexed:,.0f}/s on one carrying this store's {len(index_models(ExecutionDocument))} indexes, "
-        "although it changes no indexed field. "
-        + (
-            "This server maintains and plans over every secondary index on every write (mongod only rewrites "
-            "the keys that change), so each index this store declares is paid on every commit, insert and ack "
-            "here, whatever the commit changes. harel's store has no secondary index to pay for."
-            if run.name == "embedded"
-            else ""
-        )
-    )
-    bare = [(r, run.ratio(r, "empty", BARE), run.ratio(r, "empty")) for r in RUNNERS]
-    bare = [(r, z, x) for r, z, x in bare if z is not None and x is not None]
-    if bare:
-        out.append(
-            "- The indexes' share. With only `_id`, against harel's on an empty database (with its indexes in "
-            "brackets): "
-            + "; ".join(f"{RUNNER_LABEL[r]} {z:.2f}x ({x:.2f}x)" for r, z, x in bare)
-            + ". With only the two indexes its own operations read: "
-            + "; ".join(f"{RUNNER_LABEL[r]} {_x(run.ratio(r, 'empty', OWN))}" for r, _, _ in bare)
-            + ". Where a runner reaches its target only with fewer indexes, the index set (the tables at the end) "
-            "is what this server makes every write pay; the listing and dashboard indexes are needed by the "
-            "reads this store promises, so they stay."
-        )
-    hp, bp = run.calls("durable", "empty", "harel"), run.calls("durable", "empty", "beanie")
-    ht, bt = run.calls("durable" + TRACED, "empty", "harel"), run.calls("durable" + TRACED, "empty", "beanie")
-    if hp and bp and ht and bt:
-        out.append(
-            f"- Round trips. With the DurableRunner, {hp[0]:.1f} per event on harel's store and {bp[0]:.1f} on this "
-            f"one untraced, {ht[0]:.1f} and {bt[0]:.1f} traced: this store answers a relay pass (pending spawns, then "
-            "pending outbox entries) with one read where harel's makes two, and takes no counter round trip for a "
-            "trace step."
-        )
-    if run.index_costs:
-        h, a, n = run.index_costs["harel"], run.index_costs["all"], run.index_costs["none"]
-        out.append(
-            f"- The commit. A state-only commit costs {h['state']:.2f} ms on harel's store, {a['state']:.2f} ms on this "
-            f"one with its {len(index_models(ExecutionDocument))} indexes and {n['state']:.2f} ms with only `_id` (the "
-            "table at the end): the indexes the listing and dashboard reads need are what a commit pays here."
-        )
-    w = run.calls("worker-1", "empty", "harel")
-    if w is not None:
-        out.append(
-            f"- Workers. An AsyncWorker event also makes about {w[1]:.1f} round trips to harel's Mongo transport "
-            f"(claim, lock, read, ack), the same for both stores, against {w[0]:.1f} to the store: the transport "
-            "sets the pace, so a cheaper store moves the worker figures less than the DurableRunner's."
-        )
-    for runner in ("worker-1", "worker-1" + TRACED):
-        sh, sz, sb = (run.split(runner, "empty", k) for k in ("harel", BARE, "beanie"))
-        if sh is None or sb is None:
-            continue
-        d = {k: sb[k] - sh[k] for k in sb}
-        text = (
-            f"- Where the {RUNNER_LABEL[runner]}'s time goes (the time table above). An event takes "
-            f"{sb['wall']:.2f} ms on this store against {sh['wall']:.2f} ms on harel's ({d['wall']:+.2f}): its "
-            f"commits {d['store update']:+.2f} ms, the store's other commands {d['store'] - d['store update']:+.2f}, "
-            f"the transport's commands {d['transport']:+.2f} and the client's own work {d['client']:+.2f}. The "
-            "commits' difference alone would make the ratio "
-            f"{sh['wall'] / (sh['wall'] + d['store update']):.2f}x; measured, {_x(run.ratio(runner, 'empty'))}."
-        )
-        if sz is not None:
-            text += (
-                f" With only `_id` the commits take {sz['store update'] - sh['store update']:+.2f} ms against "
-                f"harel's, so the index set is {sb['store update'] - sz['store update']:.2f} ms of each event's "
-                "commit."
-            )
-        if sz is not None and not any(math.isnan(x["server cpu"]) for x in (sh, sz, sb)):
-            text += (
-                f" The server's CPU per event: {sh['server cpu']:.2f} ms for harel's store, "
-                f"{sz['server cpu']:.2f} ms for this one with only `_id` and {sb['server cpu']:.2f} ms with its "
-                f"indexes: the index set adds {sb['server cpu'] - sz['server cpu']:.2f} ms, and with the commands "
-                "going one at a time, the server's work is on each event's path."
-            )
-        out.append(text)
-    for runner in ("worker-16", "worker-16" + TRACED):
-        sh, sz, sb = (run.split(runner, "empty", k) for k in ("harel", BARE, "beanie"))
-        if sh is None or sz is None or sb is None or any(math.isnan(x["server cpu"]) for x in (sh, sz, sb)):
-            continue
-        cpu = {k: x["client cpu"] + x["server cpu"] for k, x in (("harel", sh), (BARE, sz), ("beanie", sb))}
-        out.append(
-            f"- The {RUNNER_LABEL[runner]}: the commands overlap, and the client and the server share this "
-            f"machine's {os.cpu_count()} CPUs. Their CPU per event, client + server: {cpu['harel']:.2f} ms for "
-            f"harel's store, {cpu[BARE]:.2f} ms for this one with only `_id` and {cpu['beanie']:.2f} ms with its "
-            f"indexes (the server's part {sh['server cpu']:.2f}, {sz['server cpu']:.2f} and "
-            f"{sb['server cpu']:.2f} ms). Were the CPUs the bound, the ratio would be "
-            f"{cpu['harel'] / cpu['beanie']:.2f}x; measured, {_x(run.ratio(runner, 'empty'))}."
-        )
-    out.append(
-        "- A database in use. harel's store answers the relay's reads (pending outbox entries and spawns) by "
-        "reading every execution document, and the DurableRunner relays after every event, so its rate falls "
-        f"with the {run.stored:,} stored. This store's reads follow pending work through its indexes, and its "
-        "rate holds (the *stored / empty* column)."
-    )
-    out.append(
-        "- What was tried for a runner below its target, each lever measured, and what bounds it: "
-        "[LEVERS.md](LEVERS.md), written by hand from these runs and from micro-benchmarks."
-    )
-    return out
-
-
 def report_server(run: ServerRun) -> str:
-    seq = statistics.mean(c[0] for c in run.ceiling)
-    par = statistics.mean(c[1] for c in run.ceiling)
+    """One server's section: its tables in the order they are read, then the reading of them."""
     lines = [f"## {run.info['server']}", ""]
-    lines.append(
+    lines += _server(run)
+    lines += _rates(run)
+    lines += _every_measurement(run)
+    lines += _round_trips(run)
+    lines += _submits(run)
+    lines += _equal_concern(run)
+    lines += _targets(run)
+    lines += _fewer_indexes(run)
+    lines += _time_split(run)
+    lines += stack_section(run)
+    lines += ["", "### Reading these figures", ""]
+    lines += reading(run)
+    lines += _commit_costs(run)
+    lines += _index_costs(run)
+    return "\n".join(lines)
+
+
+def _server(run: ServerRun) -> list[str]:
+    """What the server reports itself as, the machine's load, and the bare update's ceiling."""
+    return [
         f"Reports itself as {run.info['reports']}, {run.info['topology']}. Load average (1/5/15 min) "
         + " at the start, ".join("/".join(f"{x:.2f}" for x in la) for la in run.load)
-        + " at the end of the measurements (the machine's other work shares its CPUs)."
-    )
-    lines.append("")
-    lines.append(
+        + " at the end of the measurements (the machine's other work shares its CPUs).",
+        "",
         "Ceiling (bare `update_one` by `_id`, write concern w:1): "
         + ", ".join(f"{s:,.0f}" for s, _, _ in run.ceiling)
         + " updates/s one at a time (start, end of run); "
         + ", ".join(f"{p:,.0f}" for _, p, _ in run.ceiling)
         + " with 16 in flight. The same update one at a "
         f"time on a collection carrying this store's {len(index_models(ExecutionDocument))} indexes (it changes no "
-        "indexed field): " + ", ".join(f"{x:,.0f}" for _, _, x in run.ceiling) + " updates/s."
-    )
-    lines += ["", "### Events/s through harel's engine", ""]
+        "indexed field): " + ", ".join(f"{x:,.0f}" for _, _, x in run.ceiling) + " updates/s.",
+    ]
+
+
+def _rates(run: ServerRun) -> list[str]:
+    """Events/s per runner and database state, each store, their ratio and their share of the ceiling."""
+    seq = statistics.mean(c[0] for c in run.ceiling)
+    par = statistics.mean(c[1] for c in run.ceiling)
+    lines = ["", "### Events/s through harel's engine", ""]
     lines.append(
         f"Median of {len(run.rates(RUNNERS[0], 'empty', 'beanie'))} interleaved round(s); *ratio* is the median of "
         "the rounds' own ratios (the two stores of a round run back to back). *stored*: the database "
@@ -199,7 +115,12 @@ def report_server(run: ServerRun) -> str:
             lines.append(
                 f"| {RUNNER_LABEL[runner]} | {state} | {_f(h)} | {_f(b)} | {_x(run.ratio(runner, state))} | {keep} | {_pct(h, roof)} / {_pct(b, roof)} |"
             )
-    lines += ["", "Every measurement, events/s (round by round, in run order):", ""]
+    return lines
+
+
+def _every_measurement(run: ServerRun) -> list[str]:
+    """Every round's events/s and ratio, in run order."""
+    lines = ["", "Every measurement, events/s (round by round, in run order):", ""]
     lines.append("| runner | database | harel MongoStore | harel-beanie | ratio |")
     lines.append("|---|---|---|---|---|")
     for runner in RUNNERS:
@@ -208,7 +129,12 @@ def report_server(run: ServerRun) -> str:
             b_all = ", ".join(f"{x:,.1f}" for x in run.rates(runner, state, "beanie"))
             ratios = ", ".join(f"{x:.2f}x" for x in run.paired(runner, state))
             lines.append(f"| {RUNNER_LABEL[runner]} | {state} | {h_all} | {b_all} | {ratios} |")
-    lines += [
+    return lines
+
+
+def _round_trips(run: ServerRun) -> list[str]:
+    """Round trips per event to each store, and for a worker to harel's transport."""
+    lines = [
         "",
         "Round trips per event while timed, counted on the wire by a PyMongo CommandListener (median "
         "over rounds): to the store's collections, and for a worker also to harel's transport, which is "
@@ -224,7 +150,12 @@ def report_server(run: ServerRun) -> str:
             hc, bc = run.calls(runner, state, "harel"), run.calls(runner, state, "beanie")
             tr = "" if split_runner(runner)[0] == "durable" else f"{_f(hc and hc[1], 2)} / {_f(bc and bc[1], 2)}"
             lines.append(f"| {RUNNER_LABEL[runner]} | {state} | {_f(hc and hc[0], 2)} | {_f(bc and bc[0], 2)} | {tr} |")
-    lines += ["", "Submitting the worker's work (create + send, one at a time, not in the figures above), calls/s:", ""]
+    return lines
+
+
+def _submits(run: ServerRun) -> list[str]:
+    """The rate of the create + send calls that queued a worker's work."""
+    lines = ["", "Submitting the worker's work (create + send, one at a time, not in the figures above), calls/s:", ""]
     lines.append("| runner | database | harel MongoStore | harel-beanie | ratio |")
     lines.append("|---|---|---:|---:|---:|")
     for runner in RUNNERS:
@@ -233,24 +164,35 @@ def report_server(run: ServerRun) -> str:
         for state in STATES:
             h, b = run.submit(runner, state, "harel"), run.submit(runner, state, "beanie")
             lines.append(f"| {RUNNER_LABEL[runner]} | {state} | {_f(h)} | {_f(b)} | {_ratio(b, h)} |")
-    if any(c.store == EQUAL for c in run.cells):
-        lines += ["", "### At equal write concern", ""]
+    return lines
+
+
+def _equal_concern(run: ServerRun) -> list[str]:
+    """This store at its own write concern and at harel's, against harel's store."""
+    if not any(c.store == EQUAL for c in run.cells):
+        return []
+    lines = ["", "### At equal write concern", ""]
+    lines.append(
+        "The same rounds, empty database: harel-beanie at its default (w: majority, j: true) and at harel's "
+        "(the client default, w:1), against harel's store at its default. *ratio* as above, paired by round."
+    )
+    lines.append("")
+    lines.append(
+        "| runner | harel MongoStore (w:1) | harel-beanie (majority, j) | ratio | harel-beanie at w:1 | ratio |"
+    )
+    lines.append("|---|---:|---:|---:|---:|---:|")
+    for runner in EQUAL_RUNNERS:
+        h, b, e = (run.rate(runner, "empty", k) for k in ("harel", "beanie", EQUAL))
         lines.append(
-            "The same rounds, empty database: harel-beanie at its default (w: majority, j: true) and at harel's "
-            "(the client default, w:1), against harel's store at its default. *ratio* as above, paired by round."
+            f"| {RUNNER_LABEL[runner]} | {_f(h)} | {_f(b)} | {_x(run.ratio(runner, 'empty'))} | "
+            f"{_f(e)} | {_x(run.ratio(runner, 'empty', EQUAL))} |"
         )
-        lines.append("")
-        lines.append(
-            "| runner | harel MongoStore (w:1) | harel-beanie (majority, j) | ratio | harel-beanie at w:1 | ratio |"
-        )
-        lines.append("|---|---:|---:|---:|---:|---:|")
-        for runner in EQUAL_RUNNERS:
-            h, b, e = (run.rate(runner, "empty", k) for k in ("harel", "beanie", EQUAL))
-            lines.append(
-                f"| {RUNNER_LABEL[runner]} | {_f(h)} | {_f(b)} | {_x(run.ratio(runner, 'empty'))} | "
-                f"{_f(e)} | {_x(run.ratio(runner, 'empty', EQUAL))} |"
-            )
-    lines += ["", "### Targets", ""]
+    return lines
+
+
+def _targets(run: ServerRun) -> list[str]:
+    """Each runner's ratio against the target it aims for."""
+    lines = ["", "### Targets", ""]
     lines.append(
         f"What this store aims for: on an empty database, at least {TARGET[False]:.1f}x harel's rate untraced "
         f"and {TARGET[True]:.1f}x traced."
@@ -267,109 +209,127 @@ def report_server(run: ServerRun) -> str:
             f"{ok1}), {_x(xe)} at equal write concern ({ok3}); with {run.stored:,} stored {_x(run.ratio(runner, 'stored'))} "
             f"harel's, {_pct(bs, b)} of its own empty-database rate."
         )
-    if any(c.store == BARE for c in run.cells):
-        lines += ["", "### With fewer indexes", ""]
-        lines.append(
-            "The same store measured in the same rounds on an empty database, set up with fewer indexes "
-            "(`create_schema=False`, then only the ones named): with only `_id`, none of its reads is "
-            "index-backed; with only the two partial indexes its own operations read (the relay's pending "
-            f"work, `{OWN_INDEXES[0]}`, and the timer sweep's, `{OWN_INDEXES[1]}`), its listing and dashboard "
-            "reads are not. Neither is a configuration to run; together they show what each part of the index "
-            "set costs this store on this server."
-        )
-        lines.append("")
-        lines.append(
-            "| runner | harel MongoStore | `_id` only | ratio | its own reads' indexes | ratio | every index | ratio |"
-        )
-        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
-        for runner in BARE_RUNNERS:
-            row = [RUNNER_LABEL[runner], _f(run.rate(runner, "empty", "harel"))]
-            for kind in (BARE, OWN, "beanie"):
-                row += [_f(run.rate(runner, "empty", kind)), _x(run.ratio(runner, "empty", kind))]
-            lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def _fewer_indexes(run: ServerRun) -> list[str]:
+    """This store with only `_id`, with only its own reads' indexes, and with every index."""
+    if not any(c.store == BARE for c in run.cells):
+        return []
+    lines = ["", "### With fewer indexes", ""]
+    lines.append(
+        "The same store measured in the same rounds on an empty database, set up with fewer indexes "
+        "(`create_schema=False`, then only the ones named): with only `_id`, none of its reads is "
+        "index-backed; with only the two partial indexes its own operations read (the relay's pending "
+        f"work, `{OWN_INDEXES[0]}`, and the timer sweep's, `{OWN_INDEXES[1]}`), its listing and dashboard "
+        "reads are not. Neither is a configuration to run; together they show what each part of the index "
+        "set costs this store on this server."
+    )
+    lines.append("")
+    lines.append(
+        "| runner | harel MongoStore | `_id` only | ratio | its own reads' indexes | ratio | every index | ratio |"
+    )
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for runner in BARE_RUNNERS:
+        row = [RUNNER_LABEL[runner], _f(run.rate(runner, "empty", "harel"))]
+        for kind in (BARE, OWN, "beanie"):
+            row += [_f(run.rate(runner, "empty", kind)), _x(run.ratio(runner, "empty", kind))]
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def _time_split(run: ServerRun) -> list[str]:
+    """Where a sequential runner's event time goes: each side's commands, the client, and CPU."""
     sequential = [r for r in RUNNERS if split_runner(r)[0] in ("durable", "worker-1")]
-    if any(run.split(r, "empty", "harel") for r in sequential):
-        lines += ["", "### Where an event's time goes", ""]
-        lines.append(
-            "Empty database, runners whose commands go one at a time, ms per event (median over rounds of each "
-            "part): the store's commands from sent to answered as the driver reports them (of which its "
-            "updates, the commits), harel's transport's commands, and the rest, spent in the client process "
-            "(harel's engine, the drivers, the worker's loop); then the CPU time the client process and the "
-            "server spent per event (all their threads; the server's only when it runs on this machine). In "
-            "brackets, the difference to harel's store."
-        )
-        lines.append("")
-        lines.append(
-            "| runner | store | event | store's commands | of which updates | transport's commands | client "
-            "| CPU: client | CPU: server |"
-        )
-        lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
-        for runner in sequential:
-            base = run.split(runner, "empty", "harel")
-            for kind, label in (
-                ("harel", "harel MongoStore"),
-                (BARE, "harel-beanie, `_id` only"),
-                ("beanie", "harel-beanie"),
-            ):
-                got = run.split(runner, "empty", kind)
-                if got is None or base is None:
-                    continue
-                cells = [
-                    "-"
-                    if math.isnan(got[k])
-                    else f"{got[k]:.2f}" + ("" if kind == "harel" else f" ({got[k] - base[k]:+.2f})")
-                    for k in ("wall", "store", "store update", "transport", "client", "client cpu", "server cpu")
-                ]
-                lines.append(f"| {RUNNER_LABEL[runner]} | {label} | " + " | ".join(cells) + " |")
-    lines += stack_section(run)
-    lines += ["", "### Reading these figures", ""]
-    lines += reading(run)
-    if run.index_costs:
-        lines += ["", "### What each commit kind costs, and each index", ""]
-        costs = run.index_costs
-        lines.append(
-            "harel-beanie's store committing directly (no engine; a dedupe window of 100, full), ms per "
-            "operation, median over blocks: with every index, with only `_id`, and harel's MongoStore doing the "
-            "same operation in the same blocks. An index's cost is the median, over blocks, of the time with "
-            "every index minus the time with all but that one, measured back to back in each block (noise: a "
-            "few hundredths of a ms either way). *keys* is what the operation's writes do to the index's "
-            "entries, counted from the documents after each write: entries removed plus entries added by a "
-            "server that rewrites every entry of a changed document (SecantusDB) / by one that writes only "
-            "the entries that change (mongod)."
-        )
-        lines.append("")
-        lines.append(
-            "| operation | harel MongoStore, ms | harel-beanie, every index, ms | harel-beanie, `_id` only, ms | the index set, ms |"
-        )
-        lines.append("|---|---:|---:|---:|---:|")
-        for kind, what in COMMIT_KINDS.items():
-            lines.append(
-                f"| {kind}: {what} | {costs['harel'][kind]:.2f} | {costs['all'][kind]:.2f} | "
-                f"{costs['none'][kind]:.2f} | {costs['cost_all'][kind]:+.2f} |"
-            )
-        lines.append("")
-        lines.append("Per index: ms it adds, and keys written (SecantusDB / mongod), per operation.")
-        lines.append("")
-        lines.append("| index | serves | " + " | ".join(COMMIT_KINDS) + " |")
-        lines.append("|---|---|" + "---:|" * len(COMMIT_KINDS))
-        for ix in index_models(ExecutionDocument):
-            name = ix.document["name"]
-            cost = costs.get(f"cost-{name}")
-            if cost is None:
+    if not any(run.split(r, "empty", "harel") for r in sequential):
+        return []
+    lines = ["", "### Where an event's time goes", ""]
+    lines.append(
+        "Empty database, runners whose commands go one at a time, ms per event (median over rounds of each "
+        "part): the store's commands from sent to answered as the driver reports them (of which its "
+        "updates, the commits), harel's transport's commands, and the rest, spent in the client process "
+        "(harel's engine, the drivers, the worker's loop); then the CPU time the client process and the "
+        "server spent per event (all their threads; the server's only when it runs on this machine). In "
+        "brackets, the difference to harel's store."
+    )
+    lines.append("")
+    lines.append(
+        "| runner | store | event | store's commands | of which updates | transport's commands | client "
+        "| CPU: client | CPU: server |"
+    )
+    lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for runner in sequential:
+        base = run.split(runner, "empty", "harel")
+        for kind, label in (
+            ("harel", "harel MongoStore"),
+            (BARE, "harel-beanie, `_id` only"),
+            ("beanie", "harel-beanie"),
+        ):
+            got = run.split(runner, "empty", kind)
+            if got is None or base is None:
                 continue
-            keys = ", ".join(f"{k} {v}" for k, v in dict(ix.document["key"]).items())
-            extra = " sparse" if ix.document.get("sparse") else ""
-            extra += " partial" if ix.document.get("partialFilterExpression") else ""
-            cells = []
-            for kind in COMMIT_KINDS:
-                every, changed = run.keys.get(kind, {}).get(name, (0, 0))
-                cells.append(f"{cost[kind]:+.2f} ms, {every} / {changed} keys")
-            lines.append(
-                f"| `{name}` ({keys}){extra} | {INDEX_PURPOSE.get(name, '(not described)')} | "
-                + " | ".join(cells)
-                + " |"
-            )
-    return "\n".join(lines)
+            cells = [
+                "-"
+                if math.isnan(got[k])
+                else f"{got[k]:.2f}" + ("" if kind == "harel" else f" ({got[k] - base[k]:+.2f})")
+                for k in ("wall", "store", "store update", "transport", "client", "client cpu", "server cpu")
+            ]
+            lines.append(f"| {RUNNER_LABEL[runner]} | {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _commit_costs(run: ServerRun) -> list[str]:
+    """What each commit kind costs with every index, with only `_id`, and on harel's store."""
+    if not run.index_costs:
+        return []
+    costs = run.index_costs
+    lines = ["", "### What each commit kind costs, and each index", ""]
+    lines.append(
+        "harel-beanie's store committing directly (no engine; a dedupe window of 100, full), ms per "
+        "operation, median over blocks: with every index, with only `_id`, and harel's MongoStore doing the "
+        "same operation in the same blocks. An index's cost is the median, over blocks, of the time with "
+        "every index minus the time with all but that one, measured back to back in each block (noise: a "
+        "few hundredths of a ms either way). *keys* is what the operation's writes do to the index's "
+        "entries, counted from the documents after each write: entries removed plus entries added by a "
+        "server that rewrites every entry of a changed document (SecantusDB) / by one that writes only "
+        "the entries that change (mongod)."
+    )
+    lines.append("")
+    lines.append(
+        "| operation | harel MongoStore, ms | harel-beanie, every index, ms | harel-beanie, `_id` only, ms | the index set, ms |"
+    )
+    lines.append("|---|---:|---:|---:|---:|")
+    for kind, what in COMMIT_KINDS.items():
+        lines.append(
+            f"| {kind}: {what} | {costs['harel'][kind]:.2f} | {costs['all'][kind]:.2f} | "
+            f"{costs['none'][kind]:.2f} | {costs['cost_all'][kind]:+.2f} |"
+        )
+    return lines
+
+
+def _index_costs(run: ServerRun) -> list[str]:
+    """Per index: the ms it adds to each commit kind, and the keys that kind writes to it."""
+    if not run.index_costs:
+        return []
+    lines = ["", "Per index: ms it adds, and keys written (SecantusDB / mongod), per operation.", ""]
+    lines.append("| index | serves | " + " | ".join(COMMIT_KINDS) + " |")
+    lines.append("|---|---|" + "---:|" * len(COMMIT_KINDS))
+    for ix in index_models(ExecutionDocument):
+        name = ix.document["name"]
+        cost = run.index_costs.get(f"cost-{name}")
+        if cost is None:
+            continue
+        keys = ", ".join(f"{k} {v}" for k, v in dict(ix.document["key"]).items())
+        extra = " sparse" if ix.document.get("sparse") else ""
+        extra += " partial" if ix.document.get("partialFilterExpression") else ""
+        cells = []
+        for kind in COMMIT_KINDS:
+            every, changed = run.keys.get(kind, {}).get(name, (0, 0))
+            cells.append(f"{cost[kind]:+.2f} ms, {every} / {changed} keys")
+        lines.append(
+            f"| `{name}` ({keys}){extra} | {INDEX_PURPOSE.get(name, '(not described)')} | " + " | ".join(cells) + " |"
+        )
+    return lines
 
 
 def report(runs: list[ServerRun], opts: Options, started: datetime.datetime, wall: float) -> str:
