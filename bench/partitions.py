@@ -169,28 +169,48 @@ def takeover_table(figs: ServerFigures) -> list[str]:
 
 def reading(figs: ServerFigures, opts: Options) -> str:
     """What the figures show, in this run's own numbers."""
+    parts = [_selected(figs), _times(figs)]
+    parts += _scaling(figs, opts)
+    stalled = [r for r in figs.rates if not r.drained and r.seconds > 0]  # a failed warm-up says so itself
+    if stalled:
+        parts.append(
+            f"{len(stalled)} configuration(s) did not drain within {opts.budget:g} s (marked): their figure counts "
+            "only the Parcels finished by then, and their ratios compare nothing."
+        )
+    parts += _takeover_reading(figs)
+    return " ".join(parts)
 
-    def c(state: str, scope: str, op: str) -> WorkCell:
-        found = cell(figs.work, state, scope, op)
-        assert found is not None
-        return found
 
-    relay = {s: c("backlog", s, "relay read") for s in SCOPES}
-    sweep = {s: c("backlog", s, "relay sweep") for s in SCOPES}
-    claim = {s: c("backlog", s, "claim") for s in SCOPES}
-    timer = {s: c("backlog", s, "timer sweep") for s in SCOPES}
-    parts = [
+def _work(figs: ServerFigures, state: str, scope: str, op: str) -> WorkCell:
+    found = cell(figs.work, state, scope, op)
+    assert found is not None
+    return found
+
+
+def _selected(figs: ServerFigures) -> str:
+    """What each operation selects with a backlog, owning one partition, all, or none."""
+    relay, sweep, claim, timer = (
+        {s: _work(figs, "backlog", s, op) for s in SCOPES}
+        for op in ("relay read", "relay sweep", "claim", "timer sweep")
+    )
+    return (
         f"With a backlog the post-commit relay read selects {relay['one'].selected:,} document(s) (its own family) "
         f"where main before partitions selected {relay['none'].selected:,} (every pending document): flat in the "
-        f"backlog ({c('empty', 'one', 'relay read').selected:,} without it). The sweeps and the claim select what "
-        f"the partitions owned hold: owning 1 of {DEFAULT_PARTITIONS}, the relay sweep {sweep['one'].selected:,}, "
-        f"the timer sweep {timer['one'].selected:,} and the claim {claim['one'].selected:,} candidates, against "
-        f"{sweep['all'].selected:,}, {timer['all'].selected:,} and {claim['all'].selected:,} owning all of them "
-        "(the same as without partitions): they grow with the owned share of the backlog, so N workers "
-        "divide it. On mongod those counts are the index keys examined (the claim walks its sorted index and "
-        "stops at its first candidate)."
-    ]
-    parts.append(
+        f"backlog ({_work(figs, 'empty', 'one', 'relay read').selected:,} without it). The sweeps and the claim "
+        f"select what the partitions owned hold: owning 1 of {DEFAULT_PARTITIONS}, the relay sweep "
+        f"{sweep['one'].selected:,}, the timer sweep {timer['one'].selected:,} and the claim "
+        f"{claim['one'].selected:,} candidates, against {sweep['all'].selected:,}, {timer['all'].selected:,} and "
+        f"{claim['all'].selected:,} owning all of them (the same as without partitions): they grow with the owned "
+        "share of the backlog, so N workers divide it. On mongod those counts are the index keys examined (the "
+        "claim walks its sorted index and stops at its first candidate)."
+    )
+
+
+def _times(figs: ServerFigures) -> str:
+    """The relay read's and the claim's times with a backlog, and why this server's differ from mongod's."""
+    relay = {s: _work(figs, "backlog", s, "relay read") for s in SCOPES}
+    claim = {s: _work(figs, "backlog", s, "claim") for s in SCOPES}
+    return (
         f"The times are this server's: the relay read took {relay['one'].ms:.1f} ms against "
         f"{relay['none'].ms:.1f} ms before ({_x(relay['one'].ms, relay['none'].ms)}), a claim owning one "
         f"partition {claim['one'].ms:.1f} ms against {claim['none'].ms:.1f} ms without partitions. SecantusDB "
@@ -200,45 +220,44 @@ def reading(figs: ServerFigures, opts: Options) -> str:
         "counts. (SecantusDB plans any filter holding `$or` as a collection scan, which is why the family read is "
         "one `_id` range: written as an `$or` of the id and its descendants' range it took 0.8-1.3 s here.)"
     )
-    if figs.rates and len(opts.workers) > 1:
-        lo, hi = opts.workers[0], opts.workers[-1]
-        scale = []
-        for s in opts.stacks:
-            a, b = _rate(figs, s, lo), _rate(figs, s, hi)
-            if a and b:
-                scale.append(f"{s} {_x(b.rate, a.rate)}")
-        parts.append(
-            f"From {lo} to {hi} worker processes events/s changed by " + ", ".join(scale) + f". The {os.cpu_count()} "
-            "CPUs are shared by the server (one Python process), the workers, the publisher and the machine's "
-            "other work (the load averages above), so more workers add no CPU here and these rates say little "
-            "about scaling; compare the stacks within a row."
-        )
-    stalled = [r for r in figs.rates if not r.drained and r.seconds > 0]  # a failed warm-up says so itself
-    if stalled:
-        parts.append(
-            f"{len(stalled)} configuration(s) did not drain within {opts.budget:g} s (marked): their figure counts "
-            "only the Parcels finished by then, and their ratios compare nothing."
-        )
-    if figs.takeovers:
-        done = [t for t in figs.takeovers if not math.isnan(t.owned)]
-        if done:
-            late = [t.owned - t.lease_left for t in done]
-            claimed = [t.all_claimed - t.owned for t in done if not math.isnan(t.all_claimed)]
-            parts.append(
-                f"After a SIGKILL the survivor owned the dead worker's partitions after "
-                f"{min(t.owned for t in done):.1f}-{max(t.owned for t in done):.1f} s (bound {TAKEOVER_BOUND:g} s: "
-                f"a {LEASE_SECONDS:g} s lease plus a {RENEW_EVERY:g} s look): the lease left at the kill plus "
-                f"{min(late):.1f}-{max(late):.1f} s until the survivor's next look"
-                + (
-                    f"; their queued messages were all claimed {max(claimed):.1f} s after that at most."
-                    if claimed
-                    else "."
-                )
-            )
-    return " ".join(parts)
+
+
+def _scaling(figs: ServerFigures, opts: Options) -> list[str]:
+    """How events/s changed from the fewest worker processes to the most, each stack."""
+    if not figs.rates or len(opts.workers) <= 1:
+        return []
+    lo, hi = opts.workers[0], opts.workers[-1]
+    scale = []
+    for s in opts.stacks:
+        a, b = _rate(figs, s, lo), _rate(figs, s, hi)
+        if a and b:
+            scale.append(f"{s} {_x(b.rate, a.rate)}")
+    return [
+        f"From {lo} to {hi} worker processes events/s changed by " + ", ".join(scale) + f". The {os.cpu_count()} "
+        "CPUs are shared by the server (one Python process), the workers, the publisher and the machine's "
+        "other work (the load averages above), so more workers add no CPU here and these rates say little "
+        "about scaling; compare the stacks within a row."
+    ]
+
+
+def _takeover_reading(figs: ServerFigures) -> list[str]:
+    """How long the survivor took to own a killed worker's partitions, against the bound."""
+    done = [t for t in figs.takeovers if not math.isnan(t.owned)]
+    if not done:
+        return []
+    late = [t.owned - t.lease_left for t in done]
+    claimed = [t.all_claimed - t.owned for t in done if not math.isnan(t.all_claimed)]
+    return [
+        f"After a SIGKILL the survivor owned the dead worker's partitions after "
+        f"{min(t.owned for t in done):.1f}-{max(t.owned for t in done):.1f} s (bound {TAKEOVER_BOUND:g} s: "
+        f"a {LEASE_SECONDS:g} s lease plus a {RENEW_EVERY:g} s look): the lease left at the kill plus "
+        f"{min(late):.1f}-{max(late):.1f} s until the survivor's next look"
+        + (f"; their queued messages were all claimed {max(claimed):.1f} s after that at most." if claimed else ".")
+    ]
 
 
 def report(runs: list[ServerFigures], opts: Options, started: datetime.datetime, seconds: float, argv: str) -> str:
+    """The section: the run and its sizes, then each server's tables and the reading of them."""
     m = machine()
     s = opts.sizes
     out = [
@@ -259,48 +278,54 @@ def report(runs: list[ServerFigures], opts: Options, started: datetime.datetime,
         ),
     ]
     for figs in runs:
-        info = figs.info
-        out += ["", f"### {info['server']}", ""]
-        out.append(
-            f"Reports itself as {info['reports']}, {info['topology']}. Load average (1/5/15 min) "
-            + " at the start, ".join("/".join(f"{x:.2f}" for x in la) for la in figs.load)
-            + " at the end. Seeding took "
-            + ", ".join(f"{k} {v:.1f} s" for k, v in figs.seeding.items())
-            + " (clones of documents the store wrote, by insert_many)."
-        )
-        out += ["", "#### Work per operation", ""]
-        out.append(
-            "*selected*: the documents the operation's filters select, counted by `count_documents` on the "
-            "filters it sent: what mongod's index scan examines (this server's `explain` is synthesised). "
-            "*before*: a store and transport without partition filtering (`PartitionScope(held=None)`), the "
-            "relay read as main made it then (`pending_spawns()` over every pending document). *ms*: median "
-            "per operation; the relay read is `pending_spawns(within=x)` then `pending_outbox(within=x)`."
-        )
-        out += [""] + work_table(figs)
-        if figs.rates:
-            out += ["", "#### Events/s per number of worker processes", ""]
-            out.append(
-                "From the first publish until every Parcel is DONE; in brackets the rate against the same "
-                "stack's with one worker; the last columns: partitions' stack over the others. A fresh database "
-                "per configuration"
-                + (
-                    ", on a second embedded server started for the worker runs once the first was stopped."
-                    if figs.fresh
-                    else "."
-                )
-            )
-            out += [""] + rate_table(figs, opts)
-        if figs.takeovers:
-            out += ["", "#### Takeover after a SIGKILL (2 workers)", ""]
-            out.append(
-                "Seconds from the SIGKILL until the survivor owned every partition the dead worker held (the "
-                f"`{'<prefix>'}_hb_partitions` collection, polled every 50 ms), and until the message published "
-                "to an execution in each of them was claimed (the queue collection). The bound is "
-                "`TAKEOVER_BOUND` in transport/ownership.py."
-            )
-            out += [""] + takeover_table(figs)
-        out += ["", "#### What they show", "", reading(figs, opts)]
+        out += _server_section(figs, opts)
     return "\n".join(out) + "\n"
+
+
+def _server_section(figs: ServerFigures, opts: Options) -> list[str]:
+    """One server: what it reports, the work per operation, worker counts, takeovers, the reading."""
+    info = figs.info
+    out = ["", f"### {info['server']}", ""]
+    out.append(
+        f"Reports itself as {info['reports']}, {info['topology']}. Load average (1/5/15 min) "
+        + " at the start, ".join("/".join(f"{x:.2f}" for x in la) for la in figs.load)
+        + " at the end. Seeding took "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in figs.seeding.items())
+        + " (clones of documents the store wrote, by insert_many)."
+    )
+    out += ["", "#### Work per operation", ""]
+    out.append(
+        "*selected*: the documents the operation's filters select, counted by `count_documents` on the "
+        "filters it sent: what mongod's index scan examines (this server's `explain` is synthesised). "
+        "*before*: a store and transport without partition filtering (`PartitionScope(held=None)`), the "
+        "relay read as main made it then (`pending_spawns()` over every pending document). *ms*: median "
+        "per operation; the relay read is `pending_spawns(within=x)` then `pending_outbox(within=x)`."
+    )
+    out += [""] + work_table(figs)
+    if figs.rates:
+        out += ["", "#### Events/s per number of worker processes", ""]
+        out.append(
+            "From the first publish until every Parcel is DONE; in brackets the rate against the same "
+            "stack's with one worker; the last columns: partitions' stack over the others. A fresh database "
+            "per configuration"
+            + (
+                ", on a second embedded server started for the worker runs once the first was stopped."
+                if figs.fresh
+                else "."
+            )
+        )
+        out += [""] + rate_table(figs, opts)
+    if figs.takeovers:
+        out += ["", "#### Takeover after a SIGKILL (2 workers)", ""]
+        out.append(
+            "Seconds from the SIGKILL until the survivor owned every partition the dead worker held (the "
+            f"`{'<prefix>'}_hb_partitions` collection, polled every 50 ms), and until the message published "
+            "to an execution in each of them was claimed (the queue collection). The bound is "
+            "`TAKEOVER_BOUND` in transport/ownership.py."
+        )
+        out += [""] + takeover_table(figs)
+    out += ["", "#### What they show", "", reading(figs, opts)]
+    return out
 
 
 # --- the command -----------------------------------------------------------------------------
