@@ -98,6 +98,8 @@ def run_stacks(
 
 
 def run_server(name: str, url: str, opts: Options, defs: dict[str, Definition]) -> ServerRun:
+    """One server's run: the ceiling, the stores' rounds and the stacks', the profiles, the
+    ceiling again, and the index costs; the stored databases are dropped whatever happens."""
     run = ServerRun(name, url, info=server_info(name, url), stored=opts.stored)
     say = lambda msg: print(f"[{name}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     tag = uuid.uuid4().hex[:6]
@@ -115,26 +117,7 @@ def run_server(name: str, url: str, opts: Options, defs: dict[str, Definition]) 
         say(f"seeded {opts.stored} finished executions for {kind} in {seconds:.1f}s")
     client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
     try:
-        for r in range(opts.rounds):
-            for state in STATES:
-                for runner in RUNNERS:
-                    kinds = STORES + ((BARE, OWN) if state == "empty" and runner in BARE_RUNNERS else ())
-                    kinds += (EQUAL,) if state == "empty" and runner in EQUAL_RUNNERS else ()
-                    order = kinds if r % 2 == 0 else tuple(reversed(kinds))
-                    for kind in order:
-                        db = (
-                            stored_db[kind]
-                            if state == "stored"
-                            else f"hbbench_{tag}_{kind}_empty_{uuid.uuid4().hex[:4]}"
-                        )
-                        cell = measure(kind, runner, url, db, defs, opts.events, opts.seconds)
-                        cell.state, cell.round = state, r
-                        run.cells.append(cell)
-                        if state == "empty":
-                            client.drop_database(db)
-                        say(
-                            f"round {r + 1} {runner:9s} {state:6s} {kind:6s} {cell.rate:8.1f} events/s ({cell.events} in {cell.seconds:.1f}s)"
-                        )
+        run_rounds(run, client, url, opts, defs, stored_db, tag, say)
         run_stacks(run, url, opts, defs, stored_db, tag, say)
         say("profiles of the client per event ...")
         run.profile = profile(url, defs, opts.profile_events)
@@ -150,6 +133,37 @@ def run_server(name: str, url: str, opts: Options, defs: dict[str, Definition]) 
             client.drop_database(db)
         client.close()
     return run
+
+
+def run_rounds(
+    run: ServerRun,
+    client: pymongo.MongoClient[Any],
+    url: str,
+    opts: Options,
+    defs: dict[str, Definition],
+    stored_db: dict[str, str],
+    tag: str,
+    say: Any,
+) -> None:
+    """The stores' rounds: every runner on each database state, each store (and on the empty
+    database the fewer-indexes and equal-write-concern variants), the order reversed every other
+    round; an empty database is dropped after its cell."""
+    for r in range(opts.rounds):
+        for state in STATES:
+            for runner in RUNNERS:
+                kinds = STORES + ((BARE, OWN) if state == "empty" and runner in BARE_RUNNERS else ())
+                kinds += (EQUAL,) if state == "empty" and runner in EQUAL_RUNNERS else ()
+                order = kinds if r % 2 == 0 else tuple(reversed(kinds))
+                for kind in order:
+                    db = stored_db[kind] if state == "stored" else f"hbbench_{tag}_{kind}_empty_{uuid.uuid4().hex[:4]}"
+                    cell = measure(kind, runner, url, db, defs, opts.events, opts.seconds)
+                    cell.state, cell.round = state, r
+                    run.cells.append(cell)
+                    if state == "empty":
+                        client.drop_database(db)
+                    say(
+                        f"round {r + 1} {runner:9s} {state:6s} {kind:6s} {cell.rate:8.1f} events/s ({cell.events} in {cell.seconds:.1f}s)"
+                    )
 
 
 def parse_args(argv: Optional[list[str]] = None) -> tuple[Options, argparse.Namespace]:
