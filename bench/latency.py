@@ -101,6 +101,30 @@ def round_trips(url: str, messages: int = 50) -> dict[str, dict[str, float]]:
     return {kind: asyncio.run(one(kind)) for kind in ("harel", "beanie")}
 
 
+class _Timed(CountingTransport):
+    """The transport under the idle worker, noting when each message is published and first
+    claimed (by group and event kind), and how late each timer's Timeout is claimed in `out`."""
+
+    def __init__(self, inner: Any, out: Latency) -> None:
+        super().__init__(inner)
+        self.out = out
+        self.published: dict[str, float] = {}
+        self.claimed: dict[str, float] = {}
+
+    async def publish(self, group_id: str, event: Event, priority: int = 0) -> None:
+        self.published.setdefault(f"{group_id}:{event.kind}", time.perf_counter())
+        await super().publish(group_id, event, priority)
+
+    async def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Any:
+        lease = await super().claim(worker_id, visibility, min_priority)
+        if lease is not None:
+            self.claimed.setdefault(f"{lease.group_id}:{lease.event.kind}", time.perf_counter())
+            fire_at = (lease.event.data or {}).get("fire_at") if lease.event.kind == "Timeout" else None
+            if isinstance(fire_at, (int, float)):  # harel's Timeout carries its timer's fire time
+                self.out.timer_ms.append(1000 * (time.time() - fire_at))
+        return lease
+
+
 async def _latency(
     label: str, store_kind: str, transport_kind: str, url: str, defs: dict[str, Any], n: int, rate: float, timers: int
 ) -> Latency:
@@ -111,24 +135,7 @@ async def _latency(
     store = await async_store(store_kind, url, db)
     prefix = "hbq" + uuid.uuid4().hex[:6]
     inner = await open_transport(transport_kind, url, db, prefix, store)
-    published: dict[str, float] = {}
-    claimed: dict[str, float] = {}
-
-    class Timed(CountingTransport):
-        async def publish(self, group_id: str, event: Event, priority: int = 0) -> None:
-            published.setdefault(f"{group_id}:{event.kind}", time.perf_counter())
-            await super().publish(group_id, event, priority)
-
-        async def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Any:
-            lease = await super().claim(worker_id, visibility, min_priority)
-            if lease is not None:
-                claimed.setdefault(f"{lease.group_id}:{lease.event.kind}", time.perf_counter())
-                fire_at = (lease.event.data or {}).get("fire_at") if lease.event.kind == "Timeout" else None
-                if isinstance(fire_at, (int, float)):  # harel's Timeout carries its timer's fire time
-                    out.timer_ms.append(1000 * (time.time() - fire_at))
-            return lease
-
-    transport = Timed(inner)
+    transport = _Timed(inner, out)
     runner = AsyncDistributedRunner(store, transport, defs)
     worker = runner.worker(worker_id="lat", concurrency=16)
     stop = asyncio.Event()
@@ -142,7 +149,8 @@ async def _latency(
         exe = await runner.create("Parcel")
         await asyncio.sleep(1.0 / rate)
         out.handler_ms.append(
-            1000 * (claimed.get(f"{exe.id}:Start", time.perf_counter()) - published[f"{exe.id}:Start"])
+            1000
+            * (transport.claimed.get(f"{exe.id}:Start", time.perf_counter()) - transport.published[f"{exe.id}:Start"])
         )
     await asyncio.sleep(1.0)
     for _ in range(timers):
