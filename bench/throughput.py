@@ -232,17 +232,17 @@ async def _measure_worker(
     trace: bool,
     transport_kind: str = "harel",
 ) -> tuple[Cell, list[str]]:
+    """One cell through harel's AsyncWorker: a warm-up execution, then waves of work, each
+    submitted (timed apart) and drained (the figure), until `cap` events or `budget` seconds.
+    Kept whole: the warm-up, the waves and the clean-up share one store, transport and runner,
+    and the wave loop's five running totals become the cell; apart, they would be passed back
+    and forth as a tuple."""
     store = await async_store(kind, url, db)
     prefix = "hbq" + uuid.uuid4().hex[:8]  # a queue of its own: nothing left over from another cell
     inner = await open_transport(transport_kind, url, db, prefix, store)
     transport = CountingTransport(inner)
     runner = AsyncDistributedRunner(store, transport, defs, trace=trace)
-    ids: list[str] = []
-    # warm-up, untimed: one execution through the whole path
-    warm = await runner.create("Parcel")
-    ids.append(warm.id)
-    for step in STEPS:
-        await runner.send(warm.id, Event(kind=step))
+    ids = await _submit(runner, 1)  # warm-up, untimed: one execution through the whole path
     await _drain(store, transport, defs, concurrency, EVENTS_PER_EXECUTION, max(budget, 30.0), trace)
 
     # in waves, so the queue stays as short for one store as for the other: submit a wave
@@ -257,10 +257,7 @@ async def _measure_worker(
     while handled < cap and drain_seconds + submit_seconds < budget:
         n = min(wave, -(-(cap - handled) // EVENTS_PER_EXECUTION))
         t = time.perf_counter()
-        batch = [(await runner.create("Parcel")).id for _ in range(n)]
-        for eid in batch:
-            for step in STEPS:
-                await runner.send(eid, Event(kind=step))
+        batch = await _submit(runner, n)
         submit_seconds += time.perf_counter() - t
         submitted += EVENTS_PER_EXECUTION * n
         mine += batch
@@ -282,6 +279,15 @@ async def _measure_worker(
         runner_name, "", kind, handled, drain_seconds, submit_events=submitted, submit_seconds=submit_seconds, wire=wire
     )
     return cell, ids
+
+
+async def _submit(runner: AsyncDistributedRunner, n: int) -> list[str]:
+    """`n` Parcels created, each queueing its Start, and their four further events queued."""
+    batch = [(await runner.create("Parcel")).id for _ in range(n)]
+    for eid in batch:
+        for step in STEPS:
+            await runner.send(eid, Event(kind=step))
+    return batch
 
 
 def measure(kind: str, runner: str, url: str, db: str, defs: dict[str, Definition], cap: int, budget: float) -> Cell:
