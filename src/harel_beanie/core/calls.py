@@ -17,8 +17,9 @@ from typing import Any, Generator, Literal, Optional, TypeVar, Union
 # collection at majority, whatever the store's concerns (the seq leases, harel_beanie.core.seqs);
 # "queues" and "overflow" are the transport's (harel_beanie.transport.documents), "enqueue"
 # the queues at the concern publishes are written with (a lease's writes need less);
-# "partitions" the workers' partition leases (harel_beanie.transport.ownership)
-Target = Literal["executions", "confirm", "counters", "leases", "queues", "enqueue", "overflow", "partitions"]
+# "partitions" the workers' partition leases (harel_beanie.transport.ownership); "counts" the
+# executions' counter documents, one per partition (harel_beanie.core.counting)
+Target = Literal["executions", "confirm", "counters", "leases", "queues", "enqueue", "overflow", "partitions", "counts"]
 
 
 @dataclass(frozen=True)
@@ -61,11 +62,20 @@ class UpdateOne:
 
 @dataclass(frozen=True)
 class UpdateMany:
-    """-> the matched count."""
+    """-> the matched count. `update` may be an aggregation pipeline (a list)."""
 
     target: Target
     filter: dict[str, Any]
-    update: dict[str, Any]
+    update: Union[dict[str, Any], list[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """-> a list of documents: the pipeline's output (its first stage a `$match`, which
+    is what names the partitions it reads)."""
+
+    target: Target
+    pipeline: list[dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -119,7 +129,17 @@ class CreateIndexes:
 
 
 Call = Union[
-    FindOne, Find, InsertOne, UpdateOne, ReplaceOne, UpdateMany, DeleteOne, Increment, FindOneAndUpdate, CreateIndexes
+    FindOne,
+    Find,
+    InsertOne,
+    UpdateOne,
+    ReplaceOne,
+    UpdateMany,
+    DeleteOne,
+    Increment,
+    FindOneAndUpdate,
+    CreateIndexes,
+    Aggregate,
 ]
 T = TypeVar("T")
 Flow = Generator[Call, Any, T]

@@ -35,6 +35,7 @@ from harel.engine.store.base import Step, TimerOp
 from harel.spec.states import Event
 
 from harel_beanie.core.arguments import require_str
+from harel_beanie.core.counting import DIRTY, LEAVING
 from harel_beanie.core.keys import encode_path, timer_field
 from harel_beanie.core.sizes import DEFAULT_TRACE_STEP_BYTES, dedupe_key, ring_length, strict_json, trace_item
 
@@ -260,6 +261,7 @@ def _new_document(exe: Execution, c: _CommitParts) -> dict[str, Any]:
         "trace_n": len(c.trace),
         "commit_tokens": [c.token],
         "born": c.token,  # which creation this is: a purge buries it (see flows.purge)
+        DIRTY: True,  # not counted yet (harel_beanie.core.counting, Rule 2)
     }
     if c.outbox or c.spawns:
         doc["pending"] = True  # the relays' index (documents.PENDING)
@@ -275,10 +277,12 @@ def _new_document(exe: Execution, c: _CommitParts) -> dict[str, Any]:
 def _cas_update(exe: Execution, c: _CommitParts, dedupe_window: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """The filter (the CAS on the loaded version, and the seq floor) and the partial update
     of an existing execution."""
-    set_ops: dict[str, Any] = {"data": c.data, "version": c.new_version, **c.promoted}
+    # every commit moves the version (and may move the status): the counts' mark rides along,
+    # and a commit to an execution prune has begun removing keeps it (core.counting, Rule 5)
+    set_ops: dict[str, Any] = {"data": c.data, "version": c.new_version, **c.promoted, DIRTY: True}
     if c.outbox or c.spawns:
         set_ops["pending"] = True  # cleared by the write that removes the last entry
-    unset_ops: dict[str, str] = {}
+    unset_ops: dict[str, str] = {LEAVING: ""}
     for path, at in c.timer_ops.items():
         if at is None:
             unset_ops[timer_field(path)] = ""

@@ -36,6 +36,9 @@ SCHEMA_VERSION = 3
 #: The filter selecting the documents that hold outbox entries or spawns (see `pending`).
 PENDING: dict[str, Any] = {"pending": True}
 
+#: The filter selecting the documents the counts have not folded yet (`core.counting`).
+DIRTY_MARK: dict[str, Any] = {"cdirty": True}
+
 #: The `_id` of the counters-collection document holding the recorded layout version.
 SCHEMA_MARKER_ID = "harel_beanie:schema"
 #: The `_id` of the counter that spreads store instances over the seq nodes when they take
@@ -116,6 +119,13 @@ class ExecutionDocument(Document, SummaryFields):
     # the execution's partition, a function of its id (`harel_beanie.core.partitions`): what
     # a worker's sweeps select on, and on a sharded cluster the shard key's first field
     part: Optional[int] = None
+    # the counts kept up to date (harel_beanie.core.counting): what the counters count this
+    # document as, the fold that set it, whether a write changed it since (the one index
+    # the folds read), and whether prune has begun removing it
+    cc: Optional[dict[str, Any]] = None
+    cseq: Optional[int] = None
+    cdirty: Optional[bool] = None
+    leaving: Optional[bool] = None
 
     class Settings:
         name = Names(DEFAULT_PREFIX).executions
@@ -155,6 +165,14 @@ class ExecutionDocument(Document, SummaryFields):
                 [("part", ASCENDING), ("next_fire", ASCENDING)],
                 name="hb_part_timer",
                 partialFilterExpression={"next_fire": ANY_TIME},
+            ),
+            # the counts: the documents written since their partition's last fold, which the
+            # fold and every exact read of the counts read (core.counting, Rule 2)
+            # (its own key pattern: mongod refuses a second index on hb_part_pending's keys)
+            IndexModel(
+                [("part", ASCENDING), ("cdirty", ASCENDING), ("_id", ASCENDING)],
+                name="hb_part_cdirty",
+                partialFilterExpression=DIRTY_MARK,
             ),
         ]
 
@@ -199,6 +217,49 @@ class CounterDocument(Document):
         use_state_management = False
 
 
+class CountsDocument(Document):
+    """One partition's execution counts, kept up to date by folds (`harel_beanie.core.counting`
+    states the rules): `_id` the partition; `n` executions by definition and status (keys
+    escaped: `core.counting.definition_key`), `t` tombstones, `v` the sum of the versions;
+    `seq` the batches applied, `last` the last one (each id and what it is counted as now),
+    `marked` whether its documents carry that, `built` whether the counter holds the
+    partition's documents written before it existed."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: int = Field(alias="_id")  # type: ignore[assignment]
+    part: int
+    seq: int = 0
+    n: dict[str, dict[str, int]] = {}
+    t: int = 0
+    v: int = 0
+    last: list[dict[str, Any]] = []
+    marked: bool = False
+    built: bool = False
+
+    class Settings:
+        name = f"{DEFAULT_PREFIX}_hb_counts"
+        use_state_management = False
+
+
+def counts_collection(prefix: str) -> str:
+    """The collection of the counts of the executions under `prefix`."""
+    return f"{require_str('prefix', prefix)}_hb_counts"
+
+
+def bind_counts(prefix: str = DEFAULT_PREFIX) -> type[CountsDocument]:
+    """`CountsDocument` bound to the collection of `prefix` (as `bind`)."""
+    return _bind_counts(require_str("prefix", prefix))
+
+
+@lru_cache(maxsize=None)
+def _bind_counts(prefix: str) -> type[CountsDocument]:
+    Names(prefix)  # raises ValueError on a prefix harel would refuse
+    if prefix == DEFAULT_PREFIX:
+        return CountsDocument
+    return bound_class(CountsDocument, prefix, counts_collection(prefix))  # type: ignore[no-any-return]
+
+
 # --- projection models: what each read fetches, never more -------------------------------------
 
 
@@ -216,6 +277,9 @@ class VersionView(BaseModel):
     seq_hi: Optional[int] = None
     commit_tokens: list[str] = []
     tomb: Optional[Tombstone] = None
+    # what the counts count the document as: a creation over a tombstone carries them on
+    cc: Optional[dict[str, Any]] = None
+    cseq: Optional[int] = None
 
 
 class SummaryView(SummaryFields):

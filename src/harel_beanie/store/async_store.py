@@ -7,7 +7,7 @@ A thin shell: it awaits the calls the flows in `harel_beanie.core.flows` ask for
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 from harel.engine.execution import Execution, ExecutionPage, Status
 from harel.engine.store.base import OutboxEntry, SpawnEntry, Step, TimerOp
@@ -18,6 +18,7 @@ from harel_beanie.core import calls, flows
 from harel_beanie.core.arguments import require_bool
 from harel_beanie.core.calls import Flow, T
 from harel_beanie.core.commit import CommitRequest
+from harel_beanie.core.counting import Counts
 from harel_beanie.core.documents import bind
 from harel_beanie.store.connect import RetryPolicy, await_server
 from harel_beanie.store.dispatch import acall, adrive, maybe_await
@@ -174,6 +175,17 @@ class AsyncMongoStore(StoreShell):
 
     async def purge(self, execution_id: str, expected_version: int) -> bool:
         return await self._run(flows.purge(self._state, execution_id, expected_version))
+
+    async def fold_counts(self, parts: Optional[Sequence[int]] = None, *, ids: Optional[Sequence[str]] = None) -> int:
+        """Fold the executions written since the last fold into the counts of `parts`
+        (default: the partitions this store works on); see `harel_beanie.core.counting`."""
+        return await self._run(flows.fold_counts(self._state.scope, parts, ids=ids))
+
+    async def read_counts(self) -> Optional[Counts]:
+        """Exact counts of the stored executions by definition and status, or None while the
+        counters cannot answer (not built yet, or another layout)."""
+        read = await self._run(flows.read_counts(self._state.scope))
+        return None if read is None else read[0]
 
     async def close(self) -> None:
         """Give the seq lease back (if it holds one) and close the client."""

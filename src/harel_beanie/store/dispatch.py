@@ -97,6 +97,8 @@ def start(coll: Any, c: calls.Call) -> tuple[Any, Callable[[Any], Any]]:
             c.filter, c.update, projection=c.projection, sort=c.sort, upsert=c.upsert, return_document=after
         )
         return answer, _as_is
+    if isinstance(c, calls.Aggregate):
+        return coll.aggregate(c.pipeline), _as_is
     if isinstance(c, calls.CreateIndexes):
         return (coll.create_indexes(c.indexes) if c.indexes else None), _nothing
     raise TypeError(f"unknown call {c!r}")
@@ -116,13 +118,15 @@ def call(colls: Mapping[str, Any], c: calls.Call, scope: Optional[PartitionScope
     With `scope`, the call is routed first (`routed`)."""
     c = routed(c, scope)
     answer, reply = start(colls[c.target], c)
-    return reply(list(answer) if isinstance(c, calls.Find) else answer)
+    return reply(list(answer) if isinstance(c, (calls.Find, calls.Aggregate)) else answer)
 
 
 async def acall(colls: Mapping[str, Any], c: calls.Call, scope: Optional[PartitionScope] = None) -> Any:
     """`call` for an async client (PyMongo's async API, or Motor)."""
     c = routed(c, scope)
     answer, reply = start(colls[c.target], c)
+    if isinstance(c, calls.Aggregate):  # PyMongo's async API answers a coroutine, Motor a cursor
+        return reply(await (await maybe_await(answer)).to_list(None))
     return reply(await answer.to_list(None) if isinstance(c, calls.Find) else await maybe_await(answer))
 
 

@@ -23,7 +23,7 @@ from pymongo.write_concern import WriteConcern
 
 from harel_beanie.core.arguments import BadArgumentType, require_bool, require_int, require_str
 from harel_beanie.core.commit import DEFAULT_DEDUPE_WINDOW
-from harel_beanie.core.documents import bind, index_models
+from harel_beanie.core.documents import bind, counts_collection, index_models
 from harel_beanie.core.flows import StoreState
 from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.core.sizes import DEFAULT_TRACE_STEP_BYTES, MAX_EVENT_ID_BYTES, MAX_TRACE_RING_BYTES
@@ -96,6 +96,7 @@ def collections_for(client: Any, s: StoreSettings) -> dict[str, Any]:
         "confirm": db.get_collection(exes.Settings.name, **confirm),
         "counters": db.get_collection(counters.Settings.name, **options),
         "leases": db.get_collection(counters.Settings.name, **majority),
+        "counts": db.get_collection(counts_collection(s.prefix), **options),
     }
 
 

@@ -6,7 +6,7 @@ ask for (each as `harel_beanie.store.dispatch` says) and nothing else.
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 from harel.engine.execution import Execution, ExecutionPage, Status
 from harel.engine.store.base import OutboxEntry, SpawnEntry, Step, TimerOp
@@ -16,6 +16,7 @@ from pymongo.errors import PyMongoError
 from harel_beanie.core import calls, flows
 from harel_beanie.core.calls import Flow, T
 from harel_beanie.core.commit import CommitRequest
+from harel_beanie.core.counting import Counts
 from harel_beanie.store.connect import RetryPolicy, wait_for_server
 from harel_beanie.store.dispatch import call, drive
 from harel_beanie.store.settings import StoreShell
@@ -154,6 +155,17 @@ class MongoStore(StoreShell):
 
     def purge(self, execution_id: str, expected_version: int) -> bool:
         return self._run(flows.purge(self._state, execution_id, expected_version))
+
+    def fold_counts(self, parts: Optional[Sequence[int]] = None, *, ids: Optional[Sequence[str]] = None) -> int:
+        """Fold the executions written since the last fold into the counts of `parts`
+        (default: the partitions this store works on); see `harel_beanie.core.counting`."""
+        return self._run(flows.fold_counts(self._state.scope, parts, ids=ids))
+
+    def read_counts(self) -> Optional[Counts]:
+        """Exact counts of the stored executions by definition and status, or None while the
+        counters cannot answer (not built yet, or another layout)."""
+        read = self._run(flows.read_counts(self._state.scope))
+        return None if read is None else read[0]
 
     def close(self) -> None:
         """Give the seq lease back (if it holds one) and close the client."""

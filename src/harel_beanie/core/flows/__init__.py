@@ -13,7 +13,8 @@ One module per job, each importing only `state` and the modules before it:
 - `reads`: loads, the dedupe check, listing, traces, ids by prefix;
 - `committing`: `commit` (and its recovery of lost replies) and `append_trace`;
 - `relays`: what harel's relay and timer sweep ask (pending entries, acks, due timers);
-- `purging`: `purge`, which leaves a tombstone.
+- `purging`: `purge`, which leaves a tombstone;
+- `counting`: the counts kept up to date (`fold_counts`, `read_counts`).
 
 Two rules the flows keep beyond a single write:
 
@@ -29,6 +30,7 @@ Two rules the flows keep beyond a single write:
   replica set it can't be rolled back after the store said so.
 """
 
+from harel_beanie.core.flows.counting import fold_counts, read_counts
 from harel_beanie.core.flows.committing import UNKNOWN_OUTCOME_RETRIES, append_trace, commit
 from harel_beanie.core.flows.leases import mint_seqs, release_lease
 from harel_beanie.core.flows.purging import purge
@@ -59,6 +61,8 @@ __all__ = [
     "append_trace",
     "commit",
     "delete_timer",
+    "fold_counts",
+    "read_counts",
     "due_timers",
     "next_timer",
     "ids_with_prefix",

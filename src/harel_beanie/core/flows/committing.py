@@ -27,6 +27,7 @@ from pymongo.errors import (
 
 from harel_beanie.core.arguments import require_str
 from harel_beanie.core.calls import FindOne, Flow, InsertOne, ReplaceOne, UpdateOne
+from harel_beanie.core.counting import COUNTED, COUNTED_SEQ
 from harel_beanie.core.commit import COMMIT_TOKENS, CommitPlan, CommitRequest, append_trace_update, plan_commit
 from harel_beanie.core.documents import VersionView, projection
 from harel_beanie.core.errors import CommitOutcomeUnknown, ExecutionTooLarge
@@ -62,7 +63,7 @@ def commit(st: StoreState, request: CommitRequest) -> Flow[list[int]]:
     retries_left = UNKNOWN_OUTCOME_RETRIES
     sent: dict[str, CommitPlan] = {}  # every send's plan by token: any of them may have landed
     plan: Optional[CommitPlan] = None
-    over: Optional[dict[str, Any]] = None  # a purged incarnation's tombstone the creation replaces
+    over: Optional[dict[str, Any]] = None  # the stored tombstone (of a purged incarnation) a creation replaces
     tomb_tries = _TOMB_TRIES
     exe = request.exe
     while True:
@@ -90,7 +91,7 @@ def commit(st: StoreState, request: CommitRequest) -> Flow[list[int]]:
                 raise StoreConflict(exe.id, expected=plan.old_version, found=None)
             else:
                 tomb_tries -= 1  # the tombstone changed under us (another purge): look again
-            over = tomb
+            over = found
             continue
         stored = None if found is None or tomb is not None else found.get("version")
         expected = None if plan.insert is not None else plan.old_version
@@ -157,10 +158,14 @@ def _send(
         if over is None:
             yield InsertOne("executions", plan.insert)
             return True, None
-        # the id was purged before: a creation (harel's create of a reused id)
-        # replaces exactly the tombstone read, carrying its buried creations on
-        replacement = {**plan.insert, "buried": over.get("buried", [])}
-        return (yield ReplaceOne("executions", {"_id": exe.id, "tomb": over}, replacement)) == 1, None
+        # the id was purged before: a creation (harel's create of a reused id) replaces
+        # exactly the tombstone read, carrying its buried creations on, and what the counts
+        # count it as (core.counting, Rule 1: the creation's mark counts it anew)
+        tomb, counted = over["tomb"], {k: over.get(k) for k in (COUNTED, COUNTED_SEQ)}
+        replacement = {**plan.insert, "buried": tomb.get("buried", [])}
+        replacement.update({k: v for k, v in counted.items() if v is not None})
+        guard = {"_id": exe.id, "tomb": tomb, **counted}
+        return (yield ReplaceOne("executions", guard, replacement)) == 1, None
     except DuplicateKeyError:
         return False, None  # a concurrent creator won the insert, an earlier send of ours did, or a tombstone
     except DocumentTooLarge:

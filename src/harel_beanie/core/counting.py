@@ -1,0 +1,260 @@
+"""Execution counts kept up to date: what each execution is counted as, and how a partition's
+counter document moves, with no I/O (the flows in `harel_beanie.core.flows.counting` send it).
+
+Why this module exists: counting executions per status over the whole collection costs
+O(executions) on every server, for every page view and scrape. Instead each partition has one
+counter document (`CountsDocument`) and every execution document says what it is counted as.
+The rules, each write keeping them in the one update it already makes:
+
+Rule 1. An execution document holds `cc`, what the counters count it as: `{d, s, v}` (its
+        definition, status and version) for an execution, `{t: 1}` for a tombstone, null
+        or absent for nothing. `state_of` is what it should be counted as now: a document
+        that prune has begun removing (`leaving`) counts as nothing.
+Rule 2. Every write that creates a document or changes what it is counted as (a commit, the
+        creation over a tombstone, a purge, prune's `leaving` mark) also sets `cdirty`, in
+        the same update. The partial index `hb_part_cdirty` holds only those documents.
+Rule 3. A fold applies the deltas (`state_of` less `cc`) of a batch of dirty documents to
+        the counter document in one update, conditional on its `seq`, which the update
+        raises and which records the batch (`last`: each id and what it is now counted as):
+        two folders cannot both apply a batch. Then it marks each document of the batch
+        (`cc` and `cseq` set; `cdirty` cleared only if the document is still as read, so a
+        commit in between leaves it dirty). A mark carries its batch's seq and lands only on
+        a document marked by an earlier batch (`cseq` below it): a late folder cannot undo
+        a later batch's mark. A fold that died between the two finds `last` unmarked and
+        marks it first.
+Rule 4. Exact counts at any moment are the counter documents plus, for each dirty document,
+        its `state_of` less what the counters hold for it: its `cc`, or, while its batch is
+        the last one and not yet marked on it, that batch's entry (`effective_cc`). The
+        counters and the dirty documents are read, then the counters' seqs again: a fold in
+        between, which would count a document in both reads, makes the reader read again.
+Rule 5. A document is deleted only while it counts for nothing: prune marks it `leaving`
+        (Rule 2), folds it, then deletes it on the condition that it is still `leaving` and
+        its `cc` is null. A commit in between removes the mark, and the execution stays.
+
+A partition's counter starts unbuilt; `build_pipeline` gives every document not yet counted
+its `cc` in one server-side update, and the sums of those `cc` become the counter. Until
+every partition is built, readers count the collection as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+from urllib.parse import unquote
+
+#: the fields each execution document carries for the counts (Rule 1, 2, 3, 5)
+DIRTY = "cdirty"
+COUNTED = "cc"
+COUNTED_SEQ = "cseq"
+LEAVING = "leaving"
+#: what the counts call a document with no status: one harel's own store wrote, not migrated
+UNKNOWN = "UNKNOWN"
+#: dirty documents one fold reads
+FOLD_BATCH = 500
+#: the dirty documents' fields a fold and a reader need
+DIRTY_PROJECTION = {
+    "_id": 1,
+    "definition_id": 1,
+    "status": 1,
+    "version": 1,
+    "born": 1,
+    "tomb": 1,
+    LEAVING: 1,
+    COUNTED: 1,
+    COUNTED_SEQ: 1,
+}
+
+
+def _escape(text: str) -> str:
+    """A map key safe in a field path: no '.', no leading '$', no NUL, never empty."""
+    return text.replace("%", "%25").replace(".", "%2E").replace("$", "%24").replace("\x00", "%00")
+
+
+def definition_key(definition: str) -> str:
+    return "d" + _escape(definition)
+
+
+def status_key(status: str) -> str:
+    return "s" + _escape(status)
+
+
+def unkey(key: str) -> str:
+    """A definition or status back from its key ('%' is always escaped, so this is exact)."""
+    return unquote(key[1:])
+
+
+def state_of(doc: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """What a stored document should be counted as now (Rule 1)."""
+    if doc.get(LEAVING):
+        return None
+    if "tomb" in doc:
+        return {"t": 1}
+    if doc.get("definition_id") is None:
+        return None
+    status = doc.get("status")
+    return {"d": str(doc["definition_id"]), "s": status if isinstance(status, str) else UNKNOWN, "v": _int(doc)}
+
+
+def _int(doc: Mapping[str, Any]) -> int:
+    v = doc.get("version")
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+
+def add_delta(inc: dict[str, int], cc: Optional[Mapping[str, Any]], sign: int) -> None:
+    """Add `sign` times what `cc` counts to `inc`, an `$inc` of a counter document."""
+    if not cc:
+        return
+    if cc.get("t"):
+        inc["t"] = inc.get("t", 0) + sign
+        return
+    path = f"n.{definition_key(str(cc.get('d')))}.{status_key(str(cc.get('s')))}"
+    inc[path] = inc.get(path, 0) + sign
+    inc["v"] = inc.get("v", 0) + sign * int(cc.get("v") or 0)
+
+
+def effective_cc(doc: Mapping[str, Any], counter: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """What the counter document counts `doc` as (Rule 4)."""
+    seq = int(counter.get("seq") or 0)
+    if int(doc.get(COUNTED_SEQ) or 0) < seq:
+        for entry in counter.get("last") or ():
+            if entry.get("_id") == doc.get("_id"):
+                cc = entry.get("cc")
+                return dict(cc) if cc else None
+    cc = doc.get(COUNTED)
+    return dict(cc) if cc else None
+
+
+def entry_of(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A batch entry: the id, what it is now counted as, and what pins the state read."""
+    entry: dict[str, Any] = {"_id": doc["_id"], "cc": state_of(doc)}
+    if "tomb" in doc:
+        entry["at"] = (doc.get("tomb") or {}).get("at")
+    else:
+        entry.update(v=doc.get("version"), b=doc.get("born"), l=bool(doc.get(LEAVING)))
+    return entry
+
+
+def unchanged(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The filter matching the document only while it is as the fold read it (Rule 3)."""
+    if "at" in entry:
+        return {"tomb.at": entry["at"]}
+    return {
+        "version": entry.get("v"),
+        "born": entry.get("b"),
+        "tomb": {"$exists": False},
+        LEAVING: True if entry.get("l") else {"$exists": False},
+    }
+
+
+def plan_fold(docs: list[Mapping[str, Any]], counter: Mapping[str, Any]) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    """The counter's `$inc` for a batch of dirty documents, and the batch's entries."""
+    inc: dict[str, int] = {}
+    entries = []
+    for doc in docs:
+        entry = entry_of(doc)
+        add_delta(inc, effective_cc(doc, counter), -1)
+        add_delta(inc, entry["cc"], +1)
+        entries.append(entry)
+    return {k: n for k, n in inc.items() if n}, entries
+
+
+@dataclass
+class Counts:
+    """Executions by definition and status, tombstones, and the sum of the executions'
+    versions (the commits they have had), exact at the moment they were read."""
+
+    per: dict[str, dict[str, int]] = field(default_factory=dict)  # definition -> status -> n
+    purged: int = 0
+    commits: int = 0
+
+    def totals(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for per in self.per.values():
+            for status, n in per.items():
+                out[status] = out.get(status, 0) + n
+        return out
+
+    def add(self, cc: Optional[Mapping[str, Any]], sign: int) -> None:
+        if not cc:
+            return
+        if cc.get("t"):
+            self.purged += sign
+            return
+        per = self.per.setdefault(str(cc.get("d")), {})
+        status = str(cc.get("s"))
+        per[status] = per.get(status, 0) + sign
+        self.commits += sign * int(cc.get("v") or 0)
+
+    def add_counter(self, counter: Mapping[str, Any]) -> None:
+        self.purged += int(counter.get("t") or 0)
+        self.commits += int(counter.get("v") or 0)
+        for dkey, statuses in (counter.get("n") or {}).items():
+            per = self.per.setdefault(unkey(dkey), {})
+            for skey, n in (statuses or {}).items():
+                per[unkey(skey)] = per.get(unkey(skey), 0) + int(n)
+
+    def tidy(self) -> "Counts":
+        """Zero counts dropped (a definition with nothing left goes)."""
+        per = {d: {s: n for s, n in ss.items() if n} for d, ss in self.per.items()}
+        self.per = {d: ss for d, ss in per.items() if ss}
+        return self
+
+
+def combine(counters: list[Mapping[str, Any]], dirty: list[Mapping[str, Any]], part: str) -> Counts:
+    """Exact counts from the counter documents and the dirty documents (Rule 4)."""
+    out = Counts()
+    by_part = {c["_id"]: c for c in counters}
+    for c in counters:
+        out.add_counter(c)
+    for doc in dirty:
+        counter = by_part.get(doc.get(part), {})
+        out.add(effective_cc(doc, counter), -1)
+        out.add(state_of(doc), +1)
+    return out.tidy()
+
+
+def build_pipeline() -> list[dict[str, Any]]:
+    """The update giving a document not yet counted its `cc` from its own fields (Rule 1),
+    as `state_of` computes it, on the server."""
+    live = {
+        "d": "$definition_id",
+        "s": {"$ifNull": ["$status", UNKNOWN]},
+        "v": {"$ifNull": ["$version", 0]},
+    }
+    state = {
+        "$cond": [
+            {"$eq": [f"${LEAVING}", True]},
+            None,
+            {"$cond": [{"$eq": [{"$type": "$tomb"}, "object"]}, {"t": 1}, live]},
+        ]
+    }
+    return [{"$set": {COUNTED: state, COUNTED_SEQ: 0}}]
+
+
+def build_sums(part: int) -> list[dict[str, Any]]:
+    """The aggregation summing a partition's `cc` (what its built counter starts from)."""
+    return [
+        {"$match": {"part": part, COUNTED: {"$type": "object"}}},
+        {
+            "$group": {
+                "_id": {"d": f"${COUNTED}.d", "s": f"${COUNTED}.s"},
+                "n": {"$sum": 1},
+                "t": {"$sum": {"$ifNull": [f"${COUNTED}.t", 0]}},
+                "v": {"$sum": {"$ifNull": [f"${COUNTED}.v", 0]}},
+            }
+        },
+    ]
+
+
+def built_counter(groups: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """The `$set` of a partition's counter from `build_sums`' groups."""
+    n: dict[str, dict[str, int]] = {}
+    t = v = 0
+    for g in groups:
+        t += int(g.get("t") or 0)
+        v += int(g.get("v") or 0)
+        key = g.get("_id") or {}
+        if key.get("d") is not None and key.get("s") is not None:
+            per = n.setdefault(definition_key(str(key["d"])), {})
+            per[status_key(str(key["s"]))] = int(g["n"])
+    return {"n": n, "t": t, "v": v, "built": True}

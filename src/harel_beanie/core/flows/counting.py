@@ -1,0 +1,126 @@
+"""The counts' flows: a partition's fold (built first if it is not yet), and the exact read.
+
+The rules they keep are `harel_beanie.core.counting`'s; this module only sends them. A fold
+runs on the worker that owns the partition, every sweep, and on any reader that finds many
+dirty documents; a read costs three commands whatever the collection holds, plus the dirty
+documents it reads (those changed since the last fold).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from harel_beanie.core.calls import Aggregate, Find, FindOne, Flow, UpdateMany, UpdateOne
+from harel_beanie.core.counting import (
+    COUNTED,
+    COUNTED_SEQ,
+    DIRTY,
+    DIRTY_PROJECTION,
+    FOLD_BATCH,
+    Counts,
+    build_pipeline,
+    build_sums,
+    built_counter,
+    combine,
+    plan_fold,
+    unchanged,
+)
+from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
+from harel_beanie.core.partitions import PART, PartitionScope
+
+#: how many times a read starts again when a fold lands between its reads (Rule 4)
+READ_TRIES = 3
+
+
+def _parts(scope: PartitionScope, only: Optional[Sequence[int]]) -> list[int]:
+    if only is not None:
+        return sorted(set(only))
+    owned = scope.owned()
+    return list(range(scope.parts)) if owned is None else sorted(owned)
+
+
+def fold_counts(
+    scope: PartitionScope, parts: Optional[Sequence[int]] = None, *, ids: Optional[Sequence[str]] = None
+) -> Flow[int]:
+    """Fold the dirty documents of `parts` (default: the partitions `scope` works on) into
+    their counters, building a counter not built yet; `ids` limits the fold to those
+    documents (prune folds what it is about to delete). Returns the documents folded."""
+    folded = 0
+    for part in _parts(scope, parts):
+        while True:
+            n = yield from _fold_batch(part, ids)
+            folded += n
+            if n < FOLD_BATCH:
+                break
+    return folded
+
+
+def _fold_batch(part: int, ids: Optional[Sequence[str]]) -> Flow[int]:
+    """One batch of one partition (Rule 3)."""
+    counter = yield FindOne("counts", {"_id": part})
+    if counter is None or not counter.get("built"):
+        counter = yield from build(part)
+        if counter is None:
+            return 0
+    seq = int(counter.get("seq") or 0)
+    if counter.get("last") and not counter.get("marked"):
+        yield from _mark(part, seq, counter["last"])
+    query: dict[str, Any] = {PART: part, DIRTY: True}
+    if ids is not None:
+        query["_id"] = {"$in": list(ids)}
+    docs = yield Find("executions", query, DIRTY_PROJECTION, sort=[("_id", 1)], limit=FOLD_BATCH)
+    if not docs:
+        return 0
+    inc, entries = plan_fold(docs, counter)
+    update = {"$inc": {**inc, "seq": 1}, "$set": {"last": entries, "marked": False}}
+    if not (yield UpdateOne("counts", {"_id": part, "seq": seq}, update)):
+        return 0  # another folder applied a batch first: its documents are its to mark
+    yield from _mark(part, seq + 1, entries)
+    return len(docs)
+
+
+def _mark(part: int, seq: int, entries: list[dict[str, Any]]) -> Flow[None]:
+    """Mark each document of batch `seq` as counted (Rule 3), then the batch as marked."""
+    for entry in entries:
+        base = {"_id": entry["_id"], PART: part, COUNTED_SEQ: {"$not": {"$gte": seq}}}
+        counted = {COUNTED: entry["cc"], COUNTED_SEQ: seq}
+        if not (yield UpdateOne("executions", {**base, **unchanged(entry)}, {"$set": counted, "$unset": {DIRTY: ""}})):
+            yield UpdateOne("executions", base, {"$set": counted})  # changed since: stays dirty
+    yield UpdateOne("counts", {"_id": part, "seq": seq}, {"$set": {"marked": True}})
+
+
+def build(part: int) -> Flow[Optional[dict[str, Any]]]:
+    """Build a partition's counter: every document not yet counted gets its `cc` (one
+    server-side update), the counter the sums of them. Once per partition, O(partition);
+    a builder racing another leaves one result (both sum the same `cc`: only folds change
+    a `cc` once set, and they wait for the build)."""
+    fresh = {"part": part, "seq": 0, "n": {}, "t": 0, "v": 0, "last": [], "built": False}
+    yield UpdateOne("counts", {"_id": part}, {"$setOnInsert": fresh}, upsert=True)
+    # never a dirty document: every one this package writes is dirty from its creation on,
+    # and the readers count it by its state until a fold gives it its `cc`
+    stale = {PART: part, COUNTED: {"$exists": False}, DIRTY: {"$exists": False}}
+    yield UpdateMany("executions", stale, build_pipeline())
+    groups = yield Aggregate("executions", build_sums(part))
+    yield UpdateOne("counts", {"_id": part, "built": False, "seq": 0}, {"$set": built_counter(groups)})
+    counter: Optional[dict[str, Any]] = yield FindOne("counts", {"_id": part})
+    return counter if counter is not None and counter.get("built") else None
+
+
+def read_counts(scope: PartitionScope) -> Flow[Optional[tuple[Counts, int]]]:
+    """Exact counts (Rule 4) and how many dirty documents the read met, or None where the
+    counters cannot answer: a layout other than this package's, or a partition whose
+    counter is not built yet (the caller counts the collection instead)."""
+    marker = yield FindOne("counters", {"_id": SCHEMA_MARKER_ID})
+    if marker is None or marker.get("n") != SCHEMA_VERSION:
+        return None
+    parts = list(range(int(marker.get("parts") or scope.parts)))
+    every = {"_id": {"$in": parts}}
+    for _ in range(READ_TRIES):
+        counters = yield Find("counts", every)
+        if len(counters) < len(parts) or not all(c.get("built") for c in counters):
+            return None
+        dirty = yield Find("executions", {PART: {"$in": parts}, DIRTY: True}, DIRTY_PROJECTION)
+        again = yield Find("counts", every, {"seq": 1})
+        if {c["_id"]: c.get("seq") for c in again} == {c["_id"]: c.get("seq") for c in counters}:
+            return combine(counters, dirty, PART), len(dirty)
+    return None
