@@ -339,6 +339,12 @@ async def _sweep_forever(
             await sweep(store, transport, executions, worker.definitions, trace=trace)
         except Exception:  # an outage: the run loop will meet it too; keep sweeping after it
             log.warning("relay sweep failed; retrying in %ss", every, exc_info=True)
+        fold = getattr(store, "fold_counts", None)  # harel's own store keeps no counts
+        try:
+            if fold is not None:
+                await fold()  # the counts of the partitions this worker owns (core.counting)
+        except Exception:  # as for the sweep: the next one folds what this one could not
+            log.warning("counts fold failed; retrying in %ss", every, exc_info=True)
 
 
 async def _run_through_outages(worker: Any, stop: asyncio.Event, wid: str, pause: float = 1.0) -> None:

@@ -54,6 +54,7 @@ FOLD_BATCH = 500
 #: the dirty documents' fields a fold and a reader need
 DIRTY_PROJECTION = {
     "_id": 1,
+    "part": 1,
     "definition_id": 1,
     "status": 1,
     "version": 1,

@@ -11,6 +11,8 @@ explain). Run it with `await q.to_list()`, refine it with `.limit(n)`, or page i
 `backlog()` gathers what `harel-beanie status` shows: executions by definition and status,
 the purged executions' tombstones, the pending outbox and its oldest entry, pending spawns,
 due and next timers, and executions running but silent for longer than a threshold.
+`execution_counts()` reads the executions by definition and status from the counters the
+store keeps up to date (exact, in a few commands whatever the collection holds).
 `executions_page` and `status_counts` list executions matching an `ExecutionFilter`, a page at
 a time.
 
@@ -28,7 +30,16 @@ migration reads with its summary taken from its snapshot.
 """
 
 from harel_beanie.queries.backlog import MAX_SHOW, Backlog, backlog
-from harel_beanie.queries.pages import MAX_LIMIT, ExecutionFilter, Page, executions, executions_page, status_counts
+from harel_beanie.queries.counts import execution_counts
+from harel_beanie.queries.pages import (
+    COUNT_CAP,
+    MAX_LIMIT,
+    ExecutionFilter,
+    Page,
+    executions,
+    executions_page,
+    status_counts,
+)
 from harel_beanie.queries.rows import STATUSES, ExecutionDetail, ExecutionRow, TimerRow
 from harel_beanie.queries.single import (
     by_status,
@@ -41,6 +52,7 @@ from harel_beanie.queries.single import (
 )
 
 __all__ = [
+    "COUNT_CAP",
     "MAX_LIMIT",
     "MAX_SHOW",
     "STATUSES",
@@ -55,6 +67,7 @@ __all__ = [
     "children_of",
     "execution_detail",
     "executions",
+    "execution_counts",
     "executions_page",
     "failed_since",
     "purged",

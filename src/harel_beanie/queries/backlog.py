@@ -17,17 +17,16 @@ from typing import Any, Optional
 from harel.engine.schema import Names
 
 from harel_beanie.core.arguments import require_int, require_seconds, require_time
+from harel_beanie.core.counting import LEAVING, UNKNOWN
 from harel_beanie.core.documents import PENDING, SCHEMA_MARKER_ID, ExecutionDocument
 from harel_beanie.core.keys import ANY_SEQ, ANY_TIME, decode_path
 from harel_beanie.core.seqs import minted_at
+from harel_beanie.queries.counts import execution_counts
 from harel_beanie.queries.rows import Executions, checked_doc
 from harel_beanie.queries.single import stuck_running, waiting_on_timer
 
 #: the most rows `show` may ask for (the next timers, the silent executions)
 MAX_SHOW = 10_000
-#: what the counts call a document with no status: one harel's own store wrote, not yet
-#: written again or migrated (its status is inside its snapshot)
-UNKNOWN = "UNKNOWN"
 
 
 @dataclass
@@ -54,8 +53,9 @@ class Backlog:
 async def backlog(
     *, doc: Executions = ExecutionDocument, stuck_after: float = 300.0, now: Optional[float] = None, show: int = 10
 ) -> Backlog:
-    """Everything `harel-beanie status` reports. The counts group the whole collection
-    (one pass over the (status, _id) index keys on mongod); every other figure reads only the
+    """Everything `harel-beanie status` reports. The counts are the counters kept up to date
+    (`queries.counts`: O(partitions + executions written since the last fold)), or one pass
+    over the collection where they cannot answer; every other figure reads only the
     documents that hold pending work, through their indexes. On a database still in harel's
     layout (before `migrate up`) the statuses and the pending work are read from every
     document instead, as the store itself does there."""
@@ -65,9 +65,36 @@ async def backlog(
     show = require_int("show", show, low=0, high=MAX_SHOW)
     out = Backlog(now=now, stuck_after=stuck_after)
     coll = doc.get_pymongo_collection()
+    counted = await execution_counts(doc=doc)
+    if counted is not None:
+        out.counts, out.purged, out.commits = counted.per, counted.purged, counted.commits
+    else:
+        await _counted_whole(coll, out)
+    if await _in_harel_layout(coll):
+        await _statuses_from_data(coll, out)
+        await _pending_scanned(coll, out, show)
+    else:
+        await _pending_indexed(doc, out, show)
+    stuck = await stuck_running(stuck_after, now=now, doc=doc).limit(show).to_list() if show else []
+    out.stuck = [
+        {
+            "id": r.id,
+            "definition_id": r.definition_id,
+            "active_path": r.active_path,
+            "silent_for": now - (r.updated_at or now),
+        }
+        for r in stuck
+    ]
+    return out
+
+
+async def _counted_whole(coll: Any, out: Backlog) -> None:
+    """The counts of a database whose counters cannot answer (another layout): one pass over
+    the collection. A document prune has begun removing is not counted, as by the counters."""
     groups = await (
         await coll.aggregate(
             [
+                {"$match": {LEAVING: {"$ne": True}}},
                 {
                     "$group": {
                         "_id": {"d": "$definition_id", "s": {"$ifNull": ["$status", UNKNOWN]}},
@@ -86,22 +113,6 @@ async def backlog(
         else:
             per = out.counts.setdefault(str(definition), {})
             per[g["_id"]["s"]] = per.get(g["_id"]["s"], 0) + g["n"]
-    if await _in_harel_layout(coll):
-        await _statuses_from_data(coll, out)
-        await _pending_scanned(coll, out, show)
-    else:
-        await _pending_indexed(doc, out, show)
-    stuck = await stuck_running(stuck_after, now=now, doc=doc).limit(show).to_list() if show else []
-    out.stuck = [
-        {
-            "id": r.id,
-            "definition_id": r.definition_id,
-            "active_path": r.active_path,
-            "silent_for": now - (r.updated_at or now),
-        }
-        for r in stuck
-    ]
-    return out
 
 
 async def _in_harel_layout(coll: Any) -> bool:

@@ -16,8 +16,10 @@ from beanie import SortDirection
 from beanie.odm.queries.find import FindMany
 
 from harel_beanie.core.arguments import BadArgumentType, optional_str, require_bool, require_int, require_time
+from harel_beanie.core.counting import LEAVING
 from harel_beanie.core.documents import ExecutionDocument
 from harel_beanie.core.keys import prefix_range
+from harel_beanie.queries.counts import execution_counts
 from harel_beanie.queries.rows import (
     NOT_A_TOMBSTONE,
     STATUSES,
@@ -30,6 +32,8 @@ from harel_beanie.queries.single import status_name
 
 #: the largest page `executions_page` reads
 MAX_LIMIT = 10_000
+#: where a filtered count stops (`status_counts`): a count equal to it means at least that many
+COUNT_CAP = 10_000
 
 
 @dataclass(frozen=True)
@@ -192,18 +196,38 @@ async def status_counts(
     flt: ExecutionFilter = ExecutionFilter(), *, doc: Executions = ExecutionDocument, hint: bool = False
 ) -> dict[str, int]:
     """How many executions match `flt` in each status (the filter's own status ignored, so a
-    page can show what choosing another status would give). One count per status, each a
-    range of one index (hb_parent with a parent filter, hb_status_updated with a time bound,
-    else hb_status; where the index holds every field filtered, mongod counts its keys without
-    a fetch). `hint` as for `executions`."""
-    base = _filter(flt).query(status=False)
-    base.pop("tomb", None)  # every count below has a status: no tombstone has one
+    page can show what choosing another status would give).
+
+    With no filter or a definition alone, the counts are the counters the store keeps up to
+    date (`queries.counts`): exact, and read in a few commands whatever the collection holds.
+    Any other filter (a parent, roots only, an outcome, a time range, an id prefix) is counted
+    per status over a range of one index (hb_parent with a parent filter, hb_status_updated
+    with a time bound, else hb_status), each count stopping at `COUNT_CAP` on a server whose
+    `limit` bounds its work: a count equal to the cap means at least that many. `hint` as for
+    `executions`."""
+    flt = _filter(flt)
     doc = checked_doc(doc)
     named = require_bool("hint", hint)
+    if _counted_by_counters(flt):
+        counted = await execution_counts(doc=doc)
+        if counted is not None:
+            per = counted.per.get(flt.definition_id, {}) if flt.definition_id is not None else counted.totals()
+            return {s: per[s] for s in STATUSES if per.get(s)}
+    base = flt.query(status=False)
+    base.pop("tomb", None)  # every count below has a status: no tombstone has one
+    base[LEAVING] = {"$ne": True}  # one prune has begun removing is no longer counted
+    coll = doc.get_pymongo_collection()
     out: dict[str, int] = {}
     for s in STATUSES:  # sequential: the counts are cheap, and a burst of them helps nobody
         q = {**base, "status": s}
-        n = await (doc.find(q, hint=_index_for(q)) if named else doc.find(q)).count()
+        extra: dict[str, Any] = {"hint": _index_for(q)} if named else {}
+        n = await coll.count_documents(q, limit=COUNT_CAP, **extra)
         if n:
             out[s] = n
     return out
+
+
+def _counted_by_counters(flt: ExecutionFilter) -> bool:
+    """Whether the counters answer `flt`'s counts: nothing filtered but the definition."""
+    narrowed = (flt.outcome, flt.parent_id, flt.updated_after, flt.updated_before, flt.id_prefix)
+    return all(v is None for v in narrowed) and not flt.roots_only

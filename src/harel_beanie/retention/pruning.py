@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
-from pymongo import DeleteOne
+from pymongo import DeleteOne, UpdateOne
 
 from harel_beanie.core.arguments import (
     BadArgument,
@@ -56,7 +56,12 @@ from harel_beanie.core.arguments import (
     require_str,
     require_time,
 )
+from harel_beanie.core.counting import COUNTED, DIRTY, LEAVING
+from harel_beanie.core.documents import counts_collection
+from harel_beanie.core.flows import fold_counts
+from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.retention.archive import Archive, are_gone, identity
+from harel_beanie.store.dispatch import acall, adrive
 
 #: what harel counts as finished for good (harel.engine.execution stamps finished_at on these)
 FINISHED = ("DONE", "CANCELLED")
@@ -210,20 +215,24 @@ async def _prune_batch(
         await archive.begin(chosen)
     # guarded on the incarnation too: an id removed and created again in between is another
     # execution, not the one read (and journaled); with the partition it carries, so that on a
-    # sharded cluster each delete names the whole shard key and reaches one shard
-    deletes = [
-        DeleteOne(
-            {
-                "_id": d["_id"],
-                **({"part": d["part"]} if "part" in d else {}),
-                "version": d["version"],
-                "status": d["status"],
-                **identity(d),
-                **_NOTHING_PENDING,
-            }
-        )
+    # sharded cluster each write names the whole shard key and reaches one shard
+    guards = [
+        {
+            "_id": d["_id"],
+            **({"part": d["part"]} if "part" in d else {}),
+            "version": d["version"],
+            "status": d["status"],
+            **identity(d),
+            **_NOTHING_PENDING,
+        }
         for d in chosen
     ]
+    # the counts first let go of what goes (core.counting, Rule 5): marked leaving, folded,
+    # then deleted only while still leaving and counted as nothing; a commit in between
+    # unmarks it and it stays
+    await executions.bulk_write([UpdateOne(g, {"$set": {LEAVING: True, DIRTY: True}}) for g in guards], ordered=False)
+    await fold_leaving(executions, chosen)
+    deletes = [DeleteOne({**g, LEAVING: True, COUNTED: None}) for g in guards]
     await executions.bulk_write(deletes, ordered=False)
     removed = [d for d, gone in zip(chosen, await are_gone(executions, chosen)) if gone]
     if archive is not None:
@@ -231,6 +240,18 @@ async def _prune_batch(
     report.removed += len(removed)
     report.moved_on += len(chosen) - len(removed)
     report.removed_ids += [d["_id"] for d in removed]
+
+
+async def fold_leaving(executions: Any, docs: list[dict[str, Any]]) -> int:
+    """Fold the documents prune marked leaving into their partitions' counts (a counter not
+    built yet is built first), so each is counted as nothing before it is deleted."""
+    parts = sorted({d["part"] for d in docs if isinstance(d.get("part"), int)})
+    if not parts:
+        return 0  # documents from before partitions: no counter holds them
+    prefix = executions.name.removesuffix("_executions")
+    colls = {"executions": executions, "counts": executions.database[counts_collection(prefix)]}
+    flow = fold_counts(PartitionScope(), parts, ids=[d["_id"] for d in docs])
+    return int(await adrive(flow, lambda c: acall(colls, c)))
 
 
 def undated_filter() -> dict[str, Any]:

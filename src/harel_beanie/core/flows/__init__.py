@@ -30,8 +30,8 @@ Two rules the flows keep beyond a single write:
   replica set it can't be rolled back after the store said so.
 """
 
-from harel_beanie.core.flows.counting import fold_counts, read_counts
 from harel_beanie.core.flows.committing import UNKNOWN_OUTCOME_RETRIES, append_trace, commit
+from harel_beanie.core.flows.counting import fold_counts, read_counts
 from harel_beanie.core.flows.leases import mint_seqs, release_lease
 from harel_beanie.core.flows.purging import purge
 from harel_beanie.core.flows.reads import (

@@ -27,8 +27,8 @@ from pymongo.errors import (
 
 from harel_beanie.core.arguments import require_str
 from harel_beanie.core.calls import FindOne, Flow, InsertOne, ReplaceOne, UpdateOne
-from harel_beanie.core.counting import COUNTED, COUNTED_SEQ
 from harel_beanie.core.commit import COMMIT_TOKENS, CommitPlan, CommitRequest, append_trace_update, plan_commit
+from harel_beanie.core.counting import COUNTED, COUNTED_SEQ
 from harel_beanie.core.documents import VersionView, projection
 from harel_beanie.core.errors import CommitOutcomeUnknown, ExecutionTooLarge
 from harel_beanie.core.flows.leases import mint_seqs

@@ -1,0 +1,61 @@
+"""`execution_counts()`: executions by definition and status, exact, read from the counters the
+store keeps up to date (`harel_beanie.core.counting`) instead of a count over every execution.
+
+Why this module exists: the front page, `/metrics` and `harel-beanie status` show these counts
+on every view and scrape; a count over the collection costs O(executions) on any server, the
+counters cost O(partitions + executions written since the last fold). A reader that meets
+many unfolded documents, or a counter not built yet, folds (or builds) it itself, so the next
+read is cheap even where no worker runs; a reader without the right to write just reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from harel.engine.schema import Names
+from pymongo.errors import OperationFailure
+
+from harel_beanie.core.counting import FOLD_BATCH, Counts
+from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION, ExecutionDocument, counts_collection
+from harel_beanie.core.flows import fold_counts, read_counts
+from harel_beanie.core.partitions import PartitionScope
+from harel_beanie.queries.rows import Executions, checked_doc
+from harel_beanie.store.dispatch import acall, adrive
+
+
+def _collections(doc: Executions) -> dict[str, Any]:
+    coll = checked_doc(doc).get_pymongo_collection()
+    prefix = coll.name.removesuffix("_executions")
+    db = coll.database
+    return {
+        "executions": coll,
+        "confirm": coll,
+        "counters": db[Names(prefix).counters],
+        "counts": db[counts_collection(prefix)],
+    }
+
+
+async def execution_counts(*, doc: Executions = ExecutionDocument, fold: bool = True) -> Optional[Counts]:
+    """Exact counts of the executions of `doc`'s collection, or None where the counters
+    cannot answer (a layout other than this package's: count the collection instead). With
+    `fold`, a counter not built yet is built, and a read meeting more than a fold's batch of
+    unfolded documents folds them, before the counts are read (again)."""
+    colls = _collections(doc)
+
+    async def run(flow: Any) -> Any:
+        return await adrive(flow, lambda c: acall(colls, c))
+
+    scope = PartitionScope()
+    read = await run(read_counts(scope))
+    if fold and (read is None or read[1] > FOLD_BATCH):
+        marker = await colls["counters"].find_one({"_id": SCHEMA_MARKER_ID}, {"n": 1, "parts": 1})
+        if marker is None or marker.get("n") != SCHEMA_VERSION:
+            return None  # another layout: its migration comes first
+        if isinstance(marker.get("parts"), int):
+            scope.parts = marker["parts"]
+        try:
+            await run(fold_counts(scope, list(range(scope.parts))))
+        except OperationFailure:
+            pass  # a reader may not write: it reads what the workers folded
+        read = await run(read_counts(scope))
+    return None if read is None else read[0]

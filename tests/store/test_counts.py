@@ -1,0 +1,276 @@
+"""The execution counts kept up to date (`harel_beanie.core.counting`): exact against a full
+count of the collection after runs of the shop models, folds, purges, prunes, and crashes
+injected between the steps of a fold and of a removal; and read in a bounded number of
+commands whatever the collection holds."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import httpx
+import pymongo
+import pytest
+from fastapi import FastAPI
+from harel.engine.execution import Execution
+from harel.engine.schema import DEFAULT_PREFIX
+from prometheus_client import CollectorRegistry
+
+from harel_beanie import queries
+from harel_beanie.core import calls, flows
+from harel_beanie.core.counting import COUNTED, DIRTY, LEAVING
+from harel_beanie.core.documents import counts_collection
+from harel_beanie.dashboard import dashboard_router, no_auth
+from harel_beanie.deploy.loader import load_models
+from harel_beanie.harness.drivers import ManualClock, SyncDurable, order_steps
+from harel_beanie.retention import pruning as retention
+from harel_beanie.store.async_store import AsyncMongoStore
+from harel_beanie.store.dispatch import FlowRun, call
+from harel_beanie.store.sync_store import MongoStore
+from harel_beanie.telemetry.metrics import StoreMetrics
+from tests.support.wire import Recorder
+
+EXES = f"{DEFAULT_PREFIX}_executions"
+
+
+@pytest.fixture(scope="module")
+def definitions() -> dict[str, Any]:
+    return load_models()
+
+
+def full_counts(db: Any) -> tuple[dict[str, dict[str, int]], int, int]:
+    """What the counters must equal: every execution (not one prune has begun removing) by
+    definition and status, the tombstones, the sum of the versions; one pass over all."""
+    per: dict[str, dict[str, int]] = {}
+    purged = commits = 0
+    for d in db[EXES].find({}, {"definition_id": 1, "status": 1, "version": 1, "tomb": 1, LEAVING: 1}):
+        if d.get(LEAVING):
+            continue
+        if "tomb" in d:
+            purged += 1
+            continue
+        s = per.setdefault(d["definition_id"], {})
+        s[d.get("status") or "UNKNOWN"] = s.get(d.get("status") or "UNKNOWN", 0) + 1
+        commits += d.get("version") or 0
+    return per, purged, commits
+
+
+def check(store: MongoStore, db: Any) -> None:
+    got = store.read_counts()
+    assert got is not None
+    assert (got.per, got.purged, got.commits) == full_counts(db)
+
+
+def run_orders(store: MongoStore, definitions: dict[str, Any], rng: random.Random, n: int, tag: str) -> None:
+    driver = SyncDurable(store, definitions, ManualClock(), execution="inline")
+    for i in range(n):
+        steps = order_steps(f"{tag}-{i}", card=rng.choice(["visa", "visa", "declined"]), scans=rng.randint(0, 2))
+        driver.run(steps[: rng.randint(1, len(steps))])
+
+
+def test_counts_follow_runs_and_folds(
+    store: MongoStore, client: Any, db_name: str, definitions: dict[str, Any]
+) -> None:
+    db = client[db_name]
+    rng = random.Random(7)
+    store.init()
+    assert store.read_counts() is None  # no counter built yet
+    store.fold_counts()
+    check(store, db)
+    run_orders(store, definitions, rng, 12, "a")
+    check(store, db)  # nothing folded: the dirty documents correct the counters
+    assert store.fold_counts() > 0
+    check(store, db)
+    run_orders(store, definitions, rng, 6, "b")
+    check(store, db)
+    store.fold_counts()
+    check(store, db)
+    assert db[counts_collection(DEFAULT_PREFIX)].count_documents({}) == store.partitions.parts
+
+
+class Crash(Exception):
+    """A folder killed between two of its writes."""
+
+
+def fold_until(store: MongoStore, stop: Any) -> None:
+    """Run a fold of every partition, killed just before the first call `stop(call, n)` picks
+    (n: the calls made so far); nothing after it is sent."""
+    run = FlowRun(flows.fold_counts(store.partitions))
+    n = 0
+    while (c := run.next_call()) is not None:
+        if stop(c, n):
+            return
+        run.reply(call(store._colls, c))
+        n += 1
+
+
+def is_mark(c: calls.Call) -> bool:
+    return isinstance(c, calls.UpdateOne) and c.target == "executions"
+
+
+@pytest.mark.parametrize("marks_done", [0, 3])
+def test_a_fold_killed_between_its_writes_double_counts_nothing(
+    store: MongoStore, client: Any, db_name: str, definitions: dict[str, Any], marks_done: int
+) -> None:
+    """Killed after applying a batch to the counter and before marking all of its documents
+    (none, or some): the counts stay exact, and the next fold marks what was left."""
+    db = client[db_name]
+    store.init()
+    store.fold_counts()  # built, empty
+    run_orders(store, definitions, random.Random(3), 8, "k")
+    seen: list[int] = []
+
+    def stop(c: calls.Call, n: int) -> bool:
+        if is_mark(c):
+            seen.append(n)
+        return len(seen) > marks_done
+
+    fold_until(store, stop)
+    assert seen, "the fold never reached its marks"
+    counters = list(db[counts_collection(DEFAULT_PREFIX)].find({"marked": False, "seq": {"$gt": 0}}))
+    assert counters, "no batch was left unmarked: the crash was not injected"
+    check(store, db)
+    run_orders(store, definitions, random.Random(4), 3, "k2")  # commits on half-marked documents
+    check(store, db)
+    store.fold_counts()
+    check(store, db)
+    assert db[EXES].count_documents({DIRTY: True}) == 0
+
+
+def test_purges_and_reused_ids_keep_the_counts(
+    store: MongoStore, client: Any, db_name: str, definitions: dict[str, Any]
+) -> None:
+    db = client[db_name]
+    store.init()
+    run_orders(store, definitions, random.Random(5), 6, "p")
+    store.fold_counts()
+    ids = [d["_id"] for d in db[EXES].find({"parent_id": None}, {"_id": 1})][:3]
+    for i in ids[:2]:
+        assert store.purge(i, store.load(i).version)
+    check(store, db)  # tombstones not folded yet
+    store.fold_counts()
+    check(store, db)
+    assert store.read_counts().purged == 2
+    run_orders(store, definitions, random.Random(6), 1, ids[0].rsplit("-", 1)[0])  # p-0 again, over its tombstone
+    check(store, db)
+    store.fold_counts()
+    check(store, db)
+    assert store.read_counts().purged == 1
+
+
+def test_counts_of_documents_written_before_the_counters_are_built(
+    store: MongoStore, client: Any, db_name: str, definitions: dict[str, Any]
+) -> None:
+    """Documents an earlier version wrote carry no mark: the first fold builds each
+    partition's counter from them, and until then the readers count the collection."""
+    db = client[db_name]
+    store.init()
+    run_orders(store, definitions, random.Random(8), 6, "old")
+    db[EXES].update_many({}, {"$unset": {DIRTY: "", COUNTED: "", "cseq": ""}})
+    assert store.read_counts() is None
+    run_orders(store, definitions, random.Random(9), 3, "new")  # dirty before the build
+    store.fold_counts([0, 1, 2])  # some partitions built
+    assert store.read_counts() is None
+    store.fold_counts()
+    check(store, db)
+
+
+async def prune_all(astore: AsyncMongoStore) -> retention.PruneReport:
+    return await retention.prune(astore._exes, before=2e9, batch_size=7)
+
+
+async def test_prune_keeps_the_counts_and_a_killed_prune_too(
+    astore: AsyncMongoStore, store: MongoStore, client: Any, db_name: str, definitions: dict[str, Any], monkeypatch: Any
+) -> None:
+    """prune marks what goes `leaving`, folds it, deletes it: killed after the marks, or
+    after the fold, the counts are exact, and the next prune removes what was left."""
+    db = client[db_name]
+    store.init()
+    await astore.init()
+    await asyncio.to_thread(run_orders, store, definitions, random.Random(10), 10, "r")
+    store.fold_counts()
+    done = db[EXES].count_documents({"status": {"$in": ["DONE", "CANCELLED"]}})
+    assert done > 7
+
+    async def killed(*a: Any, **k: Any) -> int:
+        raise Crash()
+
+    monkeypatch.setattr(retention, "fold_leaving", killed)
+    with pytest.raises(Crash):
+        await prune_all(astore)
+    assert db[EXES].count_documents({LEAVING: True}) > 0
+    check(store, db)
+    monkeypatch.undo()
+    real_delete = retention.DeleteOne
+    monkeypatch.setattr(retention, "DeleteOne", lambda *a, **k: (_ for _ in ()).throw(Crash()))
+    with pytest.raises(Crash):
+        await prune_all(astore)
+    monkeypatch.setattr(retention, "DeleteOne", real_delete)
+    check(store, db)
+    store.fold_counts()
+    check(store, db)
+    report = await prune_all(astore)
+    assert report.removed > 0 and db[EXES].count_documents({LEAVING: True}) == 0
+    check(store, db)
+    store.fold_counts()
+    check(store, db)
+
+
+def test_reading_the_counts_sends_the_same_commands_whatever_the_collection_holds(
+    mongo_url: str, client: Any, db_name: str
+) -> None:
+    """Counted by a command listener (explain cannot show a server's work): reading the
+    counts costs the marker, the counters twice and the dirty documents, at 40 or at 400
+    executions, folded or not by as many."""
+    seen = []
+    for size in (40, 400):
+        name = f"{db_name}_{size}"
+        rec = Recorder()
+        st = MongoStore(pymongo.MongoClient(mongo_url, event_listeners=[rec]), name)
+        try:
+            st.init()
+            for i in range(size):
+                st.save(Execution(id=f"e-{i}", definition_id="D"))
+            st.fold_counts()
+            for i in range(10):  # as many written since the fold
+                st.save(st.load(f"e-{i}"))
+            rec.clear()
+            got = st.read_counts()
+            assert got is not None and got.per == {"D": {"PENDING": size}}
+            seen.append(rec.names())
+        finally:
+            st.close()
+        client.drop_database(name)
+    assert seen[0] == seen[1] and len(seen[0]) == 4, seen
+
+
+async def test_the_front_page_and_metrics_show_the_full_counts(
+    astore: AsyncMongoStore, store: MongoStore, client: Any, db_name: str, definitions: dict[str, Any]
+) -> None:
+    db = client[db_name]
+    store.init()
+    await astore.init()
+    await asyncio.to_thread(run_orders, store, definitions, random.Random(11), 8, "m")
+    store.fold_counts()
+    await asyncio.to_thread(run_orders, store, definitions, random.Random(12), 3, "m2")  # some unfolded
+    per, _, _ = full_counts(db)
+    totals: dict[str, int] = {}
+    for ss in per.values():
+        for s, n in ss.items():
+            totals[s] = totals.get(s, 0) + n
+    registry = CollectorRegistry()
+    app = FastAPI()
+    app.include_router(dashboard_router(astore, auth=no_auth, metrics=StoreMetrics(registry)), prefix="/ops")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://app") as http:
+        front = (await http.get("/ops/api/executions")).json()
+        order = (await http.get("/ops/api/executions", params={"definition": "Order"})).json()
+        metrics = (await http.get("/ops/metrics")).text
+    assert front["counts"] == totals
+    assert order["counts"] == per["Order"]
+    for definition, ss in per.items():
+        for s, n in ss.items():
+            assert f'harel_executions{{definition="{definition}",status="{s}"}} {float(n)}' in metrics
+    assert await queries.status_counts(queries.ExecutionFilter(roots_only=True)) == {
+        s: n for s in queries.STATUSES if (n := db[EXES].count_documents({"status": s, "parent_id": None}))
+    }
