@@ -1133,11 +1133,7 @@ def bury(born: Optional[str], buried: list[str]) -> Step:
         by = replacement.get("tomb", {}).get("by")
         # the tombstone is counted anew (core.counting): marked dirty
         want = {"_id": ID, "tomb": {"at": WALL, "buried": buried, "by": by}, "part": part_of(ID, DEFAULT_PARTITIONS)}
-        return (
-            replacement == {**want, "cdirty": True}
-            and isinstance(by, str)
-            and len(by) == 16
-        )
+        return replacement == {**want, "cdirty": True} and isinstance(by, str) and len(by) == 16
 
     guard = {"_id": ID, "version": 3, "born": born, "cc": None, "cseq": None}
     return (on(ReplaceOne, "executions", filter=guard, replacement=tomb), 1)

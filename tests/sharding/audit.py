@@ -51,6 +51,7 @@ HOT = {
     "nack": "transport",
     "tick": "partition leases",
     "sweep": "worker (relay sweep)",
+    "fold_counts": "worker (counts fold)",
 }
 #: once, or on demand: the audit still fails on a broken rule, not on a broadcast
 OPERATOR = {

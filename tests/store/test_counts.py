@@ -19,8 +19,8 @@ from prometheus_client import CollectorRegistry
 
 from harel_beanie import queries
 from harel_beanie.core import calls, flows
+from harel_beanie.core.count_documents import counts_collection
 from harel_beanie.core.counting import COUNTED, DIRTY, LEAVING
-from harel_beanie.core.documents import counts_collection
 from harel_beanie.dashboard import dashboard_router, no_auth
 from harel_beanie.deploy.loader import load_models
 from harel_beanie.harness.drivers import ManualClock, SyncDurable, order_steps

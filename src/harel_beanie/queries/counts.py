@@ -15,8 +15,9 @@ from typing import Any, Optional
 from harel.engine.schema import Names
 from pymongo.errors import OperationFailure
 
+from harel_beanie.core.count_documents import counts_collection
 from harel_beanie.core.counting import FOLD_BATCH, Counts
-from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION, ExecutionDocument, counts_collection
+from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION, ExecutionDocument
 from harel_beanie.core.flows import fold_counts, read_counts
 from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.queries.rows import Executions, checked_doc

@@ -56,8 +56,8 @@ from harel_beanie.core.arguments import (
     require_str,
     require_time,
 )
+from harel_beanie.core.count_documents import counts_collection
 from harel_beanie.core.counting import COUNTED, DIRTY, LEAVING
-from harel_beanie.core.documents import counts_collection
 from harel_beanie.core.flows import fold_counts
 from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.retention.archive import Archive, are_gone, identity

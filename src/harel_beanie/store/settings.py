@@ -23,7 +23,8 @@ from pymongo.write_concern import WriteConcern
 
 from harel_beanie.core.arguments import BadArgumentType, require_bool, require_int, require_str
 from harel_beanie.core.commit import DEFAULT_DEDUPE_WINDOW
-from harel_beanie.core.documents import bind, counts_collection, index_models
+from harel_beanie.core.count_documents import counts_collection
+from harel_beanie.core.documents import bind, index_models
 from harel_beanie.core.flows import StoreState
 from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.core.sizes import DEFAULT_TRACE_STEP_BYTES, MAX_EVENT_ID_BYTES, MAX_TRACE_RING_BYTES
