@@ -316,7 +316,10 @@ async def test_an_id_created_again_between_the_read_and_the_delete_is_not_remove
     report = retention.PruneReport(before=CUT, dry_run=False)
     archive = retention.JsonlArchive(tmp_path / "a.jsonl")
     await prune_internals._prune_batch(coll, batch, report, archive, False)
-    assert client[db_name].harel_executions.find_one({"_id": "x"}) == again  # still stored
+    # still stored (the counts' fold of the ids prune marked may have counted it)
+    counted = ("cc", "cseq", "cdirty")
+    now = client[db_name].harel_executions.find_one({"_id": "x"})
+    assert {k: v for k, v in now.items() if k not in counted} == {k: v for k, v in again.items() if k not in counted}
     # the one read is gone (prune cannot tell by whose hand), and only it is recorded
     assert [r.document for r in retention.read_jsonl(tmp_path / "a.jsonl").removals] == batch
 

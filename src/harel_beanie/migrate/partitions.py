@@ -23,6 +23,8 @@ from typing import Any, AsyncIterator, Optional
 
 from pymongo import UpdateMany, UpdateOne
 
+from harel_beanie.core.count_documents import counts_collection
+from harel_beanie.core.counting import COUNTED, COUNTED_SEQ, DIRTY, LEAVING
 from harel_beanie.core.documents import PARTITION_INDEXES, SCHEMA_MARKER_ID, ExecutionDocument, index_models
 from harel_beanie.core.errors import SchemaMismatch
 from harel_beanie.core.flows.state import marker_parts
@@ -96,6 +98,11 @@ class Partitions(Step):
         queues, overflow = _queues(m), _overflow(m)
         for coll in (queues, overflow):
             await coll.update_many({PART: {"$exists": True}}, {"$unset": {PART: ""}})
+        # the counts are per partition: dropped, with what each execution was counted as, so
+        # that the first fold after the next `migrate up` builds them anew
+        await m.exes.database.drop_collection(counts_collection(m.prefix))
+        forget = {COUNTED: "", COUNTED_SEQ: "", DIRTY: "", LEAVING: ""}
+        await m.exes.update_many({COUNTED: {"$exists": True}}, {"$unset": forget})
         # last: a worker that owns partitions sweeps through them until the pass is done
         await _drop_named(m.exes, list(PARTITION_INDEXES))
         await _drop_named(queues, [ix.document["name"] for ix in _QUEUE_INDEXES])

@@ -183,6 +183,8 @@ async def prune(
             )
             if not batch:
                 break
+            for d in batch:  # a mark an interrupted run left: the counts', not the execution's
+                d.pop(LEAVING, None)
             after = batch[-1]["_id"]
             report.batches += 1
             report.examined += len(batch)
