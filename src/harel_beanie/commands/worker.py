@@ -339,10 +339,8 @@ async def _sweep_forever(
             await sweep(store, transport, executions, worker.definitions, trace=trace)
         except Exception:  # an outage: the run loop will meet it too; keep sweeping after it
             log.warning("relay sweep failed; retrying in %ss", every, exc_info=True)
-        fold = getattr(store, "fold_counts", None)  # harel's own store keeps no counts
         try:
-            if fold is not None:
-                await fold()  # the counts of the partitions this worker owns (core.counting)
+            await store.fold_counts()  # the counts of the partitions this worker owns (core.counting)
         except Exception:  # as for the sweep: the next one folds what this one could not
             log.warning("counts fold failed; retrying in %ss", every, exc_info=True)
 
