@@ -146,8 +146,11 @@ def test_purges_and_reused_ids_keep_the_counts(
     run_orders(store, definitions, random.Random(5), 6, "p")
     store.fold_counts()
     ids = [d["_id"] for d in db[EXES].find({"parent_id": None}, {"_id": 1})][:3]
+    counted = {i: db[EXES].find_one({"_id": i}, {COUNTED: 1, "cseq": 1}) for i in ids[:2]}
     for i in ids[:2]:
         assert store.purge(i, store.load(i).version)
+        # the tombstone keeps what the counters count the id as, until a fold counts it anew
+        assert db[EXES].find_one({"_id": i}, {COUNTED: 1, "cseq": 1}) == counted[i]
     check(store, db)  # tombstones not folded yet
     store.fold_counts()
     check(store, db)
