@@ -54,3 +54,32 @@ def test_the_dashboard_page_shows_every_screenshot_with_a_caption() -> None:
     assert readme_pictures, "the README shows no screenshot"
     missing = [p for p in readme_pictures if not (ROOT / p).is_file()]
     assert not missing, f"pictures the README shows that do not exist: {missing}"
+
+
+#: A function over this many lines says why in its docstring ("Kept whole: ...").
+LONG_FUNCTION = 50
+#: No function is over this many lines.
+MAX_FUNCTION = 80
+
+
+def _functions() -> list[tuple[str, str, int, str]]:
+    import ast
+
+    found = []
+    for path in [*PACKAGE.rglob("*.py"), *(ROOT / "bench").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                found.append((str(path.relative_to(ROOT)), node.name, lines, ast.get_docstring(node) or ""))
+    return found
+
+
+def test_no_function_is_over_80_lines_and_a_long_one_says_why() -> None:
+    over = [f"{path}: {name} ({n} lines)" for path, name, n, _ in _functions() if n > MAX_FUNCTION]
+    assert not over, f"split these: {over}"
+    silent = [
+        f"{path}: {name} ({n} lines)"
+        for path, name, n, doc in _functions()
+        if n > LONG_FUNCTION and "Kept whole:" not in doc
+    ]
+    assert not silent, f"split these, or say in the docstring why each is kept whole ('Kept whole: ...'): {silent}"
