@@ -24,10 +24,10 @@ from fastapi.templating import Jinja2Templates
 from harel_beanie.core.arguments import require_bool
 from harel_beanie.core.documents import bind
 from harel_beanie.core.errors import SchemaMismatch
+from harel_beanie.dashboard import render
 from harel_beanie.dashboard.charts import Sampler, samples_name
 from harel_beanie.dashboard.links import Links
 from harel_beanie.dashboard.live import LiveFeed
-from harel_beanie.dashboard.render import templates
 from harel_beanie.dashboard.security import FormSigner
 from harel_beanie.dashboard.survey import Surveyor
 
@@ -75,7 +75,7 @@ class Dashboard:
     forms: FormSigner  # a cross-site form cannot know its key
     metrics: Any = None  # a StoreMetrics; without one, `/metrics` is not served
     definitions: Mapping[str, Any] = field(default_factory=dict)
-    templates: Jinja2Templates = field(default_factory=templates)
+    templates: Jinja2Templates = field(default_factory=render.templates)
     sampler: Sampler = field(default_factory=Sampler)
     surveyor: Surveyor = field(default_factory=Surveyor)
     feed: LiveFeed = field(default_factory=LiveFeed)  # one change feed, pushed to each open page
@@ -130,7 +130,7 @@ def dashboard(request: Request) -> Dashboard:
     """The dashboard whose router serves this request (see the module docstring)."""
     found = request.scope.get(SCOPE_KEY)
     if not isinstance(found, Dashboard):
-        raise RuntimeError("a dashboard handler served by a router dashboard_router did not build")
+        raise RuntimeError("a dashboard handler was served by a router that dashboard_router did not build")
     return found
 
 
