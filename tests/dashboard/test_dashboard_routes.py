@@ -3,7 +3,7 @@ row of `harel_beanie.dashboard.routes.ROUTES` (served by the handler the row nam
 name it gives), and no module of the dashboard declares a route any other way. The dashboard
 sits above the commands' layer only by accident of history: it imports none of them, and reads
 no private attribute of a store (it used to take a helper from the `status` command).
-These read the code, not the server: no database is needed."""
+None of these needs a database."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import ast
 from pathlib import Path
 from typing import Any, Iterator
 
+import httpx
 import pytest
+from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from prometheus_client import CollectorRegistry
 
@@ -132,3 +134,15 @@ def test_no_dashboard_module_reads_a_private_attribute_of_another_object() -> No
                     if attr.startswith("_") and not attr.startswith("__"):
                         found.append(f"{name}:{node.lineno} {node.func.id}(..., {attr!r})")
     assert not found, f"private attributes read from outside their class: {found}"
+
+
+async def test_each_of_two_dashboards_in_one_app_answers_as_itself() -> None:
+    """The handlers are shared by every dashboard an app mounts; each request is given the
+    dashboard whose router serves it (its name, so its links), not the last one built."""
+    app = FastAPI()
+    for name in ("first", "second"):
+        app.include_router(dashboard_router(object(), auth=no_auth, name=name), prefix=f"/{name}")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
+        for name in ("first", "second"):
+            r = await http.get(f"/{name}/executions/x")
+            assert (r.status_code, r.headers["location"]) == (307, f"/{name}/execution?id=x")
