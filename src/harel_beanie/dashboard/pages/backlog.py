@@ -1,0 +1,25 @@
+"""The backlog: executions by definition and status, the pending outbox and spawns, due and
+next timers, the silent ones; as a page and as JSON (what `harel-beanie status` shows).
+"""
+
+from __future__ import annotations
+
+from fastapi import Depends, Request
+from fastapi.responses import HTMLResponse
+
+from harel_beanie import queries
+from harel_beanie.dashboard import views
+from harel_beanie.dashboard.context import Dashboard, dashboard
+
+
+async def backlog_data(dash: Dashboard) -> views.BacklogView:
+    s = await dash.ready()
+    return await views.backlog_view(stuck_after=dash.stuck_after, show=20, doc=dash.doc(s))
+
+
+async def api_backlog(dash: Dashboard = Depends(dashboard)) -> views.BacklogView:
+    return await backlog_data(dash)
+
+
+async def backlog_page(request: Request, dash: Dashboard = Depends(dashboard)) -> HTMLResponse:
+    return dash.page(request, "backlog.html", view=await backlog_data(dash), statuses=queries.STATUSES)
