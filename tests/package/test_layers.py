@@ -32,7 +32,7 @@ NOT_LITERAL = {
 #: What `core/` may take from the driver: its errors, and the index declarations of the schema.
 CORE_MAY_IMPORT = {"pymongo.errors", "pymongo:ASCENDING", "pymongo:DESCENDING", "pymongo:IndexModel"}
 #: Modules that would put I/O in `core/`.
-CORE_MUST_NOT_IMPORT = ("pymongo", "motor", "socket", "subprocess", "asyncio", "httpx", "urllib", "requests")
+CORE_MUST_NOT_IMPORT = ("pymongo", "motor", "socket", "subprocess", "asyncio", "httpx", "urllib.request", "requests")
 
 
 def _layers() -> list[list[str]]:
@@ -103,7 +103,8 @@ def core_io_problems(package: Path) -> list[str]:
             for target in targets:
                 if target in CORE_MAY_IMPORT:
                     continue
-                if target.split(":")[0].split(".")[0] in CORE_MUST_NOT_IMPORT:
+                module = target.split(":")[0]
+                if any(module == bad or module.startswith(bad + ".") for bad in CORE_MUST_NOT_IMPORT):
                     problems.append(f"{rel}:{node.lineno}: imports {target}")
     return problems
 

@@ -1102,5 +1102,5 @@ async def _cli_server_restart(tmp: Path, *, kill: bool, figures: Any) -> None:
             await transport.close()
         await store.close()
         server.stop()
-    # the worker rides out the outage itself (worker._run_through_outages): no restart needed
+    # the worker rides out the outage itself (harel_beanie.deploy.serving.run_through_outages): no restart needed
     assert not run.worker_exits, f"the worker exited (codes {run.worker_exits}); see {tmp / 'worker.log'}"

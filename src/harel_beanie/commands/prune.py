@@ -55,6 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def run(args: Any, target: Target, console: Console) -> retention.PruneReport | str:
+    """Kept whole: the progress display, the batches and the report share one client and one running total."""
     from harel.engine.schema import Names
 
     client = await open_client(target)

@@ -83,6 +83,7 @@ async def collect(target: Target, stuck_after: float, show: int) -> dict[str, An
 
 
 def render(console: Console, data: dict[str, Any]) -> None:
+    """Kept whole: it is the command's output in the order it is printed, a table or line at a time."""
     w = data["where"]
     now = data["now"]
     console.print(

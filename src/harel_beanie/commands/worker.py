@@ -44,25 +44,25 @@ import logging
 import os
 import signal
 import socket
-import time
 from pathlib import Path
 from typing import Any, Optional
 
 from harel.config import Config
 from harel.engine.schema import Names
-from pymongo.errors import ConnectionFailure, OperationFailure, WriteConcernError
+from pymongo.errors import ConnectionFailure
 
 from harel_beanie.commands import flags
 from harel_beanie.core.errors import ConfigError
 from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.deploy.loader import load_models
 from harel_beanie.deploy.relay import sweep
+from harel_beanie.deploy.serving import first_look, give_back, run_through_outages, share, sweep_forever
 from harel_beanie.deploy.stack import TRANSPORTS, CountingWorker, open_client, open_transport, refuse_if_stranded
 from harel_beanie.deploy.where import Target
 from harel_beanie.history.recording import RecordingStore, RecordingTransport
 from harel_beanie.history.records import HistoryWriter
 from harel_beanie.store.async_store import AsyncMongoStore
-from harel_beanie.transport.ownership import RENEW_EVERY, TAKEOVER_BOUND, PartitionOwner
+from harel_beanie.transport.ownership import PartitionOwner
 from harel_beanie.transport.settings import MAX_VISIBILITY
 
 NAME = "worker"
@@ -163,6 +163,9 @@ def main(args: Any, target: Target) -> int:
 
 
 async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any]) -> int:
+    """The worker's life: the store and transport opened, its share of the partitions taken,
+    the work earlier workers left relayed, harel's loop run until a signal, the share given
+    back."""
     client = await open_client(target)
     # with this package's transport, the store, the transport and the partition owner share
     # one scope: the leases the owner holds are what the sweeps and claims read
@@ -180,12 +183,11 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
         store = RecordingStore(store, history)
     transport = None
     owner: Optional[PartitionOwner] = None
-    wid = opts["worker_id"]
     try:
         transport = await _start(store, client, target, opts, scope)
         if scope is not None:
-            owner = PartitionOwner(transport.partition_leases, wid, scope)
-            await _first_look(owner)
+            owner = PartitionOwner(transport.partition_leases, opts["worker_id"], scope)
+            await first_look(owner)
         if history is not None:
             transport = RecordingTransport(transport, history)
         executions = client[target.db][Names(target.prefix).executions]
@@ -193,74 +195,14 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
             store,
             transport,
             definitions,
-            worker_id=wid,
+            worker_id=opts["worker_id"],
             visibility=opts["visibility"],
             concurrency=opts["concurrency"],
             trace=opts["trace"],
             executions=executions,
         )
-        try:
-            leftover = await sweep(store, transport, executions, worker.definitions, trace=opts["trace"])
-        except ConnectionFailure:  # the periodic sweep will do it once the server answers again
-            leftover = 0
-        if leftover:
-            print(
-                f"worker {wid}: relayed the pending work of {leftover} execution(s) left by earlier workers", flush=True
-            )
-
-        stop = asyncio.Event()
-        run = asyncio.create_task(_run_through_outages(worker, stop, wid))
-        signals = 0
-
-        def on_signal(signum: int) -> None:
-            nonlocal signals
-            signals += 1
-            if signals == 1:
-                print(
-                    f"worker {wid} stopping ({signal.Signals(signum).name}): finishing "
-                    f"{worker.in_flight} event(s) in flight",
-                    flush=True,
-                )
-                stop.set()
-                getattr(transport, "wake", lambda: None)()  # a claim waiting for work returns now
-            else:
-                print(
-                    f"worker {wid}: second signal, stopping now; events in flight come back "
-                    f"after their {opts['visibility']:g}s lease",
-                    flush=True,
-                )
-                run.cancel()
-
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, on_signal, sig)
-        sweeper = asyncio.create_task(
-            _sweep_forever(store, transport, executions, worker, opts["sweep_every"], stop, opts["trace"])
-        )
-        leases = asyncio.create_task(owner.run(stop)) if owner is not None else None
-        top = sorted(d for d in definitions if "." not in d)  # the rest are their invoked submachines
-        names = ", ".join(top)
-        print(
-            f"worker {wid} ready: {target.masked_url} database {target.db} prefix {target.prefix}; "
-            f"{len(top)} machines from {opts['definitions_dir']} ({names}); "
-            f"concurrency {opts['concurrency']}, visibility {opts['visibility']:g}s, "
-            f"transport {opts['transport']}{_wake_mode(transport)}, "
-            f"trace {'on' if opts['trace'] else 'off'}{_share(owner)}",
-            flush=True,
-        )
-        try:
-            await run
-        except asyncio.CancelledError:
-            if signals < 2:
-                raise
-        finally:
-            sweeper.cancel()
-            if leases is not None:
-                leases.cancel()
-            await asyncio.gather(sweeper, *([leases] if leases else []), return_exceptions=True)
-            if owner is not None and signals < 2:
-                await _give_back(owner, wid)
-        print(f"worker {wid} stopped: {worker.handled} events handled", flush=True)
+        await _relay_leftovers(store, transport, executions, worker, opts)
+        await _until_stopped(target, definitions, opts, store, transport, executions, worker, owner)
         return 0
     finally:
         await store.close()
@@ -268,29 +210,87 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
             await transport.close()
 
 
-async def _first_look(owner: PartitionOwner) -> None:
-    """Look until this worker holds a share of the partitions, before it says it is ready:
-    a worker restarted after a crash waits out its predecessor's leases here (at most
-    `TAKEOVER_BOUND`), and one joining others gets its share as they give it back (within
-    two looks). Past the bound, or on a failed look, it goes on: the owner's loop keeps
-    looking, and until it holds a partition the worker claims and sweeps nothing."""
-    deadline = time.monotonic() + TAKEOVER_BOUND + RENEW_EVERY
-    while True:
-        try:
-            if await owner.tick() or time.monotonic() > deadline:
-                return
-        except (ConnectionFailure, OperationFailure) as exc:
-            log.warning("first partition look failed: %s", exc)
-            return
-        await asyncio.sleep(RENEW_EVERY)
-
-
-async def _give_back(owner: PartitionOwner, wid: str) -> None:
-    """A clean stop gives the leases back, so the others take them at their next look."""
+async def _relay_leftovers(store: Any, transport: Any, executions: Any, worker: Any, opts: dict[str, Any]) -> None:
+    """The pending work earlier workers left, relayed before this one starts claiming."""
     try:
-        await owner.release()
-    except (ConnectionFailure, OperationFailure):
-        pass  # they lapse by themselves
+        leftover = await sweep(store, transport, executions, worker.definitions, trace=opts["trace"])
+    except ConnectionFailure:  # the periodic sweep will do it once the server answers again
+        leftover = 0
+    if leftover:
+        print(
+            f"worker {opts['worker_id']}: relayed the pending work of {leftover} execution(s) left by earlier workers",
+            flush=True,
+        )
+
+
+async def _until_stopped(
+    target: Target,
+    definitions: dict[str, Any],
+    opts: dict[str, Any],
+    store: Any,
+    transport: Any,
+    executions: Any,
+    worker: Any,
+    owner: Optional[PartitionOwner],
+) -> None:
+    """harel's loop, the sweeps and the leases run until SIGTERM or SIGINT: the first lets
+    the events in flight finish, a second stops at once (they come back after their lease).
+    Kept whole: the signal handler, the tasks and their clean-up share the stop event and the signal count."""
+    wid = opts["worker_id"]
+    stop = asyncio.Event()
+    run = asyncio.create_task(run_through_outages(worker, stop, wid))
+    signals = 0
+
+    def on_signal(signum: int) -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            name = signal.Signals(signum).name
+            print(f"worker {wid} stopping ({name}): finishing {worker.in_flight} event(s) in flight", flush=True)
+            stop.set()
+            getattr(transport, "wake", lambda: None)()  # a claim waiting for work returns now
+        else:
+            lease = opts["visibility"]
+            print(
+                f"worker {wid}: second signal, stopping now; events in flight come back after their {lease:g}s lease",
+                flush=True,
+            )
+            run.cancel()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    sweeper = asyncio.create_task(
+        sweep_forever(store, transport, executions, worker, opts["sweep_every"], stop, opts["trace"])
+    )
+    leases = asyncio.create_task(owner.run(stop)) if owner is not None else None
+    print(_ready_line(target, definitions, opts, transport, owner), flush=True)
+    try:
+        await run
+    except asyncio.CancelledError:
+        if signals < 2:
+            raise
+    finally:
+        sweeper.cancel()
+        if leases is not None:
+            leases.cancel()
+        await asyncio.gather(sweeper, *([leases] if leases else []), return_exceptions=True)
+        if owner is not None and signals < 2:
+            await give_back(owner, wid)
+    print(f"worker {wid} stopped: {worker.handled} events handled", flush=True)
+
+
+def _ready_line(
+    target: Target, definitions: dict[str, Any], opts: dict[str, Any], transport: Any, owner: Optional[PartitionOwner]
+) -> str:
+    top = sorted(d for d in definitions if "." not in d)  # the rest are their invoked submachines
+    return (
+        f"worker {opts['worker_id']} ready: {target.masked_url} database {target.db} prefix {target.prefix}; "
+        f"{len(top)} machines from {opts['definitions_dir']} ({', '.join(top)}); "
+        f"concurrency {opts['concurrency']}, visibility {opts['visibility']:g}s, "
+        f"transport {opts['transport']}{_wake_mode(transport)}, "
+        f"trace {'on' if opts['trace'] else 'off'}{share(owner)}"
+    )
 
 
 async def _start(
@@ -324,70 +324,6 @@ async def _start(
             failure = exc
     assert failure is not None
     raise failure
-
-
-async def _sweep_forever(
-    store: Any, transport: Any, executions: Any, worker: Any, every: float, stop: asyncio.Event, trace: bool
-) -> None:
-    while not stop.is_set():
-        try:
-            await asyncio.wait_for(stop.wait(), timeout=every)
-            return
-        except asyncio.TimeoutError:
-            pass
-        try:
-            await sweep(store, transport, executions, worker.definitions, trace=trace)
-        except Exception:  # an outage: the run loop will meet it too; keep sweeping after it
-            log.warning("relay sweep failed; retrying in %ss", every, exc_info=True)
-        try:
-            await store.fold_counts()  # the counts of the partitions this worker owns (core.counting)
-        except Exception:  # as for the sweep: the next one folds what this one could not
-            log.warning("counts fold failed; retrying in %ss", every, exc_info=True)
-
-
-async def _run_through_outages(worker: Any, stop: asyncio.Event, wid: str, pause: float = 1.0) -> None:
-    """harel's `AsyncWorker.run`, restarted when the server goes away: its claims and timer
-    sweeps are outside its per-event error handling, so an outage ends the loop. Events in
-    flight then come back after their lease, as after any worker crash."""
-    while True:
-        try:
-            await worker.run(stop)
-            return
-        except ConnectionFailure as exc:  # refused, reset, no server selectable: wait it out
-            if stop.is_set():
-                return
-            print(f"worker {wid}: lost the server ({type(exc).__name__}); retrying every {pause:g}s", flush=True)
-            log.warning("worker loop interrupted by %r", exc)
-        except OperationFailure as exc:
-            # a claim the server applied without the write concern it asked for (a member
-            # lagging, a primary stepping down), or refused with a label saying a retry may
-            # succeed: as passing as a lost connection, and what was leased comes back after
-            # its lease.
-            if not _passing(exc):
-                raise
-            if stop.is_set():
-                return
-            print(f"worker {wid}: the server failed a command ({type(exc).__name__}); retrying", flush=True)
-            log.warning("worker loop interrupted by %r", exc)
-        try:
-            await asyncio.wait_for(stop.wait(), timeout=pause)
-            return
-        except asyncio.TimeoutError:
-            pass
-
-
-def _passing(exc: OperationFailure) -> bool:
-    """A server error that says nothing about the request itself, which a retry can outlive."""
-    return isinstance(exc, WriteConcernError) or any(
-        exc.has_error_label(label) for label in ("RetryableWriteError", "RetryableError")
-    )
-
-
-def _share(owner: Optional[PartitionOwner]) -> str:
-    """The partitions a worker holds, as the ready line says them."""
-    if owner is None:
-        return ""
-    return f", partitions {len(owner.state.held)} of {owner.state.scope.parts} leased"
 
 
 def _wake_mode(transport: Any) -> str:

@@ -283,6 +283,7 @@ async def execution_view(
     children: int = 100,
     definitions: Mapping[str, Any] = {},
 ) -> Optional[ExecutionView]:
+    """Kept whole: it fills the one page model field by field, in the order the page shows them."""
     now = time.time()
     d = await queries.execution_detail(execution_id, doc=doc)
     if d is None:

@@ -147,7 +147,8 @@ async def prune(
     """Remove the finished executions of `executions` (an async PyMongo collection) that
     finished before `before` (epoch seconds); see the module docstring for what is kept.
     `on_batch` is called after each batch (a progress bar). `stop_after_batches` stops early,
-    as an interruption would (the tests use it)."""
+    as an interruption would (the tests use it).
+    Kept whole: the batch's steps (choose, mark, fold, archive, delete) must run in this order for a killed run to be finished by the next."""
     before = require_time("before", before)
     batch_size = require_int("batch_size", batch_size, low=1, high=2**31 - 1)
     dry_run = require_bool("dry_run", dry_run)

@@ -58,7 +58,8 @@ def commit(st: StoreState, request: CommitRequest) -> Flow[list[int]]:
     application); if more commits than that window landed since and the event it consumed is
     marked processed, nobody can say whether it landed: `CommitOutcomeUnknown`, a
     connection failure; otherwise it is a `StoreConflict`. (The network-fault runs found the
-    retried case and the window outrun: tests/reliability/test_reliability_network.py.)"""
+    retried case and the window outrun: tests/reliability/test_reliability_network.py.)
+    Kept whole: the retry loop's cases (landed, conflict, unknown outcome) share the plan and the error they decide on."""
     floor = 0
     retries_left = UNKNOWN_OUTCOME_RETRIES
     sent: dict[str, CommitPlan] = {}  # every send's plan by token: any of them may have landed
