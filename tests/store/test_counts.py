@@ -270,6 +270,7 @@ async def test_the_front_page_and_metrics_show_the_full_counts(
         order = (await http.get("/ops/api/executions", params={"definition": "Order"})).json()
         metrics = (await http.get("/ops/metrics")).text
     assert front["counts"] == totals
+    assert front["definitions"] == sorted(d for d in db[EXES].distinct("definition_id") if isinstance(d, str))
     assert order["counts"] == per["Order"]
     for definition, ss in per.items():
         for s, n in ss.items():

@@ -177,8 +177,7 @@ async def executions_view(
 ) -> ExecutionsView:
     page = await queries.executions_page(flt, after=after, limit=limit, doc=doc, hint=hint)
     counts = await queries.status_counts(flt, doc=doc, hint=hint)
-    # distinct over the leading field of hb_definition: mongod reads one key per definition
-    definitions = sorted(d for d in await doc.get_pymongo_collection().distinct("definition_id") if isinstance(d, str))
+    definitions = await queries.definition_ids(doc=doc)
     total = counts.get(flt.status, 0) if flt.status else sum(counts.values())
     return ExecutionsView(
         filter=FilterOut(**vars(flt)),

@@ -30,7 +30,7 @@ migration reads with its summary taken from its snapshot.
 """
 
 from harel_beanie.queries.backlog import MAX_SHOW, Backlog, backlog
-from harel_beanie.queries.counts import execution_counts
+from harel_beanie.queries.counts import definition_ids, execution_counts
 from harel_beanie.queries.pages import (
     COUNT_CAP,
     MAX_LIMIT,
@@ -67,6 +67,7 @@ __all__ = [
     "children_of",
     "execution_detail",
     "executions",
+    "definition_ids",
     "execution_counts",
     "executions_page",
     "failed_since",

@@ -60,3 +60,15 @@ async def execution_counts(*, doc: Executions = ExecutionDocument, fold: bool = 
             pass  # a reader may not write: it reads what the workers folded
         read = await run(read_counts(scope))
     return None if read is None else read[0]
+
+
+async def definition_ids(*, doc: Executions = ExecutionDocument) -> list[str]:
+    """The definitions that have executions stored, for a page's choice of definition: read
+    from the counters (O(partitions)), or, where they cannot answer, a `distinct` over the
+    leading field of `hb_definition` (one key per definition on mongod, every key on a server
+    that walks the whole index)."""
+    counts = await execution_counts(doc=doc)
+    if counts is not None:
+        return sorted(d for d, per in counts.per.items() if any(n > 0 for n in per.values()))
+    found = await checked_doc(doc).get_pymongo_collection().distinct("definition_id")
+    return sorted(d for d in found if isinstance(d, str))
