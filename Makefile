@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup docs demo test test-sharded soak reliability reliability-soak bench typecheck clean browser netfaults screenshots format bench-partitions
+.PHONY: setup docs demo test test-sharded soak reliability reliability-soak bench typecheck clean browser netfaults screenshots format bench-partitions bench-scale
 
 # what `make test` checks first: the formatter and the linter (ruff), applied
 format: $(STAMP)
@@ -93,6 +93,13 @@ bench: $(STAMP)
 # after a SIGKILL): its own section of bench/RESULTS.md, the rest of the file kept
 bench-partitions: $(STAMP)
 	$(BIN)/python bench/partitions.py
+
+# time against size for every operation, at 10,000 / 100,000 / 1,000,000 stored executions
+# (about 45 minutes at the largest; SIZES=10000,100000 for fewer): its own section of
+# bench/RESULTS.md and docs/scale.png; MONGODB_URL adds that server
+SIZES ?= 10000,100000,1000000
+bench-scale: $(STAMP)
+	$(BIN)/python bench/scale.py --sizes $(SIZES)
 
 clean:
 	rm -rf $(VENV) harel-beanie-data

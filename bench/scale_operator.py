@@ -1,0 +1,199 @@
+"""The scale benchmark's operator-side measurements: every dashboard route as a browser or a
+scraper asks for it (the real `harel-beanie dashboard` command, a child process, over HTTP),
+`harel-beanie status` (the real command line), and the first page of each listing and search
+through the typed queries API (`harel_beanie.queries`), as an application embedding them
+calls it."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import httpx
+from scale_store import median_ms
+
+from harel_beanie import AsyncMongoStore
+from harel_beanie.ops.embedded import free_port
+from harel_beanie.queries import ExecutionFilter, executions_page, status_counts
+
+CLI = str(Path(sys.executable).parent / "harel-beanie")
+TIMEOUT = 600.0  # seconds one request may take before it is recorded as timed out
+
+
+def routes(prefix: str, parent: str, one: str, now: float) -> dict[str, str]:
+    """Every page and API route of the dashboard, as the benchmark asks for it."""
+    day = datetime.timedelta(days=1)
+    at = datetime.datetime.fromtimestamp(now, datetime.timezone.utc) - 10 * day
+    span = f"from={at:%Y-%m-%dT%H:%M}&to={at + day:%Y-%m-%dT%H:%M}"
+    return {
+        "GET / (front page)": "/",
+        "GET /?status=FAILED": "/?status=FAILED",
+        "GET /?definition=Order": "/?definition=Order",
+        f"GET /?prefix= ({len(prefix)} chars)": f"/?prefix={prefix}",
+        "GET /?from=&to= (one day)": f"/?{span}",
+        "GET /?parent= (children)": f"/?parent={parent}",
+        "GET /api/executions?status=FAILED": "/api/executions?status=FAILED",
+        "GET /api/executions?prefix=": f"/api/executions?prefix={prefix}",
+        "GET /execution?id=": f"/execution?id={one}",
+        "GET /api/execution?id=": f"/api/execution?id={one}",
+        "GET /failed": "/failed",
+        "GET /backlog": "/backlog",
+        "GET /api/charts": "/api/charts",
+        "GET /metrics": "/metrics",
+    }
+
+
+class Dashboard:
+    """`harel-beanie dashboard` on a free port, as a context manager."""
+
+    def __init__(self, url: str, db: str) -> None:
+        self.token = secrets.token_urlsafe(16)
+        self.port = free_port()
+        argv = [CLI, "dashboard", "--url", url, "--db", db, "--port", str(self.port), "--token", self.token]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        self.client = httpx.Client(
+            base_url=f"http://127.0.0.1:{self.port}",
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=TIMEOUT,
+        )
+
+    def __enter__(self) -> "Dashboard":
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"the dashboard exited: {self.proc.stderr.read().decode()[-2000:] if self.proc.stderr else ''}"
+                )
+            try:
+                self.client.get("/static/none")
+                return self
+            except httpx.TransportError:
+                time.sleep(0.2)
+        raise TimeoutError("the dashboard did not answer within 60 s")
+
+    def __exit__(self, *exc: Any) -> None:
+        self.client.close()
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def get(self, path: str) -> None:
+        r = self.client.get(path)
+        if r.status_code != 200:
+            raise RuntimeError(f"GET {path}: {r.status_code} {r.text[:300]}")
+
+
+def dashboard_ms(
+    url: str, db: str, paths: dict[str, str], reps: int, budget: float, say: Callable[[str], None]
+) -> dict[str, float]:
+    """Median ms of each route (NaN: timed out)."""
+    out: dict[str, float] = {}
+    with Dashboard(url, db) as dash:
+        for name, path in paths.items():
+            try:
+                out[name] = median_ms(lambda p: dash.get(p), reps, budget, lambda i: path)[0]
+            except httpx.TimeoutException:
+                out[name] = float("nan")
+            say(f"  {name}: {out[name]:,.1f} ms")
+    return out
+
+
+def status_ms(url: str, db: str, reps: int, budget: float) -> float:
+    """Median ms of `harel-beanie status --json`, the command line as an operator runs it."""
+    argv = [CLI, "status", "--url", url, "--db", db, "--json"]
+
+    def once(i: int) -> None:
+        subprocess.run(argv, check=True, capture_output=True, timeout=TIMEOUT)
+
+    return median_ms(once, reps, budget)[0]
+
+
+# --- the queries API -------------------------------------------------------------------------
+
+
+def searches(prefix: str, parent: str, now: float) -> dict[str, ExecutionFilter]:
+    """The listing and each search, as filters of the queries API."""
+    day = 86_400.0
+    return {
+        "queries: first page, no filter": ExecutionFilter(),
+        "queries: first page, status FAILED": ExecutionFilter(status="FAILED"),
+        "queries: first page, definition Order": ExecutionFilter(definition_id="Order"),
+        "queries: first page, id prefix": ExecutionFilter(id_prefix=prefix),
+        "queries: first page, updated in one day": ExecutionFilter(
+            updated_after=now - 10 * day, updated_before=now - 9 * day
+        ),
+        "queries: first page, roots only": ExecutionFilter(roots_only=True),
+        "queries: children of one execution": ExecutionFilter(parent_id=parent),
+    }
+
+
+def queries_ms(url: str, db: str, filters: dict[str, ExecutionFilter], reps: int, budget: float) -> dict[str, float]:
+    """Median ms of each search's first page of 50, and of `status_counts()`."""
+    return asyncio.run(_queries(url, db, filters, reps, budget))
+
+
+async def _queries(
+    url: str, db: str, filters: dict[str, ExecutionFilter], reps: int, budget: float
+) -> dict[str, float]:
+    store = await AsyncMongoStore.from_url(url, db, create_schema=False)
+    await store.init()  # binds the Beanie classes the queries read
+    out: dict[str, float] = {}
+
+    def first_page(flt: ExecutionFilter) -> Callable[[], Any]:
+        return lambda: executions_page(flt, limit=50)
+
+    try:
+        jobs = {name: first_page(f) for name, f in filters.items()}
+        jobs["queries: `status_counts()`"] = lambda: status_counts()
+        for name, job in jobs.items():
+            out[name] = await _median_async(job, reps, budget)
+    finally:
+        await store.close()
+    return out
+
+
+async def _median_async(job: Callable[[], Any], reps: int, budget: float) -> float:
+    times: list[float] = []
+    t0 = time.perf_counter()
+    await job()  # warm-up
+    warm = time.perf_counter() - t0
+    if warm > budget:
+        return 1000 * warm
+    start = time.perf_counter()
+    for _ in range(reps):
+        t = time.perf_counter()
+        await job()
+        times.append(time.perf_counter() - t)
+        if time.perf_counter() - start > budget:
+            break
+    times.sort()
+    return 1000 * times[len(times) // 2]
+
+
+def rss_mb(pid: Optional[int]) -> Optional[tuple[float, float]]:
+    """(resident, peak resident) MB of process `pid` and its children's, from /proc; None when
+    the server is not a process of this machine."""
+    if pid is None:
+        return None
+    try:
+        fields = dict(
+            line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
+        )
+    except OSError:
+        return None
+
+    def mb(key: str) -> float:
+        return float(fields.get(key, "0 kB").split()[0]) / 1024
+
+    return mb("VmRSS"), mb("VmHWM")
