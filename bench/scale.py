@@ -162,10 +162,13 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--prune", type=int, default=5_000, help="executions one prune run removes at most (0: skip)")
     p.add_argument("--migrate", type=int, default=100_000, help="executions migrated at most per size (0: skip)")
     p.add_argument("--url", default=os.environ.get("MONGODB_URL"), help="also run on this server ($MONGODB_URL)")
+    p.add_argument("--no-url", action="store_true", help="ignore MONGODB_URL (the embedded server only)")
     p.add_argument("--no-embedded", action="store_true", help="skip the embedded server (needs --url)")
     p.add_argument("--out", default=str(HERE / "RESULTS.md"), help="the file the section goes in")
     p.add_argument("--chart", default=str(HERE.parent / "docs" / "scale.png"), help="the chart's PNG")
     a = p.parse_args(argv)
+    if a.no_url:
+        a.url = None
     a.sizes = sorted(int(s.replace("_", "")) for s in a.sizes.split(",") if s)
     if a.no_embedded and not a.url:
         p.error("--no-embedded needs --url or MONGODB_URL")

@@ -159,3 +159,44 @@ def test_a_rewrite_of_the_results_keeps_the_marked_sections(tmp_path: Path) -> N
     rewritten = "# Benchmark results\n\nthe main report\n" + sections.kept(out)
     assert rewritten.index("second figures") < rewritten.index("other figures")
     assert rewritten.count("<!-- section partitions: begin -->") == 1 == rewritten.count("<!-- section other: end -->")
+
+
+def test_bench_scale_writes_its_section_and_chart(tmp_path: Path) -> None:
+    """`bench/scale.py` at two tiny sizes, end to end on its own embedded server: every
+    operation has a figure at both sizes (the dashboard's routes, status, the queries, the
+    store beside harel's, the claim), prune and migrate report rates, the section lands
+    between its markers with the rest of the file kept, and the chart is a PNG. Shapes only."""
+    out, chart = tmp_path / "RESULTS.md", tmp_path / "scale.png"
+    out.write_text("# Benchmark results\n\nthe main report\n")
+    argv = [sys.executable, str(ROOT / "bench" / "scale.py"), "--sizes", "150,300", "--reps", "1", "--budget", "1"]
+    argv += ["--prune", "100", "--migrate", "300", "--no-url", "--out", str(out), "--chart", str(chart)]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-4000:]
+    text = out.read_text()
+    assert text.startswith("# Benchmark results\n\nthe main report\n")
+    assert text.count("<!-- section scale: begin -->") == 1 == text.count("<!-- section scale: end -->")
+    assert "SecantusDB" in text and "scale.png" in text
+    assert chart.read_bytes().startswith(b"\x89PNG")
+    times = text[text.index("#### Time per operation") : text.index("#### The store's operations beside")]
+    rows = {ln.split("|")[1].strip(): ln for ln in times.splitlines() if ln.startswith("| ") and "---" not in ln}
+    for name in ("GET / (front page)", "GET /metrics", "GET /?status=FAILED", "GET /backlog", "store: `load`"):
+        assert name in rows, (name, list(rows))
+    expected = {"queries: `status_counts()`", "`harel-beanie status --json` (the command line)"}
+    assert expected <= set(rows), list(rows)
+    for name, line in rows.items():
+        if name == "operation (ms)":
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        assert all(c not in ("", "-", "timed out") for c in cells[1:3]), line  # a figure at both sizes
+    beside = text[text.index("#### The store's operations beside") : text.index("#### Seeding, memory")]
+    store_rows = [ln for ln in beside.splitlines() if ln.startswith("| store:")]
+    assert len(store_rows) == 7, store_rows  # every store operation, harel's MongoStore measured too
+    assert all("-" not in [c.strip() for c in ln.strip("|").split("|")] for ln in store_rows), store_rows
+    upkeep = [
+        ln for ln in text[text.index("#### Seeding, memory") :].splitlines() if ln.startswith(("| 150 |", "| 300 |"))
+    ]
+    assert len(upkeep) == 2, upkeep
+    for ln in upkeep:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        assert cells[4] != "-" and cells[5].endswith("/s"), ln  # prune ran and has a rate
+        assert cells[7] != "-" and cells[9].endswith("/s"), ln  # migrate up ran and has a rate
