@@ -26,10 +26,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import pymongo
 from harness import HERE, machine, server_info
@@ -124,16 +125,22 @@ class Run:
         self.client.close()
 
 
-def run_server(name: str, url: str, pid: Optional[int], opts: argparse.Namespace) -> Figures:
+def run_server(
+    name: str, url: str, pid: Optional[int], opts: argparse.Namespace, write: Callable[[Figures], None]
+) -> Figures:
+    """Every size in turn on one server; `write(figures)` after each, so that a long run that is
+    stopped keeps what it measured."""
     run = Run(name, url, pid, opts)
     run.figs.load.append(os.getloadavg())
     try:
         run.start()
         for n in opts.sizes:
             run.size(n)
+            write(run.figs)
     finally:
         run.finish()
     run.figs.load.append(os.getloadavg())
+    write(run.figs)
     return run.figs
 
 
@@ -177,24 +184,27 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 
 def main(argv: Optional[list[str]] = None) -> int:
     opts = parse_args(argv)
+    # a SIGTERM unwinds like Ctrl-C: the embedded server is stopped and the databases dropped
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
     started = datetime.datetime.now(datetime.timezone.utc)
     t = time.perf_counter()
-    runs: list[Figures] = []
+    done: list[Figures] = []
+    chart, out = Path(opts.chart), Path(opts.out)
+    shown = " ".join(sys.argv[1:] if argv is None else argv)
+
+    def write(figs: Figures) -> None:
+        runs = [*done, figs]
+        draw(runs, chart)
+        link = os.path.relpath(chart.resolve(), out.resolve().parent)
+        when = header(opts, started.replace(tzinfo=None), time.perf_counter() - t, f" {shown}" if shown else "")
+        splice(out, SECTION, section(runs, when, link))
+        print(f"written to {out} and {chart} ({', '.join(f'{n:,}' for n in figs.sizes)})", file=sys.stderr)
+
     if not opts.no_embedded:
         with EmbeddedServer() as server:
-            runs.append(run_server("embedded", server.url, server.proc.pid if server.proc else None, opts))
+            done.append(run_server("embedded", server.url, server.proc.pid if server.proc else None, opts, write))
     if opts.url:
-        runs.append(run_server("url", opts.url, None, opts))
-    chart, out = Path(opts.chart), Path(opts.out)
-    draw(runs, chart)
-    shown = " ".join(sys.argv[1:] if argv is None else argv)
-    link = os.path.relpath(chart.resolve(), out.resolve().parent)
-    text = section(
-        runs, header(opts, started.replace(tzinfo=None), time.perf_counter() - t, f" {shown}" if shown else ""), link
-    )
-    print(text)
-    splice(out, SECTION, text)
-    print(f"written to {out} and {chart}", file=sys.stderr)
+        done.append(run_server("url", opts.url, None, opts, write))
     return 0
 
 
