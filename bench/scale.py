@@ -42,7 +42,7 @@ from scale_upkeep import migrate_rates, prune_rates
 from sections import splice
 
 from harel_beanie import MongoStore
-from harel_beanie.ops.embedded import EmbeddedServer
+from harel_beanie.deploy.embedded import EmbeddedServer
 
 SECTION = "scale"
 SIZES = (10_000, 100_000, 1_000_000)
@@ -99,12 +99,14 @@ class Run:
         o, picks, now = self.opts, self.ours.picked, time.time()
         prefix = picks["finished"][0][:4]
         parent = picks["timer"][0]
-        for name, ms in queries_ms(self.url, DB, searches(prefix, parent, now), o.reps, o.budget).items():
+        for name, ms in queries_ms(self.url, DB, searches(prefix, parent, now), o.reps, o.budget, o.timeout).items():
             self.figs.put(name, n, ms)
         paths = routes(prefix, parent, picks["failed"][0], now)
-        for name, ms in dashboard_ms(self.url, DB, paths, o.reps, o.budget, self.say).items():
+        for name, ms in dashboard_ms(self.url, DB, paths, o.reps, o.budget, o.timeout, self.say).items():
             self.figs.put(name, n, ms)
-        self.figs.put("`harel-beanie status --json` (the command line)", n, status_ms(self.url, DB, o.reps, o.budget))
+        self.figs.put(
+            "`harel-beanie status --json` (the command line)", n, status_ms(self.url, DB, o.reps, o.budget, o.timeout)
+        )
 
     def _upkeep(self, n: int) -> None:
         o = self.opts
@@ -151,7 +153,8 @@ def header(opts: argparse.Namespace, started: datetime.datetime, seconds: float,
         f"Machine: {m['cpus']} CPUs, {m['cpu']}; {m['os']}; Python {m['python']}; harel {m['harel']}, "
         f"pymongo {m['pymongo']}.",
         f"Each figure: the median of up to {opts.reps} repeats after one warm-up, fewer once {opts.budget:g} s "
-        "are spent (one request slower than that is its own figure). Executions seeded as bench/scale_seed.py "
+        f"are spent (one request slower than that is its own figure); *timed out*: one call took longer than "
+        f"{opts.timeout:g} s. Executions seeded as bench/scale_seed.py "
         "says: the shop models run by harel's runner, cloned (about 90% finished, 8% waiting on a timer, 1% "
         "FAILED, 1% holding outbox work, over 30 days). Prune: `--finished-before 7d` in batches of 500, "
         f"stopped after {opts.prune:,} executions. Migrate up: min(size, {opts.migrate:,}) executions written "
@@ -166,6 +169,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     )
     p.add_argument("--reps", type=int, default=5, help="timed repeats per operation (default 5)")
     p.add_argument("--budget", type=float, default=15.0, help="seconds of repeats per operation (default 15)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds one request may take (default 600)")
     p.add_argument("--prune", type=int, default=5_000, help="executions one prune run removes at most (0: skip)")
     p.add_argument("--migrate", type=int, default=100_000, help="executions migrated at most per size (0: skip)")
     p.add_argument("--url", default=os.environ.get("MONGODB_URL"), help="also run on this server ($MONGODB_URL)")
@@ -195,7 +199,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     def write(figs: Figures) -> None:
         runs = [*done, figs]
         draw(runs, chart)
-        link = os.path.relpath(chart.resolve(), out.resolve().parent)
+        link = os.path.relpath(chart.resolve(), HERE.parent)  # from the repository's top
         when = header(opts, started.replace(tzinfo=None), time.perf_counter() - t, f" {shown}" if shown else "")
         splice(out, SECTION, section(runs, when, link))
         print(f"written to {out} and {chart} ({', '.join(f'{n:,}' for n in figs.sizes)})", file=sys.stderr)

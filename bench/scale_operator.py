@@ -21,11 +21,10 @@ import httpx
 from scale_store import median_ms
 
 from harel_beanie import AsyncMongoStore
-from harel_beanie.ops.embedded import free_port
+from harel_beanie.deploy.embedded import free_port
 from harel_beanie.queries import ExecutionFilter, executions_page, status_counts
 
-CLI = str(Path(sys.executable).parent / "harel-beanie")
-TIMEOUT = 600.0  # seconds one request may take before it is recorded as timed out
+CLI = [sys.executable, "-m", "harel_beanie"]  # the command line, as `harel-beanie` runs it
 
 
 def routes(prefix: str, parent: str, one: str, now: float) -> dict[str, str]:
@@ -54,15 +53,15 @@ def routes(prefix: str, parent: str, one: str, now: float) -> dict[str, str]:
 class Dashboard:
     """`harel-beanie dashboard` on a free port, as a context manager."""
 
-    def __init__(self, url: str, db: str) -> None:
+    def __init__(self, url: str, db: str, timeout: float) -> None:
         self.token = secrets.token_urlsafe(16)
         self.port = free_port()
-        argv = [CLI, "dashboard", "--url", url, "--db", db, "--port", str(self.port), "--token", self.token]
+        argv = [*CLI, "dashboard", "--url", url, "--db", db, "--port", str(self.port), "--token", self.token]
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         self.client = httpx.Client(
             base_url=f"http://127.0.0.1:{self.port}",
             headers={"Authorization": f"Bearer {self.token}"},
-            timeout=TIMEOUT,
+            timeout=timeout,
         )
 
     def __enter__(self) -> "Dashboard":
@@ -95,28 +94,37 @@ class Dashboard:
 
 
 def dashboard_ms(
-    url: str, db: str, paths: dict[str, str], reps: int, budget: float, say: Callable[[str], None]
+    url: str, db: str, paths: dict[str, str], reps: int, budget: float, timeout: float, say: Callable[[str], None]
 ) -> dict[str, float]:
-    """Median ms of each route (NaN: timed out)."""
+    """Median ms of each route (NaN: a request took longer than `timeout` seconds; the
+    dashboard is then started again, though the server may still be busy with that request)."""
     out: dict[str, float] = {}
-    with Dashboard(url, db) as dash:
+    dash = Dashboard(url, db, timeout).__enter__()
+    try:
         for name, path in paths.items():
             try:
                 out[name] = median_ms(lambda p: dash.get(p), reps, budget, lambda i: path)[0]
             except httpx.TimeoutException:
                 out[name] = float("nan")
+                dash.__exit__()
+                dash = Dashboard(url, db, timeout).__enter__()
             say(f"  {name}: {out[name]:,.1f} ms")
+    finally:
+        dash.__exit__()
     return out
 
 
-def status_ms(url: str, db: str, reps: int, budget: float) -> float:
+def status_ms(url: str, db: str, reps: int, budget: float, timeout: float) -> float:
     """Median ms of `harel-beanie status --json`, the command line as an operator runs it."""
-    argv = [CLI, "status", "--url", url, "--db", db, "--json"]
+    argv = [*CLI, "status", "--url", url, "--db", db, "--json"]
 
     def once(i: int) -> None:
-        subprocess.run(argv, check=True, capture_output=True, timeout=TIMEOUT)
+        subprocess.run(argv, check=True, capture_output=True, timeout=timeout)
 
-    return median_ms(once, reps, budget)[0]
+    try:
+        return median_ms(once, reps, budget)[0]
+    except subprocess.TimeoutExpired:
+        return float("nan")
 
 
 # --- the queries API -------------------------------------------------------------------------
@@ -138,13 +146,16 @@ def searches(prefix: str, parent: str, now: float) -> dict[str, ExecutionFilter]
     }
 
 
-def queries_ms(url: str, db: str, filters: dict[str, ExecutionFilter], reps: int, budget: float) -> dict[str, float]:
-    """Median ms of each search's first page of 50, and of `status_counts()`."""
-    return asyncio.run(_queries(url, db, filters, reps, budget))
+def queries_ms(
+    url: str, db: str, filters: dict[str, ExecutionFilter], reps: int, budget: float, timeout: float
+) -> dict[str, float]:
+    """Median ms of each search's first page of 50, and of `status_counts()` (NaN: a call took
+    longer than `timeout` seconds)."""
+    return asyncio.run(_queries(url, db, filters, reps, budget, timeout))
 
 
 async def _queries(
-    url: str, db: str, filters: dict[str, ExecutionFilter], reps: int, budget: float
+    url: str, db: str, filters: dict[str, ExecutionFilter], reps: int, budget: float, timeout: float
 ) -> dict[str, float]:
     store = await AsyncMongoStore.from_url(url, db, create_schema=False)
     await store.init()  # binds the Beanie classes the queries read
@@ -157,7 +168,10 @@ async def _queries(
         jobs = {name: first_page(f) for name, f in filters.items()}
         jobs["queries: `status_counts()`"] = lambda: status_counts()
         for name, job in jobs.items():
-            out[name] = await _median_async(job, reps, budget)
+            try:
+                out[name] = await asyncio.wait_for(_median_async(job, reps, budget), timeout)
+            except asyncio.TimeoutError:
+                out[name] = float("nan")
     finally:
         await store.close()
     return out

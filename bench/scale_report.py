@@ -122,7 +122,9 @@ def section(runs: list[Figures], header: list[str], chart: Optional[str]) -> str
             out += harel_table(figs)
         out += ["", "#### Seeding, memory, prune, migrate", ""] + upkeep_table(figs)
     if chart:
-        out += ["", f"![time against size]({chart})"]
+        # named, not embedded: the manual includes this file from another folder, where a
+        # relative image link would not resolve; the manual's pages show the chart
+        out += ["", f"The chart of these figures (time against size, log-log): `{chart}`."]
     return "\n".join(out) + "\n"
 
 

@@ -1,11 +1,11 @@
 """The databases the scale benchmark (bench/scale.py) measures: N executions that look like a
 shop's production data, in this package's layout and, beside it, in harel's MongoStore's.
 
-How it seeds. The shop models (src/harel_beanie/shop_models, what `harel-beanie demo` runs) are
+How it seeds. The shop models (src/harel_beanie/demo/shop_models, what `harel-beanie demo` runs) are
 driven by harel's DurableRunner on this package's MongoStore, with a manual clock, into a small
 template database of *families* (a root execution and the children it spawned):
 
-- finished: every scenario of the demo's mix (`harel_beanie.ops.demo_mix.MIX`) run to its end
+- finished: every scenario of the demo's mix (`harel_beanie.demo.mix.MIX`) run to its end
   (delivered, retried, declined, gave up, out of stock, cancelled, lost);
 - waiting on a timer: an order cooling off (15 min), one in transit (7 days), a payment
   between retries;
@@ -52,7 +52,7 @@ from harel_beanie import MongoStore
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
 
 EXECUTIONS = "harel_executions"
-SHOP_MODELS = Path(__file__).resolve().parents[1] / "src" / "harel_beanie" / "shop_models"
+SHOP_MODELS = Path(__file__).resolve().parents[1] / "src" / "harel_beanie" / "demo" / "shop_models"
 KINDS = ("finished", "timer", "failed", "outbox")
 SHARE = {"finished": 90, "timer": 8, "failed": 1, "outbox": 1}  # of every 100 roots
 SPAN_DAYS, BUCKETS, WEEK = 30, 60, 7 * 86_400.0
@@ -107,8 +107,8 @@ def _drive(runner: DurableRunner, clock: Clock, rid: str, scenario: Any, finish:
 def make_templates(url: str, db: str) -> list[Family]:
     """The template families, written by harel's runner through this package's store (see the
     module docstring), then the same executions through harel's MongoStore."""
-    from harel_beanie.ops.demo_mix import MIX
-    from harel_beanie.ops.loader import load_models
+    from harel_beanie.demo.mix import MIX
+    from harel_beanie.deploy import load_models
 
     defs = load_models(SHOP_MODELS)
     import shop_actions  # type: ignore[import-not-found]  # on sys.path once the models load

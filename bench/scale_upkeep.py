@@ -6,7 +6,6 @@ its rate at the start and the end of the pass."""
 from __future__ import annotations
 
 import asyncio
-import importlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -15,6 +14,7 @@ import pymongo
 from scale_seed import EXECUTIONS, Cloner, grow
 
 from harel_beanie.migrate.engine import Migrator
+from harel_beanie.retention import prune
 
 EDGE = 3  # batches at each end of a run that a start or end rate is taken over
 WEEK = 7 * 86_400.0
@@ -45,18 +45,6 @@ class Rates:
         return self.marks[-1][0] if self.marks else 0.0
 
 
-def _prune_function() -> Any:
-    """`prune` where it lives: retention/prune.py, or ops/retention.py before the move."""
-    for name in ("harel_beanie.retention.prune", "harel_beanie.ops.retention"):
-        try:
-            fn = getattr(importlib.import_module(name), "prune", None)
-        except ImportError:
-            continue
-        if callable(fn):
-            return fn
-    raise ImportError("harel-beanie's prune was not found")
-
-
 def prune_rates(url: str, db: str, most: int, batch_size: int = 500) -> tuple[Rates, list[str]]:
     """`prune --finished-before 7d` in batches of `batch_size`, stopped after about `most`
     executions. Returns its rates and the ids it removed."""
@@ -64,7 +52,6 @@ def prune_rates(url: str, db: str, most: int, batch_size: int = 500) -> tuple[Ra
 
 
 async def _prune(url: str, db: str, most: int, batch_size: int) -> tuple[Rates, list[str]]:
-    prune = _prune_function()
     client: pymongo.AsyncMongoClient[Any] = pymongo.AsyncMongoClient(url)
     rates = Rates()
     start = time.perf_counter()
