@@ -112,10 +112,9 @@ def section(runs: list[Figures], header: list[str], chart: Optional[str]) -> str
     for figs in runs:
         info = figs.info
         out += ["", f"### {info['server']}", ""]
-        load = " at the start, ".join("/".join(f"{x:.2f}" for x in la) for la in figs.load)
-        out.append(
-            f"Reports itself as {info['reports']}, {info['topology']}. Load average (1/5/15 min) {load} at the end."
-        )
+        loads = ["/".join(f"{x:.2f}" for x in la) for la in figs.load]
+        load = " at the start, ".join(loads) + (" at the end" if len(loads) > 1 else " at the start")
+        out.append(f"Reports itself as {info['reports']}, {info['topology']}. Load average (1/5/15 min) {load}.")
         out += ["", "#### Time per operation (median ms) against executions stored", ""] + time_table(figs)
         if figs.harel:
             out += ["", "#### The store's operations beside harel's MongoStore (same executions, its layout)", ""]
