@@ -83,11 +83,11 @@ class Run:
         seed_queue(self.url, DB, n, self.say)
         figs.counts[n] = count_statuses(self.url, DB)
         self.say(f"measuring at {n:,}: {figs.counts[n]}")
-        ours = store_ops("beanie", self.url, DB, Picks(self.ours), o.reps, o.budget)
-        theirs = store_ops("harel", self.url, HAREL_DB, Picks(self.theirs), o.reps, o.budget)
+        ours = store_ops("beanie", self.url, DB, Picks(self.ours), o.reps, o.budget, o.timeout)
+        theirs = store_ops("harel", self.url, HAREL_DB, Picks(self.theirs), o.reps, o.budget, o.timeout)
         for op, ms in ours.items():
             figs.put(op, n, ms, theirs.get(op))
-        figs.put("claim", n, claim_ms(self.url, DB, o.reps, o.budget))
+        figs.put("claim", n, claim_ms(self.url, DB, o.reps, o.budget, o.timeout))
         self.say(f"  store: {ours}")
         self._operator(n)
         usage = rss_mb(self.pid)
@@ -172,10 +172,15 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     )
     p.add_argument("--reps", type=int, default=5, help="timed repeats per operation (default 5)")
     p.add_argument("--budget", type=float, default=15.0, help="seconds of repeats per operation (default 15)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds one request may take (default 600)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds one call may take (default 120)")
     p.add_argument("--prune", type=int, default=5_000, help="executions one prune run removes at most (0: skip)")
     p.add_argument("--migrate", type=int, default=100_000, help="executions migrated at most per size (0: skip)")
     p.add_argument("--url", default=os.environ.get("MONGODB_URL"), help="also run on this server ($MONGODB_URL)")
+    p.add_argument(
+        "--storage",
+        metavar="DIR",
+        help="the embedded server's data directory (default: in memory, which holds every document in RAM)",
+    )
     p.add_argument("--no-url", action="store_true", help="ignore MONGODB_URL (the embedded server only)")
     p.add_argument("--no-embedded", action="store_true", help="skip the embedded server (needs --url)")
     p.add_argument("--out", default=str(HERE / "RESULTS.md"), help="the file the section goes in")
@@ -208,7 +213,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"written to {out} and {chart} ({', '.join(f'{n:,}' for n in figs.sizes)})", file=sys.stderr)
 
     if not opts.no_embedded:
-        with EmbeddedServer() as server:
+        with EmbeddedServer(opts.storage) as server:
             done.append(run_server("embedded", server.url, server.proc.pid if server.proc else None, opts, write))
     if opts.url:
         done.append(run_server("url", opts.url, None, opts, write))
