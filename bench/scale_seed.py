@@ -106,7 +106,7 @@ def _drive(runner: DurableRunner, clock: Clock, rid: str, scenario: Any, finish:
 
 def make_templates(url: str, db: str) -> list[Family]:
     """The template families, written by harel's runner through this package's store (see the
-    module docstring), then the same executions through harel's MongoStore. Over 50 lines: the
+    module docstring), then the same executions through harel's MongoStore. Kept whole: the
     families are one script, each step driving the runner to the state the next one needs."""
     from harel_beanie.demo.mix import MIX
     from harel_beanie.deploy import load_models
