@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from harel_beanie.core.windows import DownwardWalk
+from harel_beanie.core.windows import DownwardWalk, string_uppers
 from harel_beanie.queries.server import MONGOD, SECANTUS, server_from, server_of
 
 
@@ -74,3 +74,17 @@ async def test_the_server_of_a_collection_is_the_one_the_tests_run_on(astore, mo
 
     found = await server_of(astore._colls["executions"])
     assert found is (MONGOD if os.environ.get("MONGODB_URL") else SECANTUS)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_string_windows_widen_above_their_anchor_to_the_end(seed: int) -> None:
+    rnd = random.Random(seed)
+    alphabet = rnd.choice(["0123456789abcdef", "abc-XYZ/ ", "日本語é\u0301🙂\x00~\x7f"])
+    anchor = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 12)))
+    bounds = list(string_uppers(anchor, rnd.randint(0, 40)))
+    assert bounds[-1] == (-1, None)  # the last is open above
+    uppers = [b for _, b in bounds[:-1]]
+    assert all(b is not None and b > anchor for b in uppers)
+    assert uppers == sorted(set(uppers))  # each above the last: windows from one to the next tile the key
+    positions = [p for p, _ in bounds]
+    assert positions == sorted(positions, reverse=True)  # leftward, a position at a time

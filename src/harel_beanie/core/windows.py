@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from harel_beanie.core.arguments import require_int, require_time
 
@@ -83,3 +83,40 @@ class DownwardWalk:
         self.high = window.low
         scale = GROW if n == 0 else min(GROW, max(1.0 / SHRINK, self.target / n))
         self.width = max(self.width * scale, math.ulp(self.high) * 4)
+
+
+# --- windows on a string key ------------------------------------------------------------------
+
+#: the last code point a window steps through one character at a time: past it, the position
+#: to the left (ids are mostly ASCII; a step in the rest of Unicode would take 14 doublings)
+_ASCII_END = 0x7F
+
+
+def string_uppers(anchor: str, deepest: int) -> Iterator[tuple[int, Optional[str]]]:
+    """The upper bounds (exclusive) of windows of a string key above `anchor`, widening, each
+    with the position it raises (-1 for the last, None: no upper bound): from
+    position `deepest` (clamped to `anchor`'s length) leftward, the character there raised by
+    1, 2, 4, ... (while it stays ASCII), then the next position to the left; last, None (no
+    upper bound). Each bound is above the last and above `anchor`, so windows taken from
+    `anchor` up to each in turn tile the key above it.
+
+    A window raised at position p holds the keys sharing `anchor`'s first p characters that
+    follow it: each step to the left multiplies what a window can hold by the alphabet's size
+    at that position (16 for hexadecimal ids), each doubling within a position by about two."""
+    deepest = min(require_int("deepest", deepest, low=0), len(anchor) - 1)
+    for p in range(deepest, -1, -1):
+        c, d = ord(anchor[p]), 1
+        while c + d <= max(_ASCII_END, c + 1):
+            yield p, anchor[:p] + _char_at_least(c + d)
+            if c + d > _ASCII_END:
+                break
+            d *= 2
+    yield -1, None
+
+
+def _char_at_least(code: int) -> str:
+    """The character of code point `code`, or of the next one that can be encoded (a
+    surrogate cannot); past the last code point, the last."""
+    if 0xD800 <= code <= 0xDFFF:
+        code = 0xE000
+    return chr(min(code, 0x10FFFF))

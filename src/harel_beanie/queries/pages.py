@@ -19,6 +19,7 @@ from harel_beanie.core.arguments import BadArgumentType, optional_str, require_b
 from harel_beanie.core.counting import LEAVING
 from harel_beanie.core.documents import ExecutionDocument
 from harel_beanie.core.keys import prefix_range
+from harel_beanie.queries import parts
 from harel_beanie.queries.counts import execution_counts
 from harel_beanie.queries.rows import (
     NOT_A_TOMBSTONE,
@@ -28,7 +29,6 @@ from harel_beanie.queries.rows import (
     checked_doc,
     fill_from_data,
 )
-from harel_beanie.queries import parts
 from harel_beanie.queries.server import server_of
 from harel_beanie.queries.single import status_name
 
@@ -178,10 +178,7 @@ async def _rows(
     server = await server_of(doc.get_pymongo_collection())
     if server.limit_bounds_work or not indexed:
         return await executions(flt, after=after, doc=doc, hint=indexed and server.hints_help).limit(n).to_list()
-    rows: list[ExecutionRow] = []
-    for lead, rest in parts.split(_listing_filter(flt, after)):
-        rows += await doc.aggregate(parts.pipeline(lead, rest, n), projection_model=ExecutionRow).to_list()
-    return sorted(rows, key=lambda r: r.id)[:n]
+    return await parts.page_rows(doc, _listing_filter(flt, after), n)
 
 
 async def _names_index(doc: Executions, hint: Any) -> bool:

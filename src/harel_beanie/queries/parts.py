@@ -25,9 +25,10 @@ is in one part: a status is one of harel's, or there is none).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
-from harel_beanie.queries.rows import STATUSES
+from harel_beanie.core.windows import string_uppers
+from harel_beanie.queries.rows import STATUSES, ExecutionRow
 
 
 def split(query: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -56,3 +57,82 @@ def pipeline(lead: dict[str, Any], rest: dict[str, Any], limit: int) -> list[dic
     if rest:
         stages.append({"$match": rest})
     return [*stages, {"$sort": {"_id": 1}}, {"$limit": limit}]
+
+
+# --- reading a page: windows on `_id` ------------------------------------------------------
+
+#: what a listing's first page began with last time, and the position its windows filled at,
+#: by collection and filter (a cost hint only: a page reads the same rows without them)
+_FIRST: dict[tuple[str, str], str] = {}
+_DEPTH: dict[tuple[str, str], int] = {}
+_REMEMBERED = 1_000
+
+
+async def page_rows(doc: Any, query: dict[str, Any], n: int) -> list[ExecutionRow]:
+    """The first `n` rows of the listing of `query` (its keyset bound included), in `_id`
+    order, read window by window on `_id` so that a page reads about a page of each part's
+    index range however many executions follow it.
+
+    Windows start at the cursor (or an id prefix) and widen (`string_uppers`) until the page
+    fills or the key is exhausted; a window that holds nothing widens by a whole position.
+    A first page with no prefix starts at the id the last first page of this filter began
+    with: all below it (usually none) in one read, then windows above. The very first of a
+    filter in a process has no such id and reads its parts whole, once. A time bound is
+    already a bounded range (the executions updated in it): read in one go."""
+    pieces = split(query)
+    if "updated_at" in query:
+        return await _read(doc, pieces, n, None)
+    ids = dict(query.get("_id", {}))
+    key = (doc.get_pymongo_collection().full_name, repr(sorted((k, repr(v)) for k, v in query.items() if k != "_id")))
+    ceiling: Optional[str] = ids.get("$lt")
+    rows: list[ExecutionRow] = []
+    if "$gt" in ids and not ids.get("$gte", "") > ids["$gt"]:  # the cursor, within a prefix's range
+        anchor, low = ids["$gt"], {"$gt": ids["$gt"]}
+    elif "$gte" in ids:  # an id prefix's first page (or a cursor below it)
+        anchor, low = ids["$gte"], {"$gte": ids["$gte"]}
+    elif key in _FIRST:
+        anchor = _FIRST[key]
+        rows = await _read(doc, pieces, n, {"$lte": anchor})
+        low = {"$gt": anchor}
+    else:
+        rows = await _read(doc, pieces, n, None)
+        _remember(_FIRST, key, rows[0].id if rows else None)
+        return rows
+    if not ids and rows:
+        _remember(_FIRST, key, rows[0].id)
+    skip = None
+    for position, upper in string_uppers(anchor, _DEPTH.get(key, len(anchor)) + 1):
+        if len(rows) >= n:
+            break
+        if position == skip:
+            continue
+        if ceiling is not None and (upper is None or upper >= ceiling):
+            upper = ceiling
+        got = await _read(doc, pieces, n - len(rows), {**low, **({"$lt": upper} if upper is not None else {})})
+        rows += got
+        skip = position if not got else None  # an empty window: widen by a whole position
+        _remember(_DEPTH, key, position)
+        if upper is None or upper == ceiling:
+            break
+        low = {"$gte": upper}
+    return rows[:n]
+
+
+def _remember(memory: dict[tuple[str, str], Any], key: tuple[str, str], value: Any) -> None:
+    if value is None:
+        return
+    if len(memory) >= _REMEMBERED:
+        memory.clear()
+    memory[key] = value
+
+
+async def _read(
+    doc: Any, pieces: list[tuple[dict[str, Any], dict[str, Any]]], n: int, ids: Optional[dict[str, Any]]
+) -> list[ExecutionRow]:
+    """The first `n` rows of the union of the parts, each read with its `_id` bound replaced
+    by `ids` (None: as the query had it)."""
+    rows: list[ExecutionRow] = []
+    for lead, rest in pieces:  # in turn: a page's reads stay in the request's task, and in order
+        stage = lead if ids is None else {**lead, "_id": ids}
+        rows += await doc.aggregate(pipeline(stage, rest, n), projection_model=ExecutionRow).to_list()
+    return sorted(rows, key=lambda r: r.id)[:n]
