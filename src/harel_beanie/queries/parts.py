@@ -74,7 +74,8 @@ async def page_rows(doc: Any, query: dict[str, Any], n: int) -> list[ExecutionRo
     index range however many executions follow it.
 
     Windows start at the cursor (or an id prefix) and widen (`string_uppers`) until the page
-    fills or the key is exhausted; a window that holds nothing widens by a whole position.
+    fills or the key is exhausted; until one holds a row, an empty window widens by a whole
+    position.
     A first page with no prefix starts at the id the last first page of this filter began
     with: all below it (usually none) in one read, then windows above. The very first of a
     filter in a process has no such id and reads its parts whole, once. A time bound is
@@ -100,7 +101,7 @@ async def page_rows(doc: Any, query: dict[str, Any], n: int) -> list[ExecutionRo
         return rows
     if not ids and rows:
         _remember(_FIRST, key, rows[0].id)
-    skip = None
+    skip, found = None, False
     for position, upper in string_uppers(anchor, _DEPTH.get(key, len(anchor)) + 1):
         if len(rows) >= n:
             break
@@ -110,7 +111,10 @@ async def page_rows(doc: Any, query: dict[str, Any], n: int) -> list[ExecutionRo
             upper = ceiling
         got = await _read(doc, pieces, n - len(rows), {**low, **({"$lt": upper} if upper is not None else {})})
         rows += got
-        skip = position if not got else None  # an empty window: widen by a whole position
+        # an empty window before any row widens by a whole position; never into the window
+        # open above (past the rows, it could hold the rest of the key)
+        found = found or bool(got)
+        skip = position if not found and position > 0 else None
         _remember(_DEPTH, key, position)
         if upper is None or upper == ceiling:
             break
