@@ -334,14 +334,14 @@ def _secantus_front_page(
     db: Any, label: str, url: str, r: httpx.Response, sent: list[tuple[str, dict[str, Any]]], expected: list[str]
 ) -> None:
     """A page's reads on SecantusDB: the listing's parts (each bounded, together reading about
-    a page), then the counts, the definitions and the samples, as on mongod but unhinted."""
+    a page), and the rest (the counts, the definitions, the samples; the counts are the
+    counters' and checked with them) all unhinted."""
     assert r.status_code == 200, (label, r.text[:500])
     reads = [(n, c) for n, c in sent if n == "aggregate" and _is_page_read(n, c)]
     assert reads and all(c["aggregate"] == "harel_executions" for _, c in reads), label
     rest = [(n, c) for n, c in sent if not (n == "aggregate" and _is_page_read(n, c))]
-    assert [n for n, _ in rest] == expected[1:], (label, [(n, c.get(n)) for n, c in rest])
-    counts = [c for n, c in rest if n == "aggregate"]
-    assert [c["pipeline"][0]["$match"]["status"] for c in counts] == list(STATUSES), label
+    assert ("distinct", "harel_executions") in [(n, c.get(n)) for n, c in rest], label
+    assert ("find", "harel_hb_samples") in [(n, c.get(n)) for n, c in rest] or len(expected) < len(FRONT_PAGE)
     assert not any("hint" in c for _, c in rest), label
     read = _read_by_secantus(db, label, reads)
     # an outcome alone narrows no index: its pages read until a page of matches is found, on

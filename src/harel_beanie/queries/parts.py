@@ -79,7 +79,8 @@ async def page_rows(doc: Any, query: dict[str, Any], n: int) -> list[ExecutionRo
     A first page with no prefix starts at the id the last first page of this filter began
     with: all below it (usually none) in one read, then windows above. The very first of a
     filter in a process has no such id and reads its parts whole, once. A time bound is
-    already a bounded range (the executions updated in it): read in one go."""
+    already a bounded range (the executions updated in it): read in one go. Kept whole: where
+    the windows start and how they widen are one rule, read top to bottom."""
     pieces = split(query)
     if "updated_at" in query:
         return await _read(doc, pieces, n, None)

@@ -21,7 +21,7 @@ from harel_beanie import AsyncMongoStore, queries
 from harel_beanie.core.documents import ExecutionDocument
 from harel_beanie.queries import pages, parts
 from harel_beanie.queries.server import MONGOD, SECANTUS, Server
-from tests.test_structure import _idle_documents
+from tests.store.test_structure import _idle_documents
 
 DEFINITIONS = ("Order", "Parcel", "Refund")
 OUTCOMES = (None, "shipped", "lost")
