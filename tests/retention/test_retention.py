@@ -16,8 +16,9 @@ import pytest
 from bson import json_util
 from harel.engine.execution import Execution, Status
 from harel.spec.states import Event
+from pymongo import monitoring
 
-from harel_beanie import retention
+from harel_beanie import MongoStore, retention
 from harel_beanie.retention import archive as archive_internals
 from harel_beanie.retention import pruning as prune_internals
 from tests.commands.test_cli import run_cli
@@ -353,3 +354,66 @@ def test_the_reader_numbers_incarnations_across_an_older_archive(tmp_path: Path)
         (newer["_id"], "x", 2, NOW),
     ]
     assert [r.document for r in removals] == [older, newer["document"]]
+
+
+# --- the cost of a batch ---------------------------------------------------------------------
+
+
+class _Reads(monitoring.CommandListener):
+    """The filters of the reads a client sends to the executions (find, and an aggregate's
+    first `$match`, the part a server plans with)."""
+
+    def __init__(self) -> None:
+        self.filters: list[dict[str, Any]] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        cmd = event.command
+        if event.command_name == "find" and cmd["find"] == "harel_executions":
+            self.filters.append(dict(cmd.get("filter", {})))
+        elif event.command_name == "aggregate" and cmd["aggregate"] == "harel_executions":
+            self.filters.append(dict(cmd["pipeline"][0].get("$match", {})))
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+async def test_each_batch_reads_about_a_batch_however_many_remain(mongo_url: str, client, db_name) -> None:
+    """A server may read every match of a query whatever its limit (SecantusDB does), so what
+    a batch costs is what its reads' filters match, not what they return. Prune once read each
+    batch as "the next 500 finished after the last id": at 100,000 executions, 122 a second and
+    slower at every batch. Here every read prune sends, counted against the database as it was
+    before the run (a copy), matches at most a few batches' worth, at the first batch and the
+    last alike, and every finished execution before the cut-off is removed."""
+    batch, n = 50, 1_500
+    rows = []
+    for i in range(n):  # finished over the 60 days before NOW, evenly, in a shuffled id order
+        at = NOW - 60 * 86400 * (i + 0.5) / n
+        exe = _exe(f"e-{(i * 7919) % n:05d}", Status.DONE if i % 5 else Status.CANCELLED, at)
+        rows.append(
+            {
+                "_id": exe.id,
+                "definition_id": "Order",
+                "version": 1,
+                "data": exe.model_dump_json(),
+                "status": exe.status.value,
+                "finished_at": at,
+                "updated_at": at,
+                "parent_id": None,
+            }
+        )
+    MongoStore(pymongo.MongoClient(mongo_url), db_name).init()  # the indexes, as on a store in use
+    client[db_name].harel_executions.insert_many(rows)
+    client[db_name].before_the_run.insert_many(rows)
+    reads = _Reads()
+    watched = pymongo.AsyncMongoClient(mongo_url, event_listeners=[reads])
+    try:
+        report = await retention.prune(watched[db_name].harel_executions, CUT, batch_size=batch)
+    finally:
+        await watched.close()
+    old = {r["_id"] for r in rows if r["finished_at"] < CUT}
+    assert report.removed == len(old) > 10 * batch and _ids(client, db_name) == {r["_id"] for r in rows} - old
+    matched = [client[db_name].before_the_run.count_documents(f) for f in reads.filters]
+    assert max(matched) <= 4 * batch, sorted(matched)[-5:]

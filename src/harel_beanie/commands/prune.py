@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from harel_beanie.commands import flags
 from harel_beanie.core.errors import ConfigError
+from harel_beanie.core.windows import Window
 from harel_beanie.deploy.stack import open_client
 from harel_beanie.deploy.where import Target
 from harel_beanie.retention import archive as archives
@@ -85,9 +86,12 @@ async def run(args: Any, target: Target, console: Console) -> retention.PruneRep
             archive = archives.CollectionArchive(client[target.db], args.archive_collection)
         total = 0
         for status in retention.FINISHED:
-            total += await executions.count_documents(retention.candidates_filter(status, before, None))
+            # a range of hb_status_updated on every server (a count of `candidates_filter`
+            # reads every finished execution on SecantusDB): an upper bound of what is examined
+            for window in (Window(None, before), None):  # None: no `updated_at`
+                total += await executions.count_documents(retention.window_filter(status, window))
         console.print(
-            f"[bold]harel-beanie prune[/]: {total} execution(s) finished before "
+            f"[bold]harel-beanie prune[/]: up to {total} execution(s) finished before "
             f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(before))} on {escape(target.masked_url)}, "
             f"database {target.db}, prefix {target.prefix}" + (" (dry run)" if args.dry_run else "")
         )

@@ -26,6 +26,7 @@ from pymongo import ASCENDING, IndexModel
 from pymongo.errors import InvalidOperation, PyMongoError
 
 from harel_beanie import queries
+from harel_beanie.queries.server import server_of
 
 MINUTE = 60.0
 #: the charts' span, in minutes
@@ -116,13 +117,15 @@ def _rate(values: list[Optional[float]]) -> list[Optional[float]]:
 
 async def charts(samples: Any, now: Optional[float] = None, hint: bool = False) -> ChartsOut:
     """The last hour's series, from the samples (one read: a range of `_id`, at most 61
-    documents). `hint` names the `_id` index to the server (a server may otherwise plan a
-    range on `_id` alone as a scan of the collection; not every client takes a hint)."""
+    documents). `hint` names the `_id` index to a server on which that reads less (mongod may
+    otherwise plan a range on `_id` alone as a scan of the collection; SecantusDB walks the
+    whole index it is named, and not every client takes a hint)."""
     now = time.time() if now is None else now
     last = now - now % MINUTE
     minutes = [last - MINUTE * (SPAN - 1 - i) for i in range(SPAN)]
     span = {"_id": {"$gte": minutes[0] - MINUTE, "$lte": last}}
-    docs = await (samples.find(span, hint="_id_") if hint else samples.find(span)).to_list(None)
+    named = hint and (await server_of(samples)).hints_help
+    docs = await (samples.find(span, hint="_id_") if named else samples.find(span)).to_list(None)
     by_minute = {float(d["_id"]): d for d in docs}
 
     def column(field: str, extra: float = 0.0) -> list[Optional[float]]:

@@ -19,6 +19,7 @@ from harel_beanie.core.arguments import BadArgumentType, optional_str, require_b
 from harel_beanie.core.counting import LEAVING
 from harel_beanie.core.documents import ExecutionDocument
 from harel_beanie.core.keys import prefix_range
+from harel_beanie.queries import parts
 from harel_beanie.queries.counts import execution_counts
 from harel_beanie.queries.rows import (
     NOT_A_TOMBSTONE,
@@ -28,6 +29,7 @@ from harel_beanie.queries.rows import (
     checked_doc,
     fill_from_data,
 )
+from harel_beanie.queries.server import server_of
 from harel_beanie.queries.single import status_name
 
 #: the largest page `executions_page` reads
@@ -150,14 +152,39 @@ def executions(
     Index: by the filter, as `_index_for` chooses (hb_parent, hb_status_updated, hb_status,
     hb_definition, else the `_id` index). `hint` names that index to the server (a planner
     may otherwise weigh several; only on a database whose indexes exist, i.e. not one
-    awaiting `migrate up`)."""
-    q = _filter(flt).query()
+    awaiting `migrate up`). `executions_page` and `status_counts` name it only to a server
+    on which that makes the read smaller (`harel_beanie.queries.server`)."""
+    q = _listing_filter(flt, after)
     doc = checked_doc(doc)
+    extra: dict[str, Any] = {"hint": _index_for(q)} if require_bool("hint", hint) else {}
+    return doc.find(q, projection_model=ExecutionRow, **extra).sort([("_id", SortDirection.ASCENDING)])
+
+
+def _listing_filter(flt: ExecutionFilter, after: Optional[str]) -> dict[str, Any]:
+    q = _filter(flt).query()
     cursor = optional_str("after", after)
     if cursor is not None:  # the keyset bound joins the id prefix's range, if any
         q["_id"] = {**q.get("_id", {}), "$gt": cursor}
-    extra: dict[str, Any] = {"hint": _index_for(q)} if require_bool("hint", hint) else {}
-    return doc.find(q, projection_model=ExecutionRow, **extra).sort([("_id", SortDirection.ASCENDING)])
+    return q
+
+
+async def _rows(
+    flt: ExecutionFilter, after: Optional[str], n: int, doc: Executions, indexed: bool
+) -> list[ExecutionRow]:
+    """The first `n` rows of the listing: one query where the server's `limit` bounds its work
+    (naming its index where that helps), else parts each bounded by an index range
+    (`harel_beanie.queries.parts`; only where the indexes exist: without them each part
+    would scan the collection)."""
+    server = await server_of(doc.get_pymongo_collection())
+    if server.limit_bounds_work or not indexed:
+        return await executions(flt, after=after, doc=doc, hint=indexed and server.hints_help).limit(n).to_list()
+    return await parts.page_rows(doc, _listing_filter(flt, after), n)
+
+
+async def _names_index(doc: Executions, hint: Any) -> bool:
+    """Whether a read may name its index (`hint`: the store's indexes all exist) and naming it
+    makes this server read less: on SecantusDB a hinted read walks the whole index."""
+    return require_bool("hint", hint) and (await server_of(doc.get_pymongo_collection())).hints_help
 
 
 @dataclass
@@ -177,11 +204,11 @@ async def executions_page(
     hint: bool = False,
 ) -> Page:
     """A page of `executions(...)`: fetches one row more than `limit` to know if there is a next.
+    `hint`: the store's indexes all exist, so the reads may rely on them (see `_rows`).
     Rows of documents harel's own store wrote (no summary fields until migrated) have them
     read from their snapshots, in one more read of those documents only."""
     limit = require_int("limit", limit, low=1, high=MAX_LIMIT)
-    query = executions(flt, after=after, doc=doc, hint=hint)
-    rows = await query.limit(limit + 1).to_list()
+    rows = await _rows(_filter(flt), after, limit + 1, checked_doc(doc), require_bool("hint", hint))
     more = len(rows) > limit
     rows = rows[:limit]
     legacy = [r.id for r in rows if r.status is None]
@@ -204,10 +231,10 @@ async def status_counts(
     per status over a range of one index (hb_parent with a parent filter, hb_status_updated
     with a time bound, else hb_status), each count stopping at `COUNT_CAP` on a server whose
     `limit` bounds its work: a count equal to the cap means at least that many. `hint` as for
-    `executions`."""
+    `executions_page`."""
     flt = _filter(flt)
     doc = checked_doc(doc)
-    named = require_bool("hint", hint)
+    named = await _names_index(doc, hint)
     if _counted_by_counters(flt):
         counted = await execution_counts(doc=doc)
         if counted is not None:

@@ -19,8 +19,16 @@ What `prune` removes, and why only that:
 - only documents that hold an execution (`data`): a purge's tombstone is not an execution
   and is left alone, so it keeps doing its job.
 
-How: batches in `_id` order over the (status, _id) index, one status at a time. Each batch
-is removed with one round trip of conditional deletes, each addressed by `_id` and guarded
+How: one status at a time, windows of `updated_at` over the (status, updated_at) index, from
+the cut-off down (`harel_beanie.core.windows`), each sized from the last to hold about a
+batch: a window is a bounded range of the index on every server, so a batch costs the same
+at the end of a run as at the start, even where `limit` does not bound the server's work
+(SecantusDB reads every match of a query before keeping N). A window's read names only the
+status and the range (more fields, and SecantusDB reads every execution of the status); the
+rest (finished before the cut-off, holding an execution, nothing pending) is checked on the
+documents it returns. A finished execution's `updated_at` is its finishing commit's (nothing
+else writes it), so one that finished before the cut-off was updated before it too; one whose
+clock put `updated_at` past the cut-off is taken by a later run. Each batch is removed with one round trip of conditional deletes, each addressed by `_id` and guarded
 on the `version`, `status` and incarnation (`born`) that were read (and on the pending work
 still being absent), so an execution that moved on between the read and the delete, or an id
 created again in between, is not removed. Which ones went is then read back (`_id $in` the
@@ -60,6 +68,7 @@ from harel_beanie.core.count_documents import counts_collection
 from harel_beanie.core.counting import COUNTED, DIRTY, LEAVING
 from harel_beanie.core.flows import fold_counts
 from harel_beanie.core.partitions import PartitionScope
+from harel_beanie.core.windows import DownwardWalk, Window
 from harel_beanie.retention.archive import Archive, are_gone, identity
 from harel_beanie.store.dispatch import acall, adrive
 
@@ -68,6 +77,22 @@ FINISHED = ("DONE", "CANCELLED")
 #: name of the optional TTL index on finished_on
 TTL_INDEX = "hb_finished_ttl"
 _NOTHING_PENDING = {"outbox.0": {"$exists": False}, "spawns.0": {"$exists": False}}
+#: the first window's width, in seconds of `updated_at` (an empty window doubles it)
+FIRST_WIDTH = 1.0
+#: what a dry run reads of each execution (a real run with an archive reads it whole)
+_PROJECTION = {
+    "_id": 1,
+    "version": 1,
+    "status": 1,
+    "parent_id": 1,
+    "born": 1,
+    "created_at": 1,
+    "part": 1,
+    "finished_at": 1,
+    "outbox": {"$slice": [{"$ifNull": ["$outbox", []]}, 1]},
+    "spawns": {"$slice": [{"$ifNull": ["$spawns", []]}, 1]},
+    "hb_holds_data": {"$ne": [{"$type": "$data"}, "missing"]},
+}
 #: the oldest cut-off an age may name: a century (a larger one is a typing slip, not a policy)
 MAX_AGE = 100 * 365.25 * 86400.0
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
@@ -157,41 +182,56 @@ async def prune(
     report = PruneReport(before=before, dry_run=dry_run)
     if archive is not None and not dry_run:
         report.recovered = await archive.recover(executions)
+    whole = archive is not None and not dry_run
     for status in FINISHED:
-        after: Optional[str] = None
+        walk = DownwardWalk(before, target=batch_size, width=FIRST_WIDTH)
         while True:
-            if stop_after_batches is not None and report.batches >= stop_after_batches:
-                return report
-            # a dry run reads only what it reports; a real run reads the whole document, for
-            # the archive
-            projection = {
-                "_id": 1,
-                "version": 1,
-                "status": 1,
-                "parent_id": 1,
-                "born": 1,
-                "created_at": 1,
-                "part": 1,
-                "outbox": {"$slice": 1},
-                "spawns": {"$slice": 1},
-            }
-            find_proj = None if (archive is not None and not dry_run) else projection
-            batch = (
-                await executions.find(candidates_filter(status, before, after), find_proj)
-                .sort("_id", 1)
-                .limit(batch_size)
-                .to_list(None)
-            )
-            if not batch:
+            # the windows down from the cut-off, then the executions with no `updated_at`
+            window = None if walk.done else walk.next()
+            docs = await read_window(executions, status, window, whole=whole)
+            if window is not None:
+                walk.saw(len(docs))
+            chosen = [d for d in docs if is_candidate(d, before)]
+            for i in range(0, len(chosen), batch_size):
+                if stop_after_batches is not None and report.batches >= stop_after_batches:
+                    return report
+                batch = chosen[i : i + batch_size]
+                for d in batch:  # a mark an interrupted run left: the counts', not the execution's
+                    d.pop(LEAVING, None)
+                report.batches += 1
+                report.examined += len(batch)
+                await _prune_batch(executions, batch, report, archive, dry_run)
+                on_batch(report)
+            if window is None:
                 break
-            for d in batch:  # a mark an interrupted run left: the counts', not the execution's
-                d.pop(LEAVING, None)
-            after = batch[-1]["_id"]
-            report.batches += 1
-            report.examined += len(batch)
-            await _prune_batch(executions, batch, report, archive, dry_run)
-            on_batch(report)
     return report
+
+
+def window_filter(status: str, window: Optional[Window]) -> dict[str, Any]:
+    """A window's read: one status and a range of `updated_at` (None: the executions of the
+    status with no `updated_at`). Index: hb_status_updated, a bounded range of it."""
+    status = require_str("status", status)
+    return {"status": status, **(window.query("updated_at") if window is not None else {"updated_at": None})}
+
+
+async def read_window(executions: Any, status: str, window: Optional[Window], *, whole: bool) -> list[dict[str, Any]]:
+    """Every execution of `status` in `window`: the whole documents (for an archive) or what
+    prune looks at. All of them, unsorted and unlimited: the server reads them all anyway."""
+    pipeline: list[dict[str, Any]] = [{"$match": window_filter(status, window)}]
+    if not whole:
+        pipeline.append({"$project": _PROJECTION})
+    docs: list[dict[str, Any]] = await (await executions.aggregate(pipeline)).to_list(None)
+    return docs
+
+
+def is_candidate(doc: dict[str, Any], before: float) -> bool:
+    """What `candidates_filter` asks beyond the status, checked on a document a window read:
+    finished before the cut-off, holding an execution, nothing pending."""
+    finished = doc.get("finished_at")
+    if isinstance(finished, bool) or not isinstance(finished, (int, float)) or not finished < before:
+        return False
+    holds = doc.pop("hb_holds_data") if "hb_holds_data" in doc else "data" in doc
+    return bool(holds) and not doc.get("outbox") and not doc.get("spawns")
 
 
 async def _prune_batch(
