@@ -15,6 +15,7 @@ from typing import Any, Optional
 from harel.engine.schema import Names
 from pymongo.errors import OperationFailure
 
+from harel_beanie.core.arguments import require_bool
 from harel_beanie.core.count_documents import counts_collection
 from harel_beanie.core.counting import FOLD_BATCH, Counts
 from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION, ExecutionDocument
@@ -41,6 +42,7 @@ async def execution_counts(*, doc: Executions = ExecutionDocument, fold: bool = 
     cannot answer (a layout other than this package's: count the collection instead). With
     `fold`, a counter not built yet is built, and a read meeting more than a fold's batch of
     unfolded documents folds them, before the counts are read (again)."""
+    fold = require_bool("fold", fold)
     colls = _collections(doc)
 
     async def run(flow: Any) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from harel_beanie.core.arguments import BadArgumentType, require_int, require_str
 from harel_beanie.core.calls import Aggregate, Find, FindOne, Flow, UpdateMany, UpdateOne
 from harel_beanie.core.counting import (
     COUNTED,
@@ -34,7 +35,9 @@ READ_TRIES = 3
 
 def _parts(scope: PartitionScope, only: Optional[Sequence[int]]) -> list[int]:
     if only is not None:
-        return sorted(set(only))
+        if not isinstance(only, (list, tuple)):
+            raise BadArgumentType("parts", "a list of partition numbers", only)
+        return sorted({require_int("parts", n, low=0, high=scope.parts - 1) for n in only})
     owned = scope.owned()
     return list(range(scope.parts)) if owned is None else sorted(owned)
 
@@ -45,6 +48,10 @@ def fold_counts(
     """Fold the dirty documents of `parts` (default: the partitions `scope` works on) into
     their counters, building a counter not built yet; `ids` limits the fold to those
     documents (prune folds what it is about to delete). Returns the documents folded."""
+    if ids is not None:
+        if not isinstance(ids, (list, tuple)):
+            raise BadArgumentType("ids", "a list of execution ids", ids)
+        ids = [require_str("ids", i) for i in ids]
     folded = 0
     for part in _parts(scope, parts):
         while True:
