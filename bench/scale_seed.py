@@ -49,6 +49,7 @@ from harel.engine.store.mongo import MongoStore as HarelMongoStore
 from harel.spec.states import Event
 
 from harel_beanie import MongoStore
+from harel_beanie.core.counting import COUNTED, COUNTED_SEQ, DIRTY, state_of
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
 
 EXECUTIONS = "harel_executions"
@@ -226,7 +227,9 @@ class Cloner:
             docs = fam.docs if self.layout == "beanie" else fam.harel
             shaped = [_shifted(d, delta, fire, self.now) for d in docs]
             if self.layout == "beanie":
-                shaped = [{**d, "part": part} for d in shaped]
+                # counted, as a deployment's workers leave what they folded: the counters are
+                # then built from these states by one read per partition, not by marking each
+                shaped = [_counted({**d, "part": part}) for d in shaped]
             self.cache[key] = [bson.encode(d) for d in shaped]
         return self.cache[key]
 
@@ -294,3 +297,12 @@ def grow(coll: Any, cloner: Cloner, target: int, say: Callable[[str], None], rei
     say(f"  {coll.database.name}: {have:,} documents, building the indexes")
     reindex()
     return time.perf_counter() - t
+
+
+def _counted(doc: dict[str, Any]) -> dict[str, Any]:
+    """`doc` as a fold leaves it: counted under its state, no longer marked dirty."""
+    out = {k: v for k, v in doc.items() if k != DIRTY}
+    state = state_of(out)
+    if state is not None:
+        out[COUNTED], out[COUNTED_SEQ] = state, 0
+    return out
