@@ -82,12 +82,16 @@ async def survey(prefix: str) -> Survey:
     marker = await counter.get_pymongo_collection().find_one({"_id": SCHEMA_MARKER_ID})
     present = {ix["name"] async for ix in await executions.list_indexes()}
     wanted = ["_id_", *(ix.document["name"] for ix in index_models(doc))]
-    # any document, a tombstone too, says the store wrote here: the collection's own count
-    # (its metadata, no read of the documents)
-    some = await executions.estimated_document_count()
+    # any document, a tombstone too, says the store wrote here: one document read, on every
+    # server (a count from the collection's metadata is a scan of it on some)
+    some = await executions.find_one({}, {"_id": 1})
     layout = None if marker is None else int(marker.get("n") or 0)
     return Survey(
-        executions.database.name, prefix, layout, bool(some), tuple(name for name in wanted if name not in present)
+        executions.database.name,
+        prefix,
+        layout,
+        some is not None,
+        tuple(name for name in wanted if name not in present),
     )
 
 
