@@ -16,7 +16,8 @@ from tests.commands.test_cli import run_cli
 def test_demo_runs_the_models_on_a_given_server_and_summarises(tmp_path, mongo_url, db_name):
     proc = run_cli("demo", "-n", "27", "--url", mongo_url, "--db", db_name, cwd=tmp_path)
     out = proc.stdout
-    assert proc.returncode == 0, (out, proc.stderr)
+    # the whole report on failure: which scenario ended otherwise is in its endings table
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{out}\n{proc.stderr}"
     assert "Traceback" not in proc.stderr
     run_id = re.search(r"Run (demo-[0-9a-f]{6}): (\d+) executions", out)
     assert run_id, out
