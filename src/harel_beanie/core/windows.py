@@ -34,17 +34,26 @@ SHRINK, GROW = 8.0, 2.0
 
 @dataclass
 class Window:
-    """`low <= key < high`; `low` None: open below (the last window of a walk)."""
+    """`low <= key < high`; `low` None: open below, `high` None: open above (the last
+    window of a walk down, of a walk up)."""
 
     low: Optional[float]
-    high: float
+    high: Optional[float]
 
     def query(self, field: str) -> dict[str, Any]:
         """The range as a filter on `field`."""
-        bounds: dict[str, float] = {"$lt": self.high}
+        bounds: dict[str, float] = {}
+        if self.high is not None:
+            bounds["$lt"] = self.high
         if self.low is not None:
             bounds["$gte"] = self.low
         return {field: bounds}
+
+
+def _scaled(width: float, n: int, target: int, at: float) -> float:
+    """The next window's width after one of `width` held `n` documents (see the module)."""
+    scale = GROW if n == 0 else min(GROW, max(1.0 / SHRINK, target / n))
+    return max(width * scale, math.ulp(at) * 4)
 
 
 class DownwardWalk:
@@ -81,36 +90,73 @@ class DownwardWalk:
             self.done = True
             return
         self.high = window.low
-        scale = GROW if n == 0 else min(GROW, max(1.0 / SHRINK, self.target / n))
-        self.width = max(self.width * scale, math.ulp(self.high) * 4)
+        self.width = _scaled(self.width, n, self.target, self.high)
+
+
+class UpwardWalk:
+    """Windows on a key from `low` up, each sized to hold about `target` documents, as
+    `DownwardWalk` the other way: the last window is open above, once a window would end
+    at `high` (the read's own upper bound, None: none) or be wider than `widest`. For the
+    reads that want the smallest values of a key (the soonest timers, the longest silent),
+    started where the last such read found its smallest."""
+
+    def __init__(
+        self, low: float, *, target: int, width: float, high: Optional[float] = None, widest: float = 1e9
+    ) -> None:
+        self.low = require_time("low", low)
+        self.target = require_int("target", target, low=1)
+        self.width = require_time("width", width)
+        if not self.width > 0:
+            raise ValueError(f"width must be above 0, got {width!r}")
+        self.high = None if high is None else require_time("high", high, infinite_ok=True)
+        self.widest = require_time("widest", widest)
+        self.done = False
+        self._current: Optional[Window] = None
+
+    def next(self) -> Window:
+        if self.done:
+            raise RuntimeError("the walk is over")
+        top = self.low + self.width
+        last = self.width > self.widest or (self.high is not None and top >= self.high)
+        self._current = Window(self.low, None if last else top)
+        return self._current
+
+    def saw(self, n: int) -> None:
+        n = require_int("n", n, low=0)
+        window = self._current
+        if window is None:
+            raise RuntimeError("saw() before next()")
+        self._current = None
+        if window.high is None:
+            self.done = True
+            return
+        self.low = window.high
+        self.width = _scaled(self.width, n, self.target, self.low)
 
 
 # --- windows on a string key ------------------------------------------------------------------
 
-#: the last code point a window steps through one character at a time: past it, the position
-#: to the left (ids are mostly ASCII; a step in the rest of Unicode would take 14 doublings)
-_ASCII_END = 0x7F
 
+def position_uppers(anchor: str, deepest: int) -> Iterator[tuple[int, Optional[str]]]:
+    """The upper bounds (exclusive) of windows of a string key above `anchor`, each a whole
+    position wider than the last, with the position it raises (-1 for the last, None: no
+    upper bound): from position `deepest` (clamped to `anchor`'s length) leftward, `anchor`'s
+    first p characters followed by the character after `anchor[p]`; last, None. Each bound
+    is above the last and above `anchor`, so windows taken from `anchor` up to each in turn
+    tile the key above it.
 
-def string_uppers(anchor: str, deepest: int) -> Iterator[tuple[int, Optional[str]]]:
-    """The upper bounds (exclusive) of windows of a string key above `anchor`, widening, each
-    with the position it raises (-1 for the last, None: no upper bound): from
-    position `deepest` (clamped to `anchor`'s length) leftward, the character there raised by
-    1, 2, 4, ... (while it stays ASCII), then the next position to the left; last, None (no
-    upper bound). Each bound is above the last and above `anchor`, so windows taken from
-    `anchor` up to each in turn tile the key above it.
-
-    A window raised at position p holds the keys sharing `anchor`'s first p characters that
-    follow it: each step to the left multiplies what a window can hold by the alphabet's size
-    at that position (16 for hexadecimal ids), each doubling within a position by about two."""
+    The window raised at position p holds the keys that share `anchor`'s first p characters
+    and follow it: each step multiplies what a window can hold by the alphabet's size at that
+    position (16 for hexadecimal ids), so a walk reaches any density in as few reads as the
+    key has positions, and the window that fills a page holds at most one alphabet's worth of
+    pages."""
     deepest = min(require_int("deepest", deepest, low=0), len(anchor) - 1)
+    last: Optional[str] = None
     for p in range(deepest, -1, -1):
-        c, d = ord(anchor[p]), 1
-        while c + d <= max(_ASCII_END, c + 1):
-            yield p, anchor[:p] + _char_at_least(c + d)
-            if c + d > _ASCII_END:
-                break
-            d *= 2
+        upper = anchor[:p] + _char_at_least(ord(anchor[p]) + 1)
+        if upper > anchor and (last is None or upper > last):  # the last code point has no successor
+            last = upper
+            yield p, upper
     yield -1, None
 
 

@@ -37,7 +37,7 @@ class Survey:
     db: str
     prefix: str
     layout: Optional[int]  # the schema marker's version; None: no marker
-    has_executions: bool
+    has_executions: Optional[bool]  # None: not looked at (a layout marker says the store is here)
     missing: tuple[str, ...]  # the store's indexes on the executions that are not there
 
     @property
@@ -48,7 +48,7 @@ class Survey:
     @property
     def holds_store(self) -> bool:
         """Whether this database holds the store's data (a layout, or executions)."""
-        return self.layout is not None or self.has_executions
+        return self.layout is not None or bool(self.has_executions)
 
     def notice(self) -> Optional[str]:
         """What a page says about the database, or None when it is as the store made it."""
@@ -82,15 +82,18 @@ async def survey(prefix: str) -> Survey:
     marker = await counter.get_pymongo_collection().find_one({"_id": SCHEMA_MARKER_ID})
     present = {ix["name"] async for ix in await executions.list_indexes()}
     wanted = ["_id_", *(ix.document["name"] for ix in index_models(doc))]
-    # any document, a tombstone too, says the store wrote here: one document read, on every
-    # server (a count from the collection's metadata is a scan of it on some)
-    some = await executions.find_one({}, {"_id": 1})
+    # without a layout marker, any document (a tombstone too) says harel's store wrote here.
+    # With one, the store's data is known to be here, and the read is skipped: a `find_one({})`
+    # reads the whole collection on a server whose `limit` bounds nothing (SecantusDB, where
+    # it also holds the server's lock, stalling every other read while it runs), and the
+    # survey is taken again every `TTL` seconds
+    some = None if marker is not None else await executions.find_one({}, {"_id": 1})
     layout = None if marker is None else int(marker.get("n") or 0)
     return Survey(
         executions.database.name,
         prefix,
         layout,
-        some is not None,
+        None if marker is not None else some is not None,
         tuple(name for name in wanted if name not in present),
     )
 

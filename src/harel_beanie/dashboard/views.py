@@ -20,6 +20,8 @@ from harel_beanie.core.documents import ExecutionDocument
 from harel_beanie.core.keys import decode_path
 from harel_beanie.core.seqs import minted_at
 from harel_beanie.dashboard import statechart
+from harel_beanie.queries.lowest import lowest
+from harel_beanie.queries.single import stuck_filter
 
 Doc = type[ExecutionDocument]
 
@@ -347,8 +349,9 @@ async def failed_view(
     page = await queries.executions_page(
         queries.ExecutionFilter(status="FAILED"), after=after, limit=limit, doc=doc, hint=hint
     )
-    total = await doc.find({"status": "FAILED"}).count()
-    stuck = await queries.stuck_running(stuck_after, now=now, doc=doc).limit(limit).to_list()
+    # the counters (exact, a few reads), and the longest silent read as the backlog reads them
+    total = (await queries.status_counts(doc=doc, hint=hint)).get("FAILED", 0)
+    stuck = await lowest(doc, stuck_filter(stuck_after, now=now), "updated_at", limit, queries.ExecutionRow)
     silent = [
         SilentOut(
             id=r.id, definition_id=r.definition_id, active_path=r.active_path, silent_for=now - (r.updated_at or now)

@@ -22,8 +22,9 @@ from harel_beanie.core.documents import PENDING, SCHEMA_MARKER_ID, ExecutionDocu
 from harel_beanie.core.keys import ANY_SEQ, ANY_TIME, decode_path
 from harel_beanie.core.seqs import minted_at
 from harel_beanie.queries.counts import execution_counts
-from harel_beanie.queries.rows import Executions, checked_doc
-from harel_beanie.queries.single import stuck_running, waiting_on_timer
+from harel_beanie.queries.lowest import lowest
+from harel_beanie.queries.rows import ExecutionRow, Executions, TimerRow, checked_doc
+from harel_beanie.queries.single import stuck_filter
 
 #: the most rows `show` may ask for (the next timers, the silent executions)
 MAX_SHOW = 10_000
@@ -75,7 +76,7 @@ async def backlog(
         await _pending_scanned(coll, out, show)
     else:
         await _pending_indexed(doc, out, show)
-    stuck = await stuck_running(stuck_after, now=now, doc=doc).limit(show).to_list() if show else []
+    stuck = await lowest(doc, stuck_filter(stuck_after, now=now), "updated_at", show, ExecutionRow) if show else []
     out.stuck = [
         {
             "id": r.id,
@@ -173,7 +174,7 @@ async def _pending_indexed(doc: Executions, out: Backlog, show: int) -> None:
     out.due_timers = await doc.find({"next_fire": {**ANY_TIME, "$lte": now}}).count()
     # the bound may be stale (a cancelled timer): report the real timers
     # show=0 lists none (a limit of 0 would mean no limit at all)
-    for row in await waiting_on_timer(doc=doc).limit(show).to_list() if show else ():
+    for row in await lowest(doc, {"next_fire": dict(ANY_TIME)}, "next_fire", show, TimerRow) if show else ():
         for key, at in sorted(row.timers.items(), key=lambda kv: kv[1]):
             out.next_timers.append(
                 {"id": row.id, "definition_id": row.definition_id, "path": decode_path(key), "fire_at": at}

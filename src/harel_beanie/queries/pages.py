@@ -181,12 +181,6 @@ async def _rows(
     return await parts.page_rows(doc, _listing_filter(flt, after), n)
 
 
-async def _names_index(doc: Executions, hint: Any) -> bool:
-    """Whether a read may name its index (`hint`: the store's indexes all exist) and naming it
-    makes this server read less: on SecantusDB a hinted read walks the whole index."""
-    return require_bool("hint", hint) and (await server_of(doc.get_pymongo_collection())).hints_help
-
-
 @dataclass
 class Page:
     """One page of rows and the cursor of the next (None on the last page)."""
@@ -234,7 +228,9 @@ async def status_counts(
     `executions_page`."""
     flt = _filter(flt)
     doc = checked_doc(doc)
-    named = await _names_index(doc, hint)
+    server = await server_of(doc.get_pymongo_collection())
+    named = require_bool("hint", hint) and server.hints_help
+    in_parts = hint and not server.limit_bounds_work  # each count a range of one index
     if _counted_by_counters(flt):
         counted = await execution_counts(doc=doc)
         if counted is not None:
@@ -247,8 +243,11 @@ async def status_counts(
     out: dict[str, int] = {}
     for s in STATUSES:  # sequential: the counts are cheap, and a burst of them helps nobody
         q = {**base, "status": s}
-        extra: dict[str, Any] = {"hint": _index_for(q)} if named else {}
-        n = await coll.count_documents(q, limit=COUNT_CAP, **extra)
+        if in_parts:
+            n = await parts.count(doc, q, COUNT_CAP)
+        else:
+            extra: dict[str, Any] = {"hint": _index_for(q)} if named else {}
+            n = await coll.count_documents(q, limit=COUNT_CAP, **extra)
         if n:
             out[s] = n
     return out

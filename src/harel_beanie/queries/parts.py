@@ -25,9 +25,10 @@ is in one part: a status is one of harel's, or there is none).
 
 from __future__ import annotations
 
+import os
 from typing import Any, Optional
 
-from harel_beanie.core.windows import string_uppers
+from harel_beanie.core.windows import position_uppers
 from harel_beanie.queries.rows import STATUSES, ExecutionRow
 
 
@@ -59,34 +60,55 @@ def pipeline(lead: dict[str, Any], rest: dict[str, Any], limit: int) -> list[dic
     return [*stages, {"$sort": {"_id": 1}}, {"$limit": limit}]
 
 
+async def count(doc: Any, query: dict[str, Any], cap: int) -> int:
+    """How many documents match `query`, each part counted over its own index range and
+    stopping at `cap` (a count equal to the cap means at least that many). Sent as a
+    count's usual filter, the same shape is planned by one clause alone: an id prefix and a
+    status reads every execution of the status."""
+    total = 0
+    for lead, rest in split(query):
+        stages: list[dict[str, Any]] = [{"$match": lead}]
+        if rest:
+            stages.append({"$match": rest})
+        stages += [{"$limit": cap}, {"$group": {"_id": None, "n": {"$sum": 1}}}]
+        got = await (await doc.get_pymongo_collection().aggregate(stages)).to_list(None)
+        total += int(got[0]["n"]) if got else 0
+    return min(total, cap)
+
+
 # --- reading a page: windows on `_id` ------------------------------------------------------
 
-#: what a listing's first page began with last time, and the position its windows filled at,
-#: by collection and filter (a cost hint only: a page reads the same rows without them)
+#: per collection and filter, a cost hint only (a page reads the same rows without them): what
+#: its last first page began with, the position its windows filled at, and how many rows
+#: each part gave (the largest is read first)
 _FIRST: dict[tuple[str, str], str] = {}
 _DEPTH: dict[tuple[str, str], int] = {}
+_SHARE: dict[tuple[str, str], list[int]] = {}
 _REMEMBERED = 1_000
+
+Piece = tuple[dict[str, Any], dict[str, Any]]
 
 
 async def page_rows(doc: Any, query: dict[str, Any], n: int) -> list[ExecutionRow]:
     """The first `n` rows of the listing of `query` (its keyset bound included), in `_id`
-    order, read window by window on `_id` so that a page reads about a page of each part's
-    index range however many executions follow it.
+    order, read so that a page reads about a page of each part's index range however many
+    executions follow it.
 
-    Windows start at the cursor (or an id prefix) and widen (`string_uppers`) until the page
-    fills or the key is exhausted; until one holds a row, an empty window widens by a whole
-    position.
+    The parts are read one after another, the one that gave the most rows last time first.
+    Each is read in windows on `_id` from the cursor (or an id prefix) up, each a whole
+    position of the id wider than the last (`position_uppers`), until it has `n` rows or the
+    key is exhausted. Once `n` rows are in hand, nothing after the `n`-th can be on the page,
+    so every later part is read below it: usually one read of a few rows each.
+
     A first page with no prefix starts at the id the last first page of this filter began
     with: all below it (usually none) in one read, then windows above. The very first of a
     filter in a process has no such id and reads its parts whole, once. A time bound is
-    already a bounded range (the executions updated in it): read in one go. Kept whole: where
-    the windows start and how they widen are one rule, read top to bottom."""
+    already a bounded range (the executions updated in it): read in one go."""
     pieces = split(query)
     if "updated_at" in query:
         return await _read(doc, pieces, n, None)
     ids = dict(query.get("_id", {}))
     key = (doc.get_pymongo_collection().full_name, repr(sorted((k, repr(v)) for k, v in query.items() if k != "_id")))
-    ceiling: Optional[str] = ids.get("$lt")
     rows: list[ExecutionRow] = []
     if "$gt" in ids and not ids.get("$gte", "") > ids["$gt"]:  # the cursor, within a prefix's range
         anchor, low = ids["$gt"], {"$gt": ids["$gt"]}
@@ -97,30 +119,56 @@ async def page_rows(doc: Any, query: dict[str, Any], n: int) -> list[ExecutionRo
         rows = await _read(doc, pieces, n, {"$lte": anchor})
         low = {"$gt": anchor}
     else:
-        rows = await _read(doc, pieces, n, None)
+        whole = await _read_each(doc, pieces, n, None)
+        rows = _first(whole, n)
         _remember(_FIRST, key, rows[0].id if rows else None)
+        _remember(_SHARE, key, _shares(whole, rows))
+        if len(rows) > 1:  # the page's ids share this many characters: its windows fill there
+            _remember(_DEPTH, key, len(os.path.commonprefix([rows[0].id, rows[-1].id])))
         return rows
     if not ids and rows:
         _remember(_FIRST, key, rows[0].id)
-    skip, found = None, False
-    for position, upper in string_uppers(anchor, _DEPTH.get(key, len(anchor)) + 1):
+    ceiling: Optional[str] = ids.get("$lt")
+    share = _SHARE.get(key, [0] * len(pieces))
+    order = sorted(range(len(pieces)), key=lambda i: -share[i] if i < len(share) else 0)
+    each: list[list[ExecutionRow]] = [[] for _ in pieces]
+    for i in order:
+        bound = ceiling if len(rows) < n else _below(rows[n - 1].id, ceiling)
+        each[i] = await _walk(doc, pieces[i], n, anchor, low, bound, key)
+        rows = sorted(rows + each[i], key=lambda r: r.id)[:n]
+    _remember(_SHARE, key, _shares(each, rows))
+    return rows
+
+
+def _shares(each: list[list[ExecutionRow]], page: list[ExecutionRow]) -> list[int]:
+    """How many of the page's rows each part gave."""
+    shown = {r.id for r in page}
+    return [sum(1 for r in rows if r.id in shown) for rows in each]
+
+
+def _below(last: str, ceiling: Optional[str]) -> str:
+    """The exclusive bound that keeps `last` and everything before it: `last` followed by
+    the first code point is the next string after it."""
+    bound = last + "\x00"
+    return bound if ceiling is None or bound < ceiling else ceiling
+
+
+async def _walk(
+    doc: Any, piece: Piece, n: int, anchor: str, low: dict[str, Any], bound: Optional[str], key: tuple[str, str]
+) -> list[ExecutionRow]:
+    """Up to `n` rows of one part from `low` up (below `bound`), in windows a position wider
+    each, starting one position deeper than the last page of this filter filled at."""
+    rows: list[ExecutionRow] = []
+    for position, upper in position_uppers(anchor, _DEPTH.get(key, len(anchor)) + 1):
+        if bound is not None and (upper is None or upper >= bound):
+            upper = bound
+        rows += await _read(doc, [piece], n - len(rows), {**low, **({"$lt": upper} if upper is not None else {})})
         if len(rows) >= n:
-            break
-        if position == skip:
-            continue
-        if ceiling is not None and (upper is None or upper >= ceiling):
-            upper = ceiling
-        got = await _read(doc, pieces, n - len(rows), {**low, **({"$lt": upper} if upper is not None else {})})
-        rows += got
-        # an empty window before any row widens by a whole position; never into the window
-        # open above (past the rows, it could hold the rest of the key)
-        found = found or bool(got)
-        skip = position if not found and position > 0 else None
-        _remember(_DEPTH, key, position)
-        if upper is None or upper == ceiling:
+            _remember(_DEPTH, key, position)
+        if len(rows) >= n or upper is None or upper == bound:
             break
         low = {"$gte": upper}
-    return rows[:n]
+    return rows
 
 
 def _remember(memory: dict[tuple[str, str], Any], key: tuple[str, str], value: Any) -> None:
@@ -131,13 +179,20 @@ def _remember(memory: dict[tuple[str, str], Any], key: tuple[str, str], value: A
     memory[key] = value
 
 
-async def _read(
-    doc: Any, pieces: list[tuple[dict[str, Any], dict[str, Any]]], n: int, ids: Optional[dict[str, Any]]
-) -> list[ExecutionRow]:
+async def _read(doc: Any, pieces: list[Piece], n: int, ids: Optional[dict[str, Any]]) -> list[ExecutionRow]:
     """The first `n` rows of the union of the parts, each read with its `_id` bound replaced
     by `ids` (None: as the query had it)."""
-    rows: list[ExecutionRow] = []
+    return _first(await _read_each(doc, pieces, n, ids), n)
+
+
+async def _read_each(doc: Any, pieces: list[Piece], n: int, ids: Optional[dict[str, Any]]) -> list[list[ExecutionRow]]:
+    """Each part's first `n` rows, as `_read` bounds them."""
+    out: list[list[ExecutionRow]] = []
     for lead, rest in pieces:  # in turn: a page's reads stay in the request's task, and in order
         stage = lead if ids is None else {**lead, "_id": ids}
-        rows += await doc.aggregate(pipeline(stage, rest, n), projection_model=ExecutionRow).to_list()
-    return sorted(rows, key=lambda r: r.id)[:n]
+        out.append(await doc.aggregate(pipeline(stage, rest, n), projection_model=ExecutionRow).to_list())
+    return out
+
+
+def _first(each: list[list[ExecutionRow]], n: int) -> list[ExecutionRow]:
+    return sorted((r for rows in each for r in rows), key=lambda r: r.id)[:n]

@@ -56,9 +56,14 @@ def stuck_running(
     """RUNNING executions not updated for more than `older_than` seconds, most silent first.
     Index: hb_status_updated (status, updated_at)."""
     doc = checked_doc(doc)
-    cutoff = (time.time() if now is None else require_time("now", now)) - require_seconds("older_than", older_than)
-    query = {"status": "RUNNING", "updated_at": {"$lt": cutoff}}
+    query = stuck_filter(older_than, now=now)
     return doc.find(query, projection_model=ExecutionRow).sort([("updated_at", SortDirection.ASCENDING)])
+
+
+def stuck_filter(older_than: float, *, now: Optional[float] = None) -> dict[str, Any]:
+    """The filter of `stuck_running`."""
+    cutoff = (time.time() if now is None else require_time("now", now)) - require_seconds("older_than", older_than)
+    return {"status": "RUNNING", "updated_at": {"$lt": cutoff}}
 
 
 def children_of(parent_id: str, *, doc: Executions = ExecutionDocument) -> FindMany[ExecutionRow]:

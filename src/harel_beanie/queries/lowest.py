@@ -1,0 +1,84 @@
+"""The documents with the smallest values of one indexed field (the soonest timers, the
+executions silent the longest), read so that the work follows what is shown, not what is
+stored.
+
+Why this module exists: "the first N by a field" is one sorted, limited query, and on a
+server whose `limit` bounds its work (mongod) that is all it needs. On one that reads every
+match before keeping N (SecantusDB), the same query costs every execution waiting on a timer
+for the backlog's ten soonest. So there the field is read in windows (`UpwardWalk`) from the
+smallest value the last such read found in this process (the values below it, usually
+none, in one read), each window sized from what the last held, until N are in hand; the very
+first read of a kind in a process has no such value and reads its matches whole, once.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, TypeVar
+
+from beanie import SortDirection
+
+from harel_beanie.core.arguments import require_int
+from harel_beanie.core.windows import UpwardWalk
+from harel_beanie.queries.server import server_of
+
+Row = TypeVar("Row")
+
+#: per collection, field and filter: where the last read's smallest value was, and the width
+#: of its last window (a cost hint only: the rows are the same without it)
+_START: dict[tuple[str, str, str], tuple[float, float]] = {}
+_REMEMBERED = 1_000
+
+
+async def lowest(doc: Any, query: dict[str, Any], field: str, n: int, model: type[Row]) -> list[Row]:
+    """The first `n` documents matching `query` in ascending `field` order, projected to
+    `model`. `query` may bound `field` itself ($gte, $gt, $lt, $lte); every match must
+    have `field` as a number (the partial indexes behind these reads hold only those)."""
+    n = require_int("n", n, low=1)
+    coll = doc.get_pymongo_collection()
+    if (await server_of(coll)).limit_bounds_work:
+        return await _find(doc, query, n, field, model)
+    own = dict(query.get(field, {}))
+    rest = {k: v for k, v in query.items() if k != field}
+    key = (coll.full_name, field, repr(sorted((k, repr(v)) for k, v in rest.items())))
+    if key not in _START:
+        rows = await _find(doc, query, n, field, model)
+        spread = float(getattr(rows[-1], field)) - float(getattr(rows[0], field)) if rows else 0.0
+        _keep(key, rows, field, spread if spread > 0 else 1.0)
+        return rows
+    start, width = _START[key]
+    rows = await _find(doc, {**rest, field: {**own, "$lt": _lesser(own.get("$lt"), start)}}, n, field, model)
+    top = own.get("$lt", own.get("$lte"))
+    walk = UpwardWalk(start, target=n, width=width, high=top)
+    while len(rows) < n and not walk.done:
+        window = walk.next()
+        bounds = {**own, "$gte": max(own.get("$gte", start), window.low or start)}
+        if window.high is not None:
+            bounds["$lt"] = _lesser(own.get("$lt"), window.high)
+        got = await _find(doc, {**rest, field: bounds}, n - len(rows), field, model)
+        walk.saw(len(got))
+        rows += got
+    _keep(key, rows, field, walk.width)
+    return rows
+
+
+def _lesser(a: Optional[float], b: float) -> float:
+    return b if a is None else min(a, b)
+
+
+async def _find(doc: Any, query: dict[str, Any], n: int, field: str, model: type[Row]) -> list[Row]:
+    rows: list[Row] = (
+        await doc.find(query, projection_model=model).sort([(field, SortDirection.ASCENDING)]).limit(n).to_list()
+    )
+    return rows
+
+
+def _keep(key: tuple[str, str, str], rows: list[Any], field: str, width: float) -> None:
+    if not rows:
+        return
+    start = float(getattr(rows[0], field))
+    if not math.isfinite(start) or not math.isfinite(width) or width <= 0:
+        return
+    if len(_START) >= _REMEMBERED:
+        _START.clear()
+    _START[key] = (start, width)
