@@ -218,3 +218,23 @@ async def test_a_page_reads_about_a_page_however_many_follow(mongo_url: str, db_
         len(parts.split(f.query())) for f in [queries.ExecutionFilter(), queries.ExecutionFilter(status="DONE")]
     ]
     assert all(r <= 2 * parts_of[i // 4] + 12 for i, r in enumerate(reads) if i not in cold), reads
+
+
+@pytest.mark.skipif(bool(os.environ.get("MONGODB_URL")), reason="the parts are what the embedded server is sent")
+async def test_the_api_reads_in_parts_where_the_indexes_are_there(mongo_url: str, db_name: str) -> None:
+    """`executions_page` and `status_counts` called as the API's users call them (no `hint`)
+    look at the indexes themselves: the listing went to the server as one query, which
+    SecantusDB read whole (20 s for a first page at 100,000 executions)."""
+    watched = _Matches()
+    store = AsyncMongoStore(pymongo.AsyncMongoClient(mongo_url, event_listeners=[watched]), db_name)
+    await store.init()
+    await queries.executions_page(queries.ExecutionFilter(), limit=5)
+    await queries.status_counts(queries.ExecutionFilter(id_prefix="a"))
+    # the page: one read per part (its first, whole); the counts: one per status, each in parts
+    assert len(watched.leads) == len(parts.split(queries.ExecutionFilter().query())) + len(queries.STATUSES)
+    pymongo.MongoClient(mongo_url)[db_name].harel_executions.drop_index("hb_status")
+    pages._READY.clear()
+    watched.leads.clear()
+    await queries.executions_page(queries.ExecutionFilter(), limit=5)  # one query: parts would scan
+    assert watched.leads == []
+    await store.close()

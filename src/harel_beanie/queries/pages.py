@@ -9,15 +9,17 @@ the previous page ended on.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from beanie import SortDirection
 from beanie.odm.queries.find import FindMany
+from pymongo.errors import PyMongoError
 
 from harel_beanie.core.arguments import BadArgumentType, optional_str, require_bool, require_int, require_time
 from harel_beanie.core.counting import LEAVING
-from harel_beanie.core.documents import ExecutionDocument
+from harel_beanie.core.documents import ExecutionDocument, index_models
 from harel_beanie.core.keys import prefix_range
 from harel_beanie.queries import parts
 from harel_beanie.queries.counts import execution_counts
@@ -181,6 +183,32 @@ async def _rows(
     return await parts.page_rows(doc, _listing_filter(flt, after), n)
 
 
+#: how long a look at whether the store's indexes exist is trusted (`hint=None`)
+READY_TTL = 30.0
+_READY: dict[tuple[int, str], tuple[float, bool]] = {}
+
+
+async def _indexed(doc: Executions, hint: Optional[bool]) -> bool:
+    """Whether the reads may rely on the store's indexes: `hint` when the caller knows
+    (the dashboard surveys its database), else whether every index the store declares is
+    there, looked at once every `READY_TTL` seconds (a database awaiting `migrate up` lacks
+    them, and a read through a missing index is an error on the server)."""
+    if hint is not None:
+        return require_bool("hint", hint)
+    coll = doc.get_pymongo_collection()
+    key = (id(coll.database.client), coll.full_name)
+    seen = _READY.get(key)
+    if seen is not None and time.monotonic() - seen[0] < READY_TTL:
+        return seen[1]
+    try:
+        present = {ix["name"] async for ix in await coll.list_indexes()}
+    except PyMongoError:  # not known: read as on a database without them (slower, never wrong)
+        return False
+    ready = all(ix.document["name"] in present for ix in index_models(doc))
+    _READY[key] = (time.monotonic(), ready)
+    return ready
+
+
 @dataclass
 class Page:
     """One page of rows and the cursor of the next (None on the last page)."""
@@ -195,14 +223,16 @@ async def executions_page(
     after: Optional[str] = None,
     limit: int = 50,
     doc: Executions = ExecutionDocument,
-    hint: bool = False,
+    hint: Optional[bool] = None,
 ) -> Page:
     """A page of `executions(...)`: fetches one row more than `limit` to know if there is a next.
-    `hint`: the store's indexes all exist, so the reads may rely on them (see `_rows`).
+    `hint`: the store's indexes all exist, so the reads may rely on them (see `_rows`);
+    None (the default): looked at on the server (`_indexed`).
     Rows of documents harel's own store wrote (no summary fields until migrated) have them
     read from their snapshots, in one more read of those documents only."""
     limit = require_int("limit", limit, low=1, high=MAX_LIMIT)
-    rows = await _rows(_filter(flt), after, limit + 1, checked_doc(doc), require_bool("hint", hint))
+    doc = checked_doc(doc)
+    rows = await _rows(_filter(flt), after, limit + 1, doc, await _indexed(doc, hint))
     more = len(rows) > limit
     rows = rows[:limit]
     legacy = [r.id for r in rows if r.status is None]
@@ -214,7 +244,7 @@ async def executions_page(
 
 
 async def status_counts(
-    flt: ExecutionFilter = ExecutionFilter(), *, doc: Executions = ExecutionDocument, hint: bool = False
+    flt: ExecutionFilter = ExecutionFilter(), *, doc: Executions = ExecutionDocument, hint: Optional[bool] = None
 ) -> dict[str, int]:
     """How many executions match `flt` in each status (the filter's own status ignored, so a
     page can show what choosing another status would give).
@@ -229,8 +259,9 @@ async def status_counts(
     flt = _filter(flt)
     doc = checked_doc(doc)
     server = await server_of(doc.get_pymongo_collection())
-    named = require_bool("hint", hint) and server.hints_help
-    in_parts = hint and not server.limit_bounds_work  # each count a range of one index
+    indexed = await _indexed(doc, hint)
+    named = indexed and server.hints_help
+    in_parts = indexed and not server.limit_bounds_work  # each count a range of one index
     if _counted_by_counters(flt):
         counted = await execution_counts(doc=doc)
         if counted is not None:
