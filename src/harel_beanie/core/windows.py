@@ -56,28 +56,27 @@ def _scaled(width: float, n: int, target: int, at: float) -> float:
     return max(width * scale, math.ulp(at) * 4)
 
 
-class DownwardWalk:
-    """Windows on a key from `high` down, each sized to hold about `target` documents.
+class _Walk:
+    """What a walk either way shares: the target, the width, and `saw()` moving the edge to
+    where the window just read ended.
 
     Call `next()` for a window, read it, then `saw(n)` with the number of documents the read
     returned (every document in the window: the server read them all); `done` is true once
-    the window open below has been read."""
+    the last window, open at the walk's far end, has been read."""
 
-    def __init__(self, high: float, *, target: int, width: float, floor: float = 0.0) -> None:
-        self.high = require_time("high", high)
+    def __init__(self, edge: float, target: int, width: float) -> None:
+        self.edge = edge
         self.target = require_int("target", target, low=1)
         self.width = require_time("width", width)
         if not self.width > 0:
             raise ValueError(f"width must be above 0, got {width!r}")
-        self.floor = require_time("floor", floor)
         self.done = False
         self._current: Optional[Window] = None
 
     def next(self) -> Window:
         if self.done:
             raise RuntimeError("the walk is over")
-        low = self.high - self.width
-        self._current = Window(None if low <= self.floor else low, self.high)
+        self._current = self._window()
         return self._current
 
     def saw(self, n: int) -> None:
@@ -86,52 +85,65 @@ class DownwardWalk:
         if window is None:
             raise RuntimeError("saw() before next()")
         self._current = None
-        if window.low is None:
+        far = self._far_end(window)
+        if far is None:
             self.done = True
             return
-        self.high = window.low
-        self.width = _scaled(self.width, n, self.target, self.high)
+        self.edge = far
+        self.width = _scaled(self.width, n, self.target, far)
+
+    def _window(self) -> Window:
+        raise NotImplementedError
+
+    def _far_end(self, window: Window) -> Optional[float]:
+        raise NotImplementedError
 
 
-class UpwardWalk:
-    """Windows on a key from `low` up, each sized to hold about `target` documents, as
-    `DownwardWalk` the other way: the last window is open above, once a window would end
-    at `high` (the read's own upper bound, None: none) or be wider than `widest`. For the
-    reads that want the smallest values of a key (the soonest timers, the longest silent),
-    started where the last such read found its smallest."""
+class DownwardWalk(_Walk):
+    """Windows on a key from `high` down, each sized to hold about `target` documents; once
+    a window reaches below `floor` the last one is open below."""
+
+    def __init__(self, high: float, *, target: int, width: float, floor: float = 0.0) -> None:
+        super().__init__(require_time("high", high), target, width)
+        self.floor = require_time("floor", floor)
+
+    @property
+    def high(self) -> float:
+        return self.edge
+
+    def _window(self) -> Window:
+        low = self.edge - self.width
+        return Window(None if low <= self.floor else low, self.edge)
+
+    def _far_end(self, window: Window) -> Optional[float]:
+        return window.low
+
+
+class UpwardWalk(_Walk):
+    """Windows on a key from `low` up, as `DownwardWalk` the other way: the last window is
+    open above, once a window would end at `high` (the read's own upper bound, None: none)
+    or be wider than `widest`. For the reads that want the smallest values of a key (the
+    soonest timers, the longest silent), started where the last such read found its
+    smallest."""
 
     def __init__(
         self, low: float, *, target: int, width: float, high: Optional[float] = None, widest: float = 1e9
     ) -> None:
-        self.low = require_time("low", low)
-        self.target = require_int("target", target, low=1)
-        self.width = require_time("width", width)
-        if not self.width > 0:
-            raise ValueError(f"width must be above 0, got {width!r}")
+        super().__init__(require_time("low", low), target, width)
         self.high = None if high is None else require_time("high", high, infinite_ok=True)
         self.widest = require_time("widest", widest)
-        self.done = False
-        self._current: Optional[Window] = None
 
-    def next(self) -> Window:
-        if self.done:
-            raise RuntimeError("the walk is over")
-        top = self.low + self.width
+    @property
+    def low(self) -> float:
+        return self.edge
+
+    def _window(self) -> Window:
+        top = self.edge + self.width
         last = self.width > self.widest or (self.high is not None and top >= self.high)
-        self._current = Window(self.low, None if last else top)
-        return self._current
+        return Window(self.edge, None if last else top)
 
-    def saw(self, n: int) -> None:
-        n = require_int("n", n, low=0)
-        window = self._current
-        if window is None:
-            raise RuntimeError("saw() before next()")
-        self._current = None
-        if window.high is None:
-            self.done = True
-            return
-        self.low = window.high
-        self.width = _scaled(self.width, n, self.target, self.low)
+    def _far_end(self, window: Window) -> Optional[float]:
+        return window.high
 
 
 # --- windows on a string key ------------------------------------------------------------------
