@@ -16,7 +16,7 @@ from harel.engine.execution import Execution, Status
 
 from harel_beanie import MongoStore
 from tests.commands.test_cli import run_cli
-from tests.support.browser import Dashboard, browser_missing, chrome, profile_dir
+from tests.support.browser import Dashboard, browser_missing, browser_session, chrome, profile_dir
 
 pytestmark = pytest.mark.skipif(browser_missing() is not None, reason=str(browser_missing()))
 
@@ -64,13 +64,7 @@ def shop(mongo_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    for profile in profile_dir():
-        driver = chrome(profile)
-        driver.set_page_load_timeout(60)
-        try:
-            yield driver
-        finally:
-            driver.quit()
+    yield from browser_session()
 
 
 def _click_and_load(driver: Any, by: str, value: str) -> None:

@@ -23,7 +23,7 @@ import pytest
 
 from harel_beanie import AsyncMongoStore
 from harel_beanie.deploy.loader import default_models_dir
-from tests.support.browser import Dashboard, browser_missing, chrome, profile_dir
+from tests.support.browser import Dashboard, browser_missing, browser_session
 from tests.support.seeds import HOSTILE_IDS, seed_everything
 
 pytestmark = pytest.mark.skipif(browser_missing() is not None, reason=str(browser_missing()))
@@ -63,13 +63,7 @@ def hostile_dashboard(mongo_url: str) -> Iterator[tuple[Dashboard, list[str]]]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    for profile in profile_dir():
-        driver = chrome(profile)
-        driver.set_page_load_timeout(60)
-        try:
-            yield driver
-        finally:
-            driver.quit()
+    yield from browser_session()
 
 
 def _clean(driver: Any, where: str) -> None:

@@ -130,3 +130,15 @@ def profile_dir() -> Iterator[Path]:
         yield d
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+def browser_session() -> Iterator[Any]:
+    """A Chromium driver on a fresh profile, quit and its profile removed afterwards: the body
+    of each browser test module's `browser` fixture."""
+    for profile in profile_dir():
+        driver = chrome(profile)
+        driver.set_page_load_timeout(60)
+        try:
+            yield driver
+        finally:
+            driver.quit()
