@@ -377,3 +377,19 @@ def test_the_embedded_server_is_joined_taken_over_or_refused_to_a_second_demo(tm
         assert not (data / "server.json").exists()
     finally:
         server.stop(kill=True)
+
+
+def test_the_embedded_server_a_command_starts_keeps_one_allocator_pool(tmp_path, monkeypatch):
+    """Its memory is bounded to about one whole-collection read (`BOUNDED_MEMORY`): with a
+    pool per connection it held 9.4 GB at 300,000 executions."""
+    from harel_beanie.deploy.local_server import LocalServer
+
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    local = LocalServer(tmp_path / "data")
+    local.open()
+    try:
+        assert local._server is not None and local._server.proc is not None
+        environ = Path(f"/proc/{local._server.proc.pid}/environ").read_bytes().split(b"\0")
+        assert b"MALLOC_ARENA_MAX=1" in environ
+    finally:
+        local.close()

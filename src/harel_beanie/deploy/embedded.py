@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 COMMAND = "secantusd-py"
 
@@ -41,13 +41,23 @@ def server_command() -> str:
     return found
 
 
+#: the environment that keeps the server's memory to what its largest read needs. A read the
+#: server cannot answer from an index decodes the whole collection in Python (about 10 KB an
+#: execution); glibc keeps what each connection's thread freed in a pool of its own (up to 8
+#: per core), so with many connections the server held 9.4 GB at 300,000 executions. One pool
+#: holds it to the cache and about one such read (400,000 executions with a 256 MB cache:
+#: 0.4 GB after seeding them, 4.3 GB at the peak of a read of all; docs/embedded-server.md)
+BOUNDED_MEMORY = {"MALLOC_ARENA_MAX": "1"}
+
+
 class EmbeddedServer:
     """One SecantusDB child process, on 127.0.0.1 unless told otherwise. Use as a context
     manager, or `start()` / `stop()`. `storage` is a directory that survives restarts, or None
     for a throwaway one. `standalone` makes it answer as a standalone mongod (the design's
     case, and faster). `bind`, `reach` and `wrapper` place it elsewhere: the address it
     listens on, the address this process reaches it at, and a command prefix it runs under
-    (the network-fault tests run it in a namespace of its own with `ip netns exec NS`)."""
+    (the network-fault tests run it in a namespace of its own with `ip netns exec NS`).
+    `env` adds to its environment (see `BOUNDED_MEMORY`)."""
 
     def __init__(
         self,
@@ -62,6 +72,7 @@ class EmbeddedServer:
         bind: str = "127.0.0.1",
         reach: Optional[str] = None,
         wrapper: Sequence[str] = (),
+        env: Optional[Mapping[str, str]] = None,
     ) -> None:
         self.storage = None if storage is None else Path(storage)
         self.port = port or free_port()
@@ -71,6 +82,7 @@ class EmbeddedServer:
         self.extra_args = list(extra_args)
         self.log_path = Path(log_path) if log_path else Path(tempfile.gettempdir()) / f"secantus-{self.port}.log"
         self.bind, self.reach, self.wrapper = bind, reach or bind, list(wrapper)
+        self.env = dict(env or {})
         self.proc: Optional[subprocess.Popen[bytes]] = None
 
     @property
@@ -95,7 +107,8 @@ class EmbeddedServer:
             self.storage.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         # its own process group, so stopping it also stops anything it forks
-        self.proc = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        env = {**os.environ, **self.env} if self.env else None
+        self.proc = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         log.close()
         self._wait_ready(timeout)
         return self

@@ -63,10 +63,12 @@ class LocalServer:
                 self._adopted = info["pid"]
                 self._write(info["port"], info["pid"])
             return self.url
-        from harel_beanie.deploy.embedded import EmbeddedServer
+        from harel_beanie.deploy.embedded import BOUNDED_MEMORY, EmbeddedServer
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        server = EmbeddedServer(self.data_dir / "db", log_path=self.data_dir / "server.log")
+        # the memory bound, unless the user's environment sets the allocator otherwise
+        env = {k: v for k, v in BOUNDED_MEMORY.items() if k not in os.environ}
+        server = EmbeddedServer(self.data_dir / "db", log_path=self.data_dir / "server.log", env=env)
         try:
             server.start()
         except FileNotFoundError as exc:  # secantusd-py is not installed
