@@ -39,6 +39,7 @@ def as_if(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Se
 
     monkeypatch.setattr(lowest_module, "server_of", server_of)
     monkeypatch.setattr(lowest_module, "_START", {})
+    monkeypatch.setattr(lowest_module, "_KEPT", {})
     return request.param  # type: ignore[no-any-return]
 
 
@@ -108,6 +109,7 @@ async def test_a_read_touches_about_n_however_many_match(
     them waiting). Here the documents each read's filter matches are counted again: after a
     process's first read, a read of 10 touches a few dozen of the 2,000 waiting."""
     monkeypatch.setattr(lowest_module, "_START", {})
+    monkeypatch.setattr(lowest_module, "_KEPT", {})
     watched = _Finds()
     store = AsyncMongoStore(pymongo.AsyncMongoClient(mongo_url, event_listeners=[watched]), db_name)
     await store.init()
@@ -120,6 +122,12 @@ async def test_a_read_touches_about_n_however_many_match(
         got = await lowest(ExecutionDocument, {"next_fire": dict(ANY_TIME)}, "next_fire", 10, TimerRow)
         work.append(sum(sync.count_documents(f) for f in watched.filters))
         assert [r.next_fire for r in got] == await _want({"next_fire": dict(ANY_TIME)}, "next_fire", 10)
+    # a new process (`harel-beanie status`) starts where the database says the last began
+    lowest_module._START.clear()
+    watched.filters.clear()
+    got = await lowest(ExecutionDocument, {"next_fire": dict(ANY_TIME)}, "next_fire", 10, TimerRow)
+    work.append(sum(sync.count_documents(f) for f in watched.filters))
+    assert [r.next_fire for r in got] == await _want({"next_fire": dict(ANY_TIME)}, "next_fire", 10)
     await store.close()
     assert work[0] >= 1_900, work  # the first reads every match (so the counting sees the reads)
     assert max(work[1:]) <= 100, work

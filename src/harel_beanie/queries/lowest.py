@@ -6,9 +6,11 @@ Why this module exists: "the first N by a field" is one sorted, limited query, a
 server whose `limit` bounds its work (mongod) that is all it needs. On one that reads every
 match before keeping N (SecantusDB), the same query costs every execution waiting on a timer
 for the backlog's ten soonest. So there the field is read in windows (`UpwardWalk`) from the
-smallest value the last such read found in this process (the values below it, usually
-none, in one read), each window sized from what the last held, until N are in hand; the very
-first read of a kind in a process has no such value and reads its matches whole, once.
+smallest value the last such read found (the values below it, usually none, in one read),
+each window sized from what the last held, until N are in hand. Where the last read began is
+kept in the process and in the database (`harel_beanie.queries.starts`), so a new process
+(`harel-beanie status`) starts there too; the very first read of a kind, with no start kept
+anywhere, reads its matches whole, once.
 """
 
 from __future__ import annotations
@@ -19,14 +21,18 @@ from typing import Any, Optional, TypeVar
 from beanie import SortDirection
 
 from harel_beanie.core.arguments import require_int
+from harel_beanie.core.start_documents import start_key
 from harel_beanie.core.windows import UpwardWalk
 from harel_beanie.queries.server import server_of
+from harel_beanie.queries.starts import keep, recall
 
 Row = TypeVar("Row")
 
 #: per collection, field and filter: where the last read's smallest value was, and the width
 #: of its last window (a cost hint only: the rows are the same without it)
 _START: dict[tuple[str, str, str], tuple[float, float]] = {}
+#: ... and the start last kept in the database (written again only when it moves)
+_KEPT: dict[tuple[str, str, str], float] = {}
 _REMEMBERED = 1_000
 
 
@@ -42,9 +48,11 @@ async def lowest(doc: Any, query: dict[str, Any], field: str, n: int, model: typ
     rest = {k: v for k, v in query.items() if k != field}
     key = (coll.full_name, field, repr(sorted((k, repr(v)) for k, v in rest.items())))
     if key not in _START:
+        await _recall(coll, key)
+    if key not in _START:
         rows = await _find(doc, query, n, field, model)
         spread = float(getattr(rows[-1], field)) - float(getattr(rows[0], field)) if rows else 0.0
-        _keep(key, rows, field, spread if spread > 0 else 1.0)
+        await _keep(coll, key, rows, field, spread if spread > 0 else 1.0)
         return rows
     start, width = _START[key]
     rows = await _find(doc, {**rest, field: {**own, "$lt": _lesser(own.get("$lt"), start)}}, n, field, model)
@@ -58,7 +66,7 @@ async def lowest(doc: Any, query: dict[str, Any], field: str, n: int, model: typ
         got = await _find(doc, {**rest, field: bounds}, n - len(rows), field, model)
         walk.saw(len(got))
         rows += got
-    _keep(key, rows, field, walk.width)
+    await _keep(coll, key, rows, field, walk.width)
     return rows
 
 
@@ -73,12 +81,30 @@ async def _find(doc: Any, query: dict[str, Any], n: int, field: str, model: type
     return rows
 
 
-def _keep(key: tuple[str, str, str], rows: list[Any], field: str, width: float) -> None:
+async def _recall(coll: Any, key: tuple[str, str, str]) -> None:
+    """The start a reader kept in the database (another process, or this one before)."""
+    saved = await recall(coll, start_key(*key))
+    at, size = (saved or {}).get("at"), (saved or {}).get("size")
+    if isinstance(at, (int, float)) and isinstance(size, (int, float)) and _usable(float(at), float(size)):
+        _START[key] = (float(at), float(size))
+        _KEPT[key] = float(at)
+
+
+def _usable(start: float, width: float) -> bool:
+    return math.isfinite(start) and math.isfinite(width) and width > 0
+
+
+async def _keep(coll: Any, key: tuple[str, str, str], rows: list[Any], field: str, width: float) -> None:
+    """Remember where this read began, in the process and (when it moved) in the database."""
     if not rows:
         return
     start = float(getattr(rows[0], field))
-    if not math.isfinite(start) or not math.isfinite(width) or width <= 0:
+    if not _usable(start, width):
         return
     if len(_START) >= _REMEMBERED:
         _START.clear()
+        _KEPT.clear()
     _START[key] = (start, width)
+    if _KEPT.get(key) != start:
+        _KEPT[key] = start
+        await keep(coll, start_key(*key), {"at": start, "size": width})

@@ -28,8 +28,10 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
+from harel_beanie.core.start_documents import start_key
 from harel_beanie.core.windows import position_uppers
 from harel_beanie.queries.rows import STATUSES, ExecutionRow
+from harel_beanie.queries.starts import keep, recall
 
 
 def split(query: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -84,6 +86,9 @@ async def count(doc: Any, query: dict[str, Any], cap: int) -> int:
 _FIRST: dict[tuple[str, str], str] = {}
 _DEPTH: dict[tuple[str, str], int] = {}
 _SHARE: dict[tuple[str, str], list[int]] = {}
+#: what was last kept in the database of each (`harel_beanie.queries.starts`): the first id
+#: and the position, written again only when one moves
+_KEPT: dict[tuple[str, str], tuple[str, Optional[int]]] = {}
 _REMEMBERED = 1_000
 
 Piece = tuple[dict[str, Any], dict[str, Any]]
@@ -101,14 +106,19 @@ async def page_rows(doc: Any, query: dict[str, Any], n: int) -> list[ExecutionRo
     so every later part is read below it: usually one read of a few rows each.
 
     A first page with no prefix starts at the id the last first page of this filter began
-    with: all below it (usually none) in one read, then windows above. The very first of a
-    filter in a process has no such id and reads its parts whole, once. A time bound is
+    with: all below it (usually none) in one read, then windows above. That id is kept in the
+    process and in the database (`harel_beanie.queries.starts`), so a restarted dashboard
+    starts there too; the very first of a filter, with no start kept anywhere, reads its
+    parts whole, once. A time bound is
     already a bounded range (the executions updated in it): read in one go."""
     pieces = split(query)
     if "updated_at" in query:
         return await _read(doc, pieces, n, None)
     ids = dict(query.get("_id", {}))
-    key = (doc.get_pymongo_collection().full_name, repr(sorted((k, repr(v)) for k, v in query.items() if k != "_id")))
+    coll = doc.get_pymongo_collection()
+    key = (coll.full_name, repr(sorted((k, repr(v)) for k, v in query.items() if k != "_id")))
+    if not ids and key not in _FIRST:
+        await _recall(coll, key)
     rows: list[ExecutionRow] = []
     if "$gt" in ids and not ids.get("$gte", "") > ids["$gt"]:  # the cursor, within a prefix's range
         anchor, low = ids["$gt"], {"$gt": ids["$gt"]}
@@ -125,10 +135,28 @@ async def page_rows(doc: Any, query: dict[str, Any], n: int) -> list[ExecutionRo
         _remember(_SHARE, key, _shares(whole, rows))
         if len(rows) > 1:  # the page's ids share this many characters: its windows fill there
             _remember(_DEPTH, key, len(os.path.commonprefix([rows[0].id, rows[-1].id])))
+        await _keep(coll, key)
         return rows
     if not ids and rows:
         _remember(_FIRST, key, rows[0].id)
-    ceiling: Optional[str] = ids.get("$lt")
+    rows = await _above(doc, pieces, n, rows, (anchor, low, ids.get("$lt")), key)
+    if not ids:
+        await _keep(coll, key)
+    return rows
+
+
+async def _above(
+    doc: Any,
+    pieces: list[Piece],
+    n: int,
+    rows: list[ExecutionRow],
+    start: tuple[str, dict[str, Any], Optional[str]],
+    key: tuple[str, str],
+) -> list[ExecutionRow]:
+    """The page from `rows` (what lies at or below the anchor) and the parts' rows above
+    `start` (the anchor, the bound it starts after, the ceiling): the part that gave most
+    first, each later one below the page's `n`-th row."""
+    anchor, low, ceiling = start
     share = _SHARE.get(key, [0] * len(pieces))
     order = sorted(range(len(pieces)), key=lambda i: -share[i] if i < len(share) else 0)
     each: list[list[ExecutionRow]] = [[] for _ in pieces]
@@ -138,6 +166,29 @@ async def page_rows(doc: Any, query: dict[str, Any], n: int) -> list[ExecutionRo
         rows = sorted(rows + each[i], key=lambda r: r.id)[:n]
     _remember(_SHARE, key, _shares(each, rows))
     return rows
+
+
+async def _recall(coll: Any, key: tuple[str, str]) -> None:
+    """Where a first page of this filter began, as a reader kept it in the database."""
+    saved = await recall(coll, start_key(*key)) or {}
+    if isinstance(saved.get("at"), str):
+        _remember(_FIRST, key, saved["at"])
+        _KEPT[key] = (saved["at"], saved.get("size"))
+        if isinstance(saved.get("size"), (int, float)):
+            _remember(_DEPTH, key, int(saved["size"]))
+        if isinstance(saved.get("share"), list) and all(isinstance(x, int) for x in saved["share"]):
+            _remember(_SHARE, key, saved["share"])
+
+
+async def _keep(coll: Any, key: tuple[str, str]) -> None:
+    """Keep where this first page began in the database, when it moved since last kept."""
+    at, size = _FIRST.get(key), _DEPTH.get(key)
+    if at is None or _KEPT.get(key) == (at, size):
+        return
+    if len(_KEPT) >= _REMEMBERED:
+        _KEPT.clear()
+    _KEPT[key] = (at, size)
+    await keep(coll, start_key(*key), {"at": at, "size": size, "share": _SHARE.get(key, [])})
 
 
 def _shares(each: list[list[ExecutionRow]], page: list[ExecutionRow]) -> list[int]:
