@@ -56,7 +56,8 @@ class Dashboard:
     def __init__(self, url: str, db: str, timeout: float) -> None:
         self.token = secrets.token_urlsafe(16)
         self.port = free_port()
-        argv = [*CLI, "dashboard", "--url", url, "--db", db, "--port", str(self.port), "--token", self.token]
+        # `--token=`: one in 64 tokens starts with "-", which argparse would take for an option
+        argv = [*CLI, "dashboard", "--url", url, "--db", db, "--port", str(self.port), f"--token={self.token}"]
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         self.client = httpx.Client(
             base_url=f"http://127.0.0.1:{self.port}",
