@@ -54,12 +54,14 @@ def split(query: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     return [(lead, {k: v for k, v in query.items() if k not in lead}) for lead in leads]
 
 
+def matches(lead: dict[str, Any], rest: dict[str, Any]) -> list[dict[str, Any]]:
+    """One part's filter stages: the bounded stage first (the server plans with it alone)."""
+    return [{"$match": lead}, *([{"$match": rest}] if rest else [])]
+
+
 def pipeline(lead: dict[str, Any], rest: dict[str, Any], limit: int) -> list[dict[str, Any]]:
-    """One part's aggregate: the bounded stage first (the server plans with it alone)."""
-    stages: list[dict[str, Any]] = [{"$match": lead}]
-    if rest:
-        stages.append({"$match": rest})
-    return [*stages, {"$sort": {"_id": 1}}, {"$limit": limit}]
+    """One part's page: its filter stages, then its first `limit` in `_id` order."""
+    return [*matches(lead, rest), {"$sort": {"_id": 1}}, {"$limit": limit}]
 
 
 async def count(doc: Any, query: dict[str, Any], cap: int) -> int:
@@ -69,10 +71,7 @@ async def count(doc: Any, query: dict[str, Any], cap: int) -> int:
     status reads every execution of the status."""
     total = 0
     for lead, rest in split(query):
-        stages: list[dict[str, Any]] = [{"$match": lead}]
-        if rest:
-            stages.append({"$match": rest})
-        stages += [{"$limit": cap}, {"$group": {"_id": None, "n": {"$sum": 1}}}]
+        stages = [*matches(lead, rest), {"$limit": cap}, {"$group": {"_id": None, "n": {"$sum": 1}}}]
         got = await (await doc.get_pymongo_collection().aggregate(stages)).to_list(None)
         total += int(got[0]["n"]) if got else 0
     return min(total, cap)
