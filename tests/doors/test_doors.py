@@ -26,7 +26,11 @@ from harel.engine.execution import Execution, Status
 from harel.engine.store.base import TimerOp
 
 from harel_beanie import queries, retention
+from harel_beanie.core.documents import ExecutionDocument
 from harel_beanie.dashboard import DashboardActions, dashboard_router, no_auth
+from harel_beanie.queries.lowest import lowest
+from harel_beanie.queries.rows import ExecutionRow
+from harel_beanie.queries.single import stuck_filter
 from tests.dashboard.test_dashboard_app import FakeRunner
 
 OP = {"$gt": ""}
@@ -78,6 +82,10 @@ CALLS: list[tuple[str, str, Callable[[], Any]]] = [
     ("execution_detail", "doc", lambda: queries.execution_detail("x", doc=Customer)),  # type: ignore[arg-type]
     ("status_counts", "flt", lambda: queries.status_counts({"status": OP})),  # type: ignore[arg-type]
     ("executions", "hint", lambda: queries.executions(hint="yes")),  # type: ignore[arg-type]
+    ("executions_page", "hint", lambda: queries.executions_page(hint="yes")),  # type: ignore[arg-type]
+    ("status_counts", "hint", lambda: queries.status_counts(hint="yes")),  # type: ignore[arg-type]
+    ("lowest", "n", lambda: lowest(ExecutionDocument, {}, "updated_at", True, ExecutionRow)),
+    ("stuck_filter", "older_than", lambda: stuck_filter(-1.0)),
 ]
 
 
