@@ -139,11 +139,21 @@ class Workers:
         self.procs.clear()
 
 
-def _wait(predicate: Any, timeout: float, what: str) -> None:
+def tails(logs: Path, lines: int = 15) -> str:
+    """The last lines of every worker's log: what a stalled configuration prints, so that a
+    run on a machine nobody can log into (CI) still says where its workers stood."""
+    out = []
+    for log in sorted(logs.glob("*.log")):
+        text = log.read_text(errors="replace").splitlines()[-lines:]
+        out.append(f"--- {log.name} (last {len(text)} lines)\n" + "\n".join(text))
+    return "\n".join(out) or "(no worker logs)"
+
+
+def _wait(predicate: Any, timeout: float, what: str, logs: Optional[Path] = None) -> None:
     end = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > end:
-            raise TimeoutError(f"waited {timeout:g}s for {what}")
+            raise TimeoutError(f"waited {timeout:g}s for {what}" + (f"\n{tails(logs)}" if logs else ""))
         time.sleep(0.1)
 
 
@@ -171,10 +181,10 @@ def _start(stack: str, n: int, url: str, db: str, tmp: Path, stem: str) -> Worke
     for name in names:
         workers.start(stack, name)
     if stack != "harel-own":  # harel's worker says nothing when it is up: the warm-up tells
-        _wait(lambda: all(workers.ready(x) for x in names), 60, "the workers' ready lines")
+        _wait(lambda: all(workers.ready(x) for x in names), 60, "the workers' ready lines", tmp)
     if stack == "beanie":
         client: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
-        _wait(lambda: balanced(client, db, n), 60, "the partitions shared evenly")
+        _wait(lambda: balanced(client, db, n), 60, "the partitions shared evenly", tmp)
         client.close()
     return workers
 
@@ -227,13 +237,16 @@ def events_per_second(stack: str, n: int, url: str, executions: int, budget: flo
     tmp = Path(tempfile.mkdtemp(prefix="hbbench-workers-"))
     workers = _start(stack, n, url, db, tmp, "w")
     try:
-        warm = asyncio.run(_drive(stack, url, db, 2 * n, 120.0))
+        warm = asyncio.run(_drive(stack, url, db, 2 * n, budget))
         if not warm.drained:  # reported as such, the logs kept: one stack's failure ends no run
-            say(f"{stack} x{n}: the warm-up did not drain; worker logs kept in {tmp}")
+            say(f"{stack} x{n}: the warm-up did not drain in {budget:g} s; worker logs kept in {tmp}\n{tails(tmp)}")
             return Rate(stack, n, executions, 0, 0.0, False)
         rate = asyncio.run(_drive(stack, url, db, executions, budget))
         rate.workers = n
         say(f"{stack:9s} x{n}: {rate.rate:7.1f} events/s ({rate.events} in {rate.seconds:.1f}s)")
+        if not rate.drained:
+            say(f"{stack} x{n}: did not drain in {budget:g} s; worker logs kept in {tmp}\n{tails(tmp)}")
+            return rate
         shutil.rmtree(tmp, ignore_errors=True)
         return rate
     finally:
