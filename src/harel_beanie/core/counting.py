@@ -32,7 +32,9 @@ Rule 5. A document is deleted only while it counts for nothing: prune marks it `
         its `cc` is null. A commit in between removes the mark, and the execution stays.
 
 A partition's counter starts unbuilt; `build_pipeline` gives every document not yet counted
-its `cc` in one server-side update, and the sums of those `cc` become the counter. Until
+its `cc` in one server-side update, and the sums of those `cc` become the counter. The
+partitions found unbuilt together are built together: one update and one sum for all of
+them. Until
 every partition is built, readers count the collection as before.
 """
 
@@ -232,19 +234,32 @@ def build_pipeline() -> list[dict[str, Any]]:
     return [{"$set": {COUNTED: state, COUNTED_SEQ: 0}}]
 
 
-def build_sums(part: int) -> list[dict[str, Any]]:
-    """The aggregation summing a partition's `cc` (what its built counter starts from)."""
+def build_sums(parts: list[int]) -> list[dict[str, Any]]:
+    """The aggregation summing the `cc` of each of `parts` (what its built counter starts
+    from), one group per partition, definition and status: one read for every partition
+    being built, where one read per partition would read the collection once each on a
+    server with no index led by `part` alone."""
     return [
-        {"$match": {"part": part, COUNTED: {"$type": "object"}}},
+        {"$match": {"part": parts[0] if len(parts) == 1 else {"$in": parts}, COUNTED: {"$type": "object"}}},
         {
             "$group": {
-                "_id": {"d": f"${COUNTED}.d", "s": f"${COUNTED}.s"},
+                "_id": {"p": "$part", "d": f"${COUNTED}.d", "s": f"${COUNTED}.s"},
                 "n": {"$sum": 1},
                 "t": {"$sum": {"$ifNull": [f"${COUNTED}.t", 0]}},
                 "v": {"$sum": {"$ifNull": [f"${COUNTED}.v", 0]}},
             }
         },
     ]
+
+
+def sums_by_part(groups: list[Mapping[str, Any]], parts: list[int]) -> dict[int, list[Mapping[str, Any]]]:
+    """`build_sums`' groups, per partition (every one of `parts`, an empty one too)."""
+    out: dict[int, list[Mapping[str, Any]]] = {p: [] for p in parts}
+    for g in groups:
+        part = (g.get("_id") or {}).get("p")
+        if part in out:
+            out[part].append(g)
+    return out
 
 
 def built_counter(groups: list[Mapping[str, Any]]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from harel_beanie.core.counting import (
     built_counter,
     combine,
     plan_fold,
+    sums_by_part,
     unchanged,
 )
 from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
@@ -53,7 +54,9 @@ def fold_counts(
             raise BadArgumentType("ids", "a list of execution ids", ids)
         ids = [require_str("ids", i) for i in ids]
     folded = 0
-    for part in _parts(scope, parts):
+    chosen = _parts(scope, parts)
+    yield from build((yield from _unbuilt(chosen)))  # together: one read for all of them
+    for part in chosen:
         while True:
             n = yield from _fold_batch(part, ids)
             folded += n
@@ -66,8 +69,9 @@ def _fold_batch(part: int, ids: Optional[Sequence[str]]) -> Flow[int]:
     """One batch of one partition (Rule 3)."""
     counter = yield FindOne("counts", {"_id": part})
     if counter is None or not counter.get("built"):
-        counter = yield from build(part)
-        if counter is None:
+        yield from build([part])  # a counter dropped since the fold began
+        counter = yield FindOne("counts", {"_id": part})
+        if counter is None or not counter.get("built"):
             return 0
     seq = int(counter.get("seq") or 0)
     if counter.get("last") and not counter.get("marked"):
@@ -96,21 +100,33 @@ def _mark(part: int, seq: int, entries: list[dict[str, Any]]) -> Flow[None]:
     yield UpdateOne("counts", {"_id": part, "seq": seq}, {"$set": {"marked": True}})
 
 
-def build(part: int) -> Flow[Optional[dict[str, Any]]]:
-    """Build a partition's counter: every document not yet counted gets its `cc` (one
-    server-side update), the counter the sums of them. Once per partition, O(partition);
-    a builder racing another leaves one result (both sum the same `cc`: only folds change
-    a `cc` once set, and they wait for the build)."""
-    fresh = {"part": part, "seq": 0, "n": {}, "t": 0, "v": 0, "last": [], "built": False}
-    yield UpdateOne("counts", {"_id": part}, {"$setOnInsert": fresh}, upsert=True)
+def build(parts: Sequence[int]) -> Flow[None]:
+    """Build the counters of `parts`: every document of theirs not yet counted gets its `cc`
+    (one server-side update for all of them), each counter the sums of its partition's `cc`
+    (one aggregation for all of them). Once per partition, O(the partitions' documents); a
+    builder racing another leaves one result (both sum the same `cc`: only folds change a
+    `cc` once set, and they wait for the build)."""
+    todo = sorted(set(parts))
+    if not todo:
+        return
+    for part in todo:
+        fresh = {"part": part, "seq": 0, "n": {}, "t": 0, "v": 0, "last": [], "built": False}
+        yield UpdateOne("counts", {"_id": part}, {"$setOnInsert": fresh}, upsert=True)
     # never a dirty document: every one this package writes is dirty from its creation on,
     # and the readers count it by its state until a fold gives it its `cc`
-    stale = {PART: part, COUNTED: {"$exists": False}, DIRTY: {"$exists": False}}
+    only = todo[0] if len(todo) == 1 else {"$in": todo}
+    stale = {PART: only, COUNTED: {"$exists": False}, DIRTY: {"$exists": False}}
     yield UpdateMany("executions", stale, build_pipeline())
-    groups = yield Aggregate("executions", build_sums(part))
-    yield UpdateOne("counts", {"_id": part, "built": False, "seq": 0}, {"$set": built_counter(groups)})
-    counter: Optional[dict[str, Any]] = yield FindOne("counts", {"_id": part})
-    return counter if counter is not None and counter.get("built") else None
+    groups = yield Aggregate("executions", build_sums(todo))
+    for part, its in sums_by_part(groups, todo).items():
+        yield UpdateOne("counts", {"_id": part, "built": False, "seq": 0}, {"$set": built_counter(its)})
+
+
+def _unbuilt(parts: Sequence[int]) -> Flow[list[int]]:
+    """Which of `parts` have no built counter yet."""
+    counters = yield Find("counts", {"_id": {"$in": list(parts)}}, {"built": 1})
+    built = {c["_id"] for c in counters if c.get("built")}
+    return [p for p in parts if p not in built]
 
 
 def read_counts(scope: PartitionScope) -> Flow[Optional[tuple[Counts, int]]]:
