@@ -46,8 +46,9 @@ netfaults:
 		apt-get update -q && apt-get install -y -q iproute2 nftables; fi
 
 # test files spread over this many processes (pytest-xdist), each file whole in one of them
-# (a module's fixtures, such as a demo run the browser tests share, are made once); each
-# process starts its own embedded server. The suite mostly waits on servers, browsers and
+# (a module's fixtures, such as a demo run the browser tests share, are made once), the
+# modules that start several processes each one after another in one of them (tests/conftest.py,
+# SERIAL); each process starts its own embedded server. The suite mostly waits on servers, browsers and
 # child processes, so two processes halve it on a 2-core machine.
 TEST_PROCESSES ?= 2
 
@@ -59,7 +60,7 @@ test: $(STAMP) browser netfaults
 	$(BIN)/python -m mypy bench/*.py
 	$(BIN)/lint-imports
 	$(MKDOCS) build --strict --site-dir site
-	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadgroup
 
 # the opt-in run on a real sharded cluster, through its mongos (tests/sharding; without the
 # variable its cluster tests are skipped, as in `make test`):

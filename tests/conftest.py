@@ -22,6 +22,30 @@ from harel_beanie import AsyncMongoStore, MongoStore
 pytest_plugins = ["harel_beanie.testing"]
 
 
+#: Modules whose tests each start several processes (worker processes, a second server,
+#: pip, a benchmark's workers) and hold bounds in seconds (a takeover, a drain). Under
+#: `make test` they run one module at a time, all in the same xdist process and first, so
+#: that two of them never share the machine's two cores: together they overloaded it and
+#: broke those bounds. Every other module runs whole in one process, as `--dist loadfile`.
+SERIAL = (
+    "tests/reliability/test_reliability_network.py",
+    "tests/reliability/test_reliability_crash.py",
+    "tests/reliability/test_reliability_partitions.py",
+    "tests/package/test_bench_smoke.py",
+    "tests/store/test_harel_suite.py",
+    "tests/package/test_pip_path.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The xdist groups (`--dist loadgroup`): one per module, one for `SERIAL`, which goes
+    first."""
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group("serial" if module in SERIAL else module))
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in SERIAL)
+
+
 @pytest.fixture(scope="session")
 def mongo_url(harel_mongo_url: str) -> str:
     return harel_mongo_url
