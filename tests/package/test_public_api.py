@@ -69,6 +69,8 @@ PUBLIC: dict[str, set[str]] = {
         "check",
         "pair",
         "read_history",
+        "stories",
+        "story",
     },
     "harel_beanie.transport": {
         "AsyncMongoTransport",

@@ -28,7 +28,8 @@ from harel_beanie import Anomaly, HistoryWriter, RecordingStore, Verdict, check
 from harel_beanie.core.names import queue_names
 from harel_beanie.deploy.loader import load_models
 from harel_beanie.harness.drivers import AsyncWorkerDriver, ManualClock, open_mongo_transport
-from harel_beanie.history import RecordingTransport, pair, read_history
+from harel_beanie.history import RecordingTransport, pair, read_history, stories
+from harel_beanie.history import story as event_story
 from harel_beanie.history.replay import replay
 from tests.commands.test_cli import run_cli
 
@@ -641,6 +642,20 @@ async def test_a_history_recorded_on_the_store_passes_and_one_lost_event_is_flag
     assert flagged.returncode == 1, flagged.stdout + flagged.stderr
     out = json.loads(flagged.stdout)
     assert not out["ok"] and [a["kind"] for a in out["anomalies"]] == ["lost"] and out["records"] == len(records)
+    # the lost event's story: its send, publish and delivery, each invoked and acknowledged,
+    # in time order, and the final record of its execution
+    told = event_story(corrupt, dropped)
+    kinds = [line.split()[2:4] for line in told]
+    for f in ("send", "publish", "deliver"):
+        assert [f, "invoke"] in kinds and [f, "ok"] in kinds, told
+    assert kinds[-1] == ["final", "ok"] and "exe=tally-1" in told[-1], told
+    seconds = [float(line.split()[0].rstrip("s")) for line in told]
+    assert seconds == sorted(seconds), told
+    assert stories(corrupt, bad).startswith(f"the story of event {dropped!r}")
+    with_story = run_cli(
+        "check-history", "corrupt.jsonl", "--definitions", str(MODELS), "--story", dropped, cwd=tmp_path
+    )
+    assert with_story.returncode == 1 and "\n  ".join(told) in with_story.stdout, with_story.stdout
 
 
 def test_the_command_refuses_what_it_cannot_read_in_one_line(tmp_path: Path) -> None:

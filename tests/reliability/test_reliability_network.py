@@ -68,7 +68,7 @@ def assert_proven(outcome: Outcome, scenario: Scenario, figures: Any) -> None:
     figures.set(**outcome.figures())
     where = f"(history: {outcome.history}; logs beside it)"
     assert outcome.settled, f"the work did not drain within the run's limit {where}\n{verdict.summary()}"
-    assert verdict.ok, f"{verdict.summary()}\n{where}"
+    assert verdict.ok, f"{verdict.summary()}\n{where}\n{outcome.told()}"
     assert len(outcome.faults) == len(scenario.faults), outcome.faults
     unfired = [f for f in outcome.faults if not f["fired"]]
     assert not unfired, f"faults with no evidence that they acted: {unfired}"

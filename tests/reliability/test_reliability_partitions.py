@@ -159,7 +159,7 @@ def test_partitions_are_taken_over_within_the_bound_and_work_is_done_once(tmp_pa
     assert verdict is not None
     where = f"(history: {outcome.history}; logs beside it)"
     assert outcome.settled, f"the work did not drain {where}\n{verdict.summary()}"
-    assert verdict.ok, f"{verdict.summary()}\n{where}"
+    assert verdict.ok, f"{verdict.summary()}\n{where}\n{outcome.told()}"
     assert not outcome.exits, outcome.exits
     # the faults acted on workers that held partitions, when the schedule says
     assert run.owners_at["kill"] and run.owners_at["freeze"], run.owners_at

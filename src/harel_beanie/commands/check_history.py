@@ -20,6 +20,7 @@ from harel_beanie.core.errors import ConfigError
 from harel_beanie.history.checker import check
 from harel_beanie.history.records import read_history
 from harel_beanie.history.replay import replay
+from harel_beanie.history.story import story
 from harel_beanie.history.verdict import Verdict
 
 NAME = "check-history"
@@ -46,6 +47,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the context field listing the ids of the events applied (default seen)",
     )
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    p.add_argument(
+        "--story",
+        action="append",
+        default=[],
+        metavar="EVENT",
+        help="also print this event's records beside the run's faults, in time order (repeatable)",
+    )
 
 
 def main(args: Any) -> int:
@@ -61,6 +69,10 @@ def main(args: Any) -> int:
         print(json.dumps({"files": list(args.history), "records": len(records), **verdict.as_dict()}, indent=2))
     else:
         _print(verdict, len(records), len(args.history))
+        for event in args.story:
+            print(f"the story of event {event!r} (seconds from the first record):")
+            for line in story(records, event) or ["  (no record names it)"]:
+                print("  " + line)
     return 0 if verdict.ok else 1
 
 

@@ -13,7 +13,9 @@ whether anything was lost, doubled, skipped, read stale or taken out of order.
 - `recording.py` — `RecordingStore` and `RecordingTransport`, any harel async store or
   transport with its operations recorded;
 - `checker.py` — `check(records, replay=None) -> Verdict`: the rules, with no I/O;
-- `verdict.py` — `Verdict` and `Anomaly`: what was found, and the figures of the history.
+- `verdict.py` — `Verdict` and `Anomaly`: what was found, and the figures of the history;
+- `story.py` — `story(records, event)`: one event's records beside the faults of the run,
+  in time order (what a failed run prints, so one failure is enough to start from).
 
 The replay the checker compares final states with (harel's in-memory store running the
 accepted events) is on the operations side, `harel_beanie.history.replay`, as is the
@@ -23,6 +25,7 @@ accepted events) is on the operations side, `harel_beanie.history.replay`, as is
 from harel_beanie.history.checker import Replay, ReplayCase, check
 from harel_beanie.history.recording import RecordingStore, RecordingTransport
 from harel_beanie.history.records import HistoryWriter, Operation, pair, read_history
+from harel_beanie.history.story import stories, story
 from harel_beanie.history.verdict import KINDS, Anomaly, Verdict
 
 __all__ = [
@@ -38,4 +41,6 @@ __all__ = [
     "check",
     "pair",
     "read_history",
+    "stories",
+    "story",
 ]

@@ -50,6 +50,7 @@ from harel_beanie.history.checker import Verdict, check
 from harel_beanie.history.recording import RecordingStore, RecordingTransport
 from harel_beanie.history.records import HistoryWriter, read_history
 from harel_beanie.history.replay import replay
+from harel_beanie.history.story import stories
 from harel_beanie.store.async_store import AsyncMongoStore
 from harel_beanie.store.connect import RetryPolicy
 from tests.support.netfaults.faults import LINK, PROXY, Fault, Injector
@@ -102,6 +103,13 @@ class Outcome:
     history: Optional[Path] = None
     seconds: float = 0.0
     settled: bool = False
+
+    def told(self) -> str:
+        """The stories of the first events the anomalies name (`harel_beanie.history.story`):
+        what a failure in CI, whose history goes with its machine, prints to start from."""
+        if self.history is None or self.verdict is None or self.verdict.ok:
+            return ""
+        return stories(read_history([self.history]), self.verdict)
 
     def figures(self) -> dict[str, Any]:
         assert self.verdict is not None
