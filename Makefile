@@ -46,10 +46,11 @@ netfaults:
 		apt-get update -q && apt-get install -y -q iproute2 nftables; fi
 
 # test files spread over this many processes (pytest-xdist), each file whole in one of them
-# (a module's fixtures, such as a demo run the browser tests share, are made once), the
-# modules that start several processes each one after another in one of them (tests/conftest.py,
-# SERIAL); each process starts its own embedded server. The suite mostly waits on servers, browsers and
-# child processes, so two processes halve it on a 2-core machine.
+# (a module's fixtures, such as a demo run the browser tests share, are made once), and the
+# modules that start several processes each run one after another in one of them
+# (tests/conftest.py: SERIAL, its scheduler); each process starts its own embedded server.
+# The suite mostly waits on servers, browsers and child processes, so two processes halve
+# it on a 2-core machine.
 TEST_PROCESSES ?= 2
 
 # the whole default test suite, type check included, on a real wire-protocol server
@@ -60,7 +61,7 @@ test: $(STAMP) browser netfaults
 	$(BIN)/python -m mypy bench/*.py
 	$(BIN)/lint-imports
 	$(MKDOCS) build --strict --site-dir site
-	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadgroup
+	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES)
 
 # the opt-in run on a real sharded cluster, through its mongos (tests/sharding; without the
 # variable its cluster tests are skipped, as in `make test`):

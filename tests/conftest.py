@@ -24,9 +24,9 @@ pytest_plugins = ["harel_beanie.testing"]
 
 #: Modules whose tests each start several processes (worker processes, a second server,
 #: pip, a benchmark's workers) and hold bounds in seconds (a takeover, a drain). Under
-#: `make test` they run one module at a time, all in the same xdist process and first, so
-#: that two of them never share the machine's two cores: together they overloaded it and
-#: broke those bounds. Every other module runs whole in one process, as `--dist loadfile`.
+#: `make test` (pytest-xdist) they are one unit of work: one module after another in the same
+#: process, first, so that two of them never share the machine's two cores: together they
+#: overloaded it and broke those bounds. Every other module is a unit of its own.
 SERIAL = (
     "tests/reliability/test_reliability_network.py",
     "tests/reliability/test_reliability_crash.py",
@@ -37,13 +37,26 @@ SERIAL = (
 )
 
 
+def _scope(nodeid: str) -> str:
+    module = nodeid.split("::")[0].split("@")[0]
+    return "serial" if module in SERIAL else module
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The xdist groups (`--dist loadgroup`): one per module, one for `SERIAL`, which goes
-    first."""
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group("serial" if module in SERIAL else module))
-    items.sort(key=lambda item: item.nodeid.split("::")[0] not in SERIAL)
+    """`SERIAL` first: its unit then starts while the other process takes the rest."""
+    items.sort(key=lambda item: _scope(item.nodeid) != "serial")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's scheduling by module (as `--dist loadfile`), `SERIAL` as one unit."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class BySerialAndModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    return BySerialAndModule(config, log)
 
 
 @pytest.fixture(scope="session")
