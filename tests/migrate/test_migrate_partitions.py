@@ -18,7 +18,7 @@ from harel.engine.schema import DEFAULT_PREFIX, Names
 from harel.engine.store import TimerOp
 
 from harel_beanie import MongoStore
-from harel_beanie.core.documents import PARTITION_INDEXES, SCHEMA_MARKER_ID
+from harel_beanie.core.documents import PARTITION_INDEXES, RETIRED_INDEXES, SCHEMA_MARKER_ID
 from harel_beanie.core.names import queue_names
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, Held, PartitionScope, part_of
 from harel_beanie.migrate import PROGRESS_ID, STEPS, MigrationError, Migrator, StepReport
@@ -297,6 +297,15 @@ def test_down_then_up_again_round_trips(db: Db) -> None:
     db.migrate("up")
     assert _raw(db) == written
     db.assert_found_by_owners(DEFAULT_PARTITIONS)
+
+
+def test_down_drops_the_index_an_earlier_release_made_under_this_version(db: Db) -> None:
+    """A database an earlier release set up holds `hb_part_pending` (part, _id), which
+    `hb_pending_part` replaced: going down drops it with the other indexes led by `part`."""
+    db.exes.create_index([("part", 1), ("_id", 1)], name="hb_part_pending", partialFilterExpression={"pending": True})
+    db.migrate("down")
+    names = {ix["name"] for ix in db.exes.list_indexes()}
+    assert not (set(PARTITION_INDEXES) | set(RETIRED_INDEXES)) & names, names
 
 
 # --- interrupted --------------------------------------------------------------------------

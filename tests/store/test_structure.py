@@ -48,6 +48,7 @@ from harel.spec.states import Event
 from harel_beanie import AsyncMongoStore, MongoStore
 from harel_beanie.core import flows
 from harel_beanie.core.commit import CommitRequest, plan_commit
+from harel_beanie.core.partitions import Held
 from tests.support.wire import Recorder
 
 ON_MONGOD = bool(os.environ.get("MONGODB_URL"))
@@ -288,6 +289,33 @@ def test_relay_pass_sees_a_commit_in_between(counted: tuple[MongoStore, Recorder
     rec.clear()
     assert [e.event.kind for e in store.pending_outbox()] == ["Late"]
     assert len(_finds(rec.take())) == 1  # read again
+
+
+def test_a_relay_read_plans_as_one_range_of_the_pending_index(
+    counted: tuple[MongoStore, Recorder], mongo_url: str, db_name: str
+) -> None:
+    """The post-commit relay's read of one family and a sweep of the partitions a worker
+    owns, as the store sends them, explained by the server: on SecantusDB (whose explain
+    names its own planner's pick for these shapes) a range of `hb_pending_part`, which it
+    plans only because `pending` leads its keys (on (part, _id) it planned a collection
+    scan); on mongod an index scan, no collection scan."""
+    store, rec = counted
+    _with_work(store, "fam-1")
+    _with_work(store, "fam-2")
+    rec.clear()
+    store.pending_spawns(within="fam-1")
+    family = _finds(rec.take())[0]["filter"]
+    store._state.scope.held = {store._state.scope.part_of("fam-1"): Held(epoch=1, until=time.time() + 60)}
+    store.pending_spawns()
+    sweep = _finds(rec.take())[0]["filter"]
+    assert "part" in family and "_id" in family and set(sweep["part"]) == {"$in"}, (family, sweep)
+    db = pymongo.MongoClient(mongo_url)[db_name]
+    for read in (family, sweep):
+        plan = db.command("explain", {"find": EXECUTIONS, "filter": read}, verbosity="queryPlanner")
+        stages = _stages(plan["queryPlanner"]["winningPlan"])
+        assert not any(st == "COLLSCAN" for st, _ in stages), (read, stages)
+        if not ON_MONGOD:
+            assert ("IXSCAN", "hb_pending_part") in stages, (read, stages)
 
 
 def test_relay_pass_sees_an_ack_in_between(counted: tuple[MongoStore, Recorder]) -> None:

@@ -155,11 +155,18 @@ class ExecutionDocument(Document, SummaryFields):
             IndexModel(
                 [("next_fire", ASCENDING)], name="hb_timer_pending", partialFilterExpression={"next_fire": ANY_TIME}
             ),
-            # The same two led by `part`, for a worker that owns some partitions: its sweeps
-            # read only their work, and the post-commit relay reads one family by `_id`
-            # range within its partition. A document holding work has a key in both pairs.
+            # The same two by `part`, for a worker that owns some partitions: its sweeps read
+            # only their work, and the post-commit relay reads one family by `_id` range
+            # within its partition. A document holding work has a key in both pairs.
+            # `pending` leads although it is the same in every key: a server that plans a
+            # filter's equalities only on an index led by exactly those fields (SecantusDB)
+            # then walks one range for `{pending, part, _id range}` and for
+            # `{pending, part: {$in}}`; on (part, _id) it read every pending document for
+            # each family read (0.36 s at a million executions holding 10,000 pending).
             IndexModel(
-                [("part", ASCENDING), ("_id", ASCENDING)], name="hb_part_pending", partialFilterExpression=PENDING
+                [("pending", ASCENDING), ("part", ASCENDING), ("_id", ASCENDING)],
+                name="hb_pending_part",
+                partialFilterExpression=PENDING,
             ),
             IndexModel(
                 [("part", ASCENDING), ("next_fire", ASCENDING)],
@@ -168,7 +175,7 @@ class ExecutionDocument(Document, SummaryFields):
             ),
             # the counts: the documents written since their partition's last fold, which the
             # fold and every exact read of the counts read (core.counting, Rule 2)
-            # (its own key pattern: mongod refuses a second index on hb_part_pending's keys)
+            # (led by `part` then the mark, for the reason given for hb_pending_part)
             IndexModel(
                 [("part", ASCENDING), ("cdirty", ASCENDING), ("_id", ASCENDING)],
                 name="hb_part_cdirty",
@@ -189,7 +196,13 @@ LAYOUT_1_INDEXES: list[IndexModel] = [
 
 #: The indexes layout version 3 added: its migration creates them on the way up and drops
 #: them on the way down.
-PARTITION_INDEXES = ("hb_part_pending", "hb_part_timer")
+PARTITION_INDEXES = ("hb_pending_part", "hb_part_timer")
+
+#: Indexes an earlier release made under layout version 3 and this one no longer declares:
+#: `hb_part_pending` (part, _id), which `hb_pending_part` replaces. A store never reads
+#: through them; `migrate down` drops them with the others, and a database keeps one until
+#: it is dropped (CHANGELOG: one `dropIndex`), paying its upkeep on the documents holding work.
+RETIRED_INDEXES = ("hb_part_pending",)
 
 
 class Tombstone(BaseModel):

@@ -25,7 +25,13 @@ from pymongo import UpdateMany, UpdateOne
 
 from harel_beanie.core.count_documents import counts_collection
 from harel_beanie.core.counting import COUNTED, COUNTED_SEQ, DIRTY, LEAVING
-from harel_beanie.core.documents import PARTITION_INDEXES, SCHEMA_MARKER_ID, ExecutionDocument, index_models
+from harel_beanie.core.documents import (
+    PARTITION_INDEXES,
+    RETIRED_INDEXES,
+    SCHEMA_MARKER_ID,
+    ExecutionDocument,
+    index_models,
+)
 from harel_beanie.core.errors import SchemaMismatch
 from harel_beanie.core.flows.state import marker_parts
 from harel_beanie.core.names import queue_names
@@ -104,7 +110,7 @@ class Partitions(Step):
         forget = {COUNTED: "", COUNTED_SEQ: "", DIRTY: "", LEAVING: ""}
         await m.exes.update_many({COUNTED: {"$exists": True}}, {"$unset": forget})
         # last: a worker that owns partitions sweeps through them until the pass is done
-        await _drop_named(m.exes, list(PARTITION_INDEXES))
+        await _drop_named(m.exes, [*PARTITION_INDEXES, *RETIRED_INDEXES])
         await _drop_named(queues, [ix.document["name"] for ix in _QUEUE_INDEXES])
 
 
