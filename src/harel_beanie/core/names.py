@@ -7,6 +7,8 @@ every layer that needs it, and free of I/O.
 
 from __future__ import annotations
 
+from typing import Optional
+
 from harel.engine.schema import DEFAULT_PREFIX, Names
 
 
@@ -23,3 +25,16 @@ def partition_collection(prefix: str = DEFAULT_PREFIX) -> str:
     per partition: `harel_beanie.transport.ownership`). Unsharded on a cluster."""
     Names(prefix)
     return f"{prefix}_hb_partitions"
+
+
+#: harel's name of the executions collection under a prefix: `<prefix>_executions`
+_EXECUTIONS_SUFFIX = "_executions"
+
+
+def prefix_of(executions: str) -> Optional[str]:
+    """The prefix of an executions collection's name (`<prefix>_executions`), or None for a
+    name not of that form: where a read that holds only the collection finds the others of
+    its deployment (the counts, the kept starts, the schema marker)."""
+    if not executions.endswith(_EXECUTIONS_SUFFIX) or executions == _EXECUTIONS_SUFFIX:
+        return None
+    return executions[: -len(_EXECUTIONS_SUFFIX)]

@@ -20,6 +20,7 @@ from harel_beanie.core.arguments import require_int, require_seconds, require_ti
 from harel_beanie.core.counting import LEAVING, UNKNOWN
 from harel_beanie.core.documents import PENDING, SCHEMA_MARKER_ID, ExecutionDocument
 from harel_beanie.core.keys import ANY_SEQ, ANY_TIME, decode_path
+from harel_beanie.core.names import prefix_of
 from harel_beanie.core.seqs import minted_at
 from harel_beanie.queries.counts import execution_counts
 from harel_beanie.queries.lowest import lowest
@@ -119,7 +120,7 @@ async def _counted_whole(coll: Any, out: Backlog) -> None:
 async def _in_harel_layout(coll: Any) -> bool:
     """Whether the database is still in harel's MongoStore layout (no layout recorded): its
     documents carry no `pending` flag and no `next_fire` bound until `migrate up`."""
-    prefix = coll.name.removesuffix("_executions")
+    prefix = prefix_of(coll.name) or coll.name  # another name: it stands for the prefix
     marker = await coll.database[Names(prefix).counters].find_one({"_id": SCHEMA_MARKER_ID}, {"_id": 1})
     return marker is None
 

@@ -20,6 +20,7 @@ from harel_beanie.core.count_documents import counts_collection
 from harel_beanie.core.counting import FOLD_BATCH, Counts
 from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION, ExecutionDocument
 from harel_beanie.core.flows import fold_counts, read_counts
+from harel_beanie.core.names import prefix_of
 from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.queries.rows import Executions, checked_doc
 from harel_beanie.store.dispatch import acall, adrive
@@ -27,7 +28,7 @@ from harel_beanie.store.dispatch import acall, adrive
 
 def _collections(doc: Executions) -> dict[str, Any]:
     coll = checked_doc(doc).get_pymongo_collection()
-    prefix = coll.name.removesuffix("_executions")
+    prefix = prefix_of(coll.name) or coll.name  # another name: it stands for the prefix
     db = coll.database
     return {
         "executions": coll,

@@ -13,16 +13,15 @@ from typing import Any, Optional
 
 from pymongo.errors import PyMongoError
 
+from harel_beanie.core.names import prefix_of
 from harel_beanie.core.start_documents import starts_collection
-
-_SUFFIX = "_executions"
 
 
 def _starts(executions: Any) -> Optional[Any]:
-    name = executions.name
-    if not name.endswith(_SUFFIX):
+    prefix = prefix_of(executions.name)
+    if prefix is None:
         return None  # not a store's executions: nowhere to keep a start
-    return executions.database[starts_collection(name[: -len(_SUFFIX)])]
+    return executions.database[starts_collection(prefix)]
 
 
 async def recall(executions: Any, key: str) -> Optional[dict[str, Any]]:

@@ -67,6 +67,7 @@ from harel_beanie.core.arguments import (
 from harel_beanie.core.count_documents import counts_collection
 from harel_beanie.core.counting import COUNTED, DIRTY, LEAVING
 from harel_beanie.core.flows import fold_counts
+from harel_beanie.core.names import prefix_of
 from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.core.windows import DownwardWalk, Window
 from harel_beanie.retention.archive import Archive, are_gone, identity
@@ -291,7 +292,7 @@ async def fold_leaving(executions: Any, docs: list[dict[str, Any]]) -> int:
     parts = sorted({d["part"] for d in docs if isinstance(d.get("part"), int)})
     if not parts:
         return 0  # documents from before partitions: no counter holds them
-    prefix = executions.name.removesuffix("_executions")
+    prefix = prefix_of(executions.name) or executions.name  # another name: it stands for the prefix
     colls = {"executions": executions, "counts": executions.database[counts_collection(prefix)]}
     flow = fold_counts(PartitionScope(), parts, ids=[d["_id"] for d in docs])
     return int(await adrive(flow, lambda c: acall(colls, c)))
