@@ -27,7 +27,8 @@ Rule 2. A group with no room, or a message too large, spills: the message become
         harel's relay publishes again: harel's dedupe takes one of them).
 Rule 3. A claim is one `find_one_and_update` over the `hb_claim` index: the due group served
         longest ago (new groups first), leased by a fresh token until `now + visibility`,
-        its head returned with it (`$slice`). With its inline messages done, a spilling
+        its head returned with it (`$slice`), read from the document as leased (the
+        post-image: see `_claim_in`). With its inline messages done, a spilling
         group's head is its oldest overflow document (one more round trip, which also marks
         that document with the token). Overflow documents are never counted one by one: the
         overflow is what the documents say, so one cut short never strands another.
@@ -228,7 +229,13 @@ def _claim_in(
     for _ in range(_CLAIM_TRIES):
         token = f"{worker_id}:{uuid.uuid4().hex}"
         lease = {"$set": {"token": token, "available_at": until, **fence}}
-        doc = yield FindOneAndUpdate("queues", due, lease, sort=[("available_at", 1), ("_id", 1)], projection=_HEAD)
+        # The head is read from the document as the lease left it (`after`): the lease
+        # changes no field read here, and a server whose pre-image is the document as it
+        # found it, not as it wrote it (SecantusDB), would otherwise hand over a head an ack
+        # had just popped, and the next ack would pop a message never delivered.
+        doc = yield FindOneAndUpdate(
+            "queues", due, lease, sort=[("available_at", 1), ("_id", 1)], projection=_HEAD, after=True
+        )
         if doc is None:
             return None
         group_id, seq = doc["_id"], int(doc.get("acked") or 0) + 1
@@ -241,7 +248,9 @@ def _claim_in(
             text = doc["q"][0]["e"]
             event = Event.model_validate_json(text)
             return QueueLease(seq, group_id, event, token=token, size=len(text.encode()))
-        head = yield FindOneAndUpdate("overflow", {"g": group_id}, {"$set": {"tok": token}}, sort=[("_id", 1)])
+        head = yield FindOneAndUpdate(
+            "overflow", {"g": group_id}, {"$set": {"tok": token}}, sort=[("_id", 1)], after=True
+        )  # as above: the document as marked
         if head is not None:
             event = Event.model_validate_json(head["e"])
             return QueueLease(seq, group_id, event, token=token, overflow_id=head["_id"])
