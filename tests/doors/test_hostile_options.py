@@ -232,6 +232,7 @@ def _calls() -> dict[str, Callable[[Ctx, dict[str, Any]], Any]]:
     from harel_beanie import bind, check, document_models, mask_url, retention
     from harel_beanie.dashboard import DashboardActions, dashboard_router, token_auth
     from harel_beanie.deploy import ScopedStore
+    from harel_beanie.history import stories, story
     from harel_beanie.migrate import run_beanie_step
     from harel_beanie.queries import ExecutionFilter
     from harel_beanie.telemetry import otel_tracer
@@ -296,6 +297,8 @@ def _calls() -> dict[str, Callable[[Ctx, dict[str, Any]], Any]]:
         "document_models": lambda c, kw: document_models(**kw),
         "bind_queues": lambda c, kw: bind_queues(**kw),
         "check": lambda c, kw: check([], **kw),
+        "story": lambda c, kw: story([], **kw),
+        "stories": lambda c, kw: stories([], check([]), **kw),
         "mask_url": lambda c, kw: mask_url(**kw),
         "dashboard_router": lambda c, kw: dashboard_router(object(), auth=no_auth, **kw),
         "DashboardActions.__init__": lambda c, kw: DashboardActions(runner=object(), **kw),
@@ -403,6 +406,7 @@ TEXT_FLAGS = {
     "--archive-collection": "a collection name",
     "--ttl": "an age or 'off', parsed by retention.parse_age (tests/retention/test_retention.py)",
     "--seen-field": "a context field name",
+    "--story": "an event id, any text",
     "--transport": "argparse's choices",
 }
 #: what a numeric flag must refuse, by what it takes

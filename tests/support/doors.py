@@ -51,6 +51,7 @@ NOT_VALUES = {
     "client_options": "options handed to the driver, which checks them",
     "records": "history records, read from the package's own files",
     "replay": "the checker's replay, a function",
+    "verdict": "the Verdict check() returned (refused by type: tests/reliability/test_reliability_history.py)",
     "path": "a file path of the app's (str or os.PathLike), opened as a file",
     "paths": "file paths of the app's, opened as files",
     "argv": "the command line, whose flags are the doors of `cli_flags`",

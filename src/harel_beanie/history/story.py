@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Mapping
 
+from harel_beanie.core.arguments import BadArgumentType, require_int, require_str
 from harel_beanie.history.verdict import Verdict
 
 #: the record fields every line shows in its own columns, not among the details
@@ -24,11 +25,12 @@ _NAMES_AN_EVENT = ("lost", "doubled", "phantom", "reordered")
 _EVENT = re.compile(r"event '([^']+)'")
 
 
-def story(records: Iterable[Mapping[str, Any]], event: str) -> list[str]:
-    """The lines of `event`'s story: each record whose `event` it is (its sends, publishes
-    and deliveries, and their completions, paired by process and index), the faults' `on`
-    and `off` notes, and the final record of the execution it was sent to. Seconds are
-    counted from the history's first record."""
+def story(records: Iterable[Mapping[str, Any]], event_id: str) -> list[str]:
+    """The lines of the story of the event `event_id`: each record whose `event` it is (its
+    sends, publishes and deliveries, and their completions, paired by process and index), the
+    faults' `on` and `off` notes, and the final record of the execution it was sent to.
+    Seconds are counted from the history's first record."""
+    event = require_str("event_id", event_id)
     rows = list(records)
     if not rows:
         return []
@@ -47,6 +49,9 @@ def story(records: Iterable[Mapping[str, Any]], event: str) -> list[str]:
 
 def stories(records: Iterable[Mapping[str, Any]], verdict: Verdict, most: int = 3) -> str:
     """The stories of the first `most` events the verdict's anomalies name, as one text."""
+    if not isinstance(verdict, Verdict):
+        raise BadArgumentType("verdict", "the Verdict check() returned", verdict)
+    most = require_int("most", most, low=0, high=100)
     rows = list(records)
     events: list[str] = []
     for anomaly in verdict.anomalies:
