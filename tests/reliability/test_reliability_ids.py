@@ -11,6 +11,7 @@ root that merely starts with the same characters.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any, AsyncIterator, NamedTuple, Optional
 
@@ -26,6 +27,7 @@ from pymongo import monitoring
 
 from harel_beanie import AsyncMongoStore, MongoStore
 from harel_beanie.deploy.relay import sweep
+from harel_beanie.deploy.serving import sweep_forever
 from harel_beanie.deploy.stack import CountingWorker
 from harel_beanie.harness.drivers import ManualClock, open_mongo_transport
 from tests.support.figures import Figures
@@ -258,6 +260,33 @@ async def forks(mongo_url: str, db_name: str, tmp_path: Path) -> AsyncIterator[F
     finally:
         await transport.close()
         await store.close()
+
+
+async def test_the_periodic_sweep_starts_children_on_the_workers_clock(forks: Forks) -> None:
+    """A worker's periodic relay sweep (`sweep_forever`) and its start-up one run the
+    children they start on the worker's clock, as its handlers do: a child started on
+    another clock arms its timers where the worker never looks (the crash test's payment
+    child, started by the sweep on the wall clock while the worker ran on the test's clock,
+    waited for a timer eleven months ahead of it)."""
+    store, transport, clock, definitions, executions, runner = forks
+    clock.advance(3600.0)
+    worker = CountingWorker(store, transport, definitions, executions=executions, clock=clock)
+    assert worker.clock is clock
+    parent, child = "sw:q", "sw:q:Call:0"
+    await runner.create("Splitter", {}, execution_id=parent)
+    await store.commit(Execution(id=child, definition_id="Forker", parent_id=parent), [])
+    exe = await store.load(child)
+    await store.commit(exe, [], spawns=((child + ":Split.A:0", "Split.A", {}),))
+    stop = asyncio.Event()
+    sweeping = asyncio.create_task(sweep_forever(store, transport, executions, worker, 0.01, stop, False))
+    for _ in range(500):
+        if not await store.pending_spawns():
+            break
+        await asyncio.sleep(0.01)
+    stop.set()
+    await sweeping
+    region = await store.load(child + ":Split.A:0")
+    assert region is not None and region.updated_at == clock(), (region.updated_at if region else None, clock())
 
 
 class Unrelayed:

@@ -4,11 +4,11 @@
 
 runs `harel-beanie worker` — the command line, its settings, its store and transport, its
 start-up and periodic relay sweeps, its ready line and signal handling — with one change:
-harel's `AsyncWorker`, harel's Mongo transport and the relay sweeps take the time from the
-clock file the test writes (`tests/support/crash_clock.py`) instead of the wall clock. The command
-has no clock option, so this script puts the clock into the three places `serve` builds them
-(`open_transport`, `CountingWorker`, `sweep` in `harel_beanie.commands.worker`), then runs the command
-unchanged. That way the models' long timers fire within seconds, every incarnation of the
+harel's `AsyncWorker` and the transport take the time from the clock file the test writes
+(`tests/support/crash_clock.py`) instead of the wall clock, and the relay sweeps take the
+worker's. The command has no clock option, so this script puts the clock into the two places
+the command builds them (`open_transport`, `CountingWorker` in `harel_beanie.commands.worker`),
+then runs the command unchanged. That way the models' long timers fire within seconds, every incarnation of the
 worker agrees on the time, and `--visibility` is in clock seconds.
 """
 
@@ -21,14 +21,14 @@ from harel_beanie.commands import cli
 from harel_beanie.commands import worker as command
 from tests.support.crash_clock import SharedClock
 
-PATCHED = ("open_transport", "CountingWorker", "sweep")
+PATCHED = ("open_transport", "CountingWorker")
 
 
 def use_clock(clock: SharedClock) -> None:
     missing = [name for name in PATCHED if not hasattr(command, name)]
     if missing:
         raise SystemExit(f"harel_beanie.commands.worker no longer has {missing}: update tests/support/crash_worker.py")
-    open_transport, counting_worker, sweep = (getattr(command, name) for name in PATCHED)
+    open_transport, counting_worker = (getattr(command, name) for name in PATCHED)
 
     async def clocked_open_transport(*args: Any, **kwargs: Any) -> Any:
         return await open_transport(*args, clock=clock, **kwargs)
@@ -37,12 +37,8 @@ def use_clock(clock: SharedClock) -> None:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, clock=clock, **kwargs)
 
-    async def clocked_sweep(*args: Any, **kwargs: Any) -> Any:
-        return await sweep(*args, clock=clock, **kwargs)
-
     command.open_transport = clocked_open_transport  # type: ignore[assignment]
     command.CountingWorker = ClockedWorker  # type: ignore[misc]
-    command.sweep = clocked_sweep  # type: ignore[assignment]
 
 
 def main(argv: list[str]) -> int:

@@ -213,7 +213,7 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
 async def _relay_leftovers(store: Any, transport: Any, executions: Any, worker: Any, opts: dict[str, Any]) -> None:
     """The pending work earlier workers left, relayed before this one starts claiming."""
     try:
-        leftover = await sweep(store, transport, executions, worker.definitions, trace=opts["trace"])
+        leftover = await sweep(store, transport, executions, worker.definitions, worker.clock, trace=opts["trace"])
     except ConnectionFailure:  # the periodic sweep will do it once the server answers again
         leftover = 0
     if leftover:

@@ -57,7 +57,7 @@ async def sweep_forever(
         except asyncio.TimeoutError:
             pass
         try:
-            await sweep(store, transport, executions, worker.definitions, trace=trace)
+            await sweep(store, transport, executions, worker.definitions, worker.clock, trace=trace)
         except Exception:  # an outage: the run loop will meet it too; keep sweeping after it
             log.warning("relay sweep failed; retrying in %ss", every, exc_info=True)
         try:

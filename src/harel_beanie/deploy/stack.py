@@ -89,6 +89,9 @@ class CountingWorker(AsyncWorker):
     def __init__(self, *args: Any, executions: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.executions = executions
+        # the worker's time, which its relay sweeps take too: a child a sweep starts arms
+        # its timers on the clock the worker fires them by
+        self.clock: Callable[[], float] = kwargs.get("clock") or time.time
         self.events: Counter[str] = Counter()
         self.in_flight = 0
 
