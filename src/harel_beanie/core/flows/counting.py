@@ -55,19 +55,33 @@ def fold_counts(
         ids = [require_str("ids", i) for i in ids]
     folded = 0
     chosen = _parts(scope, parts)
-    yield from build((yield from _unbuilt(chosen)))  # together: one read for all of them
+    # every chosen counter in one read: the unbuilt are built together (one read of the
+    # executions for all of them), and each partition's first batch starts from it
+    counters = yield from _counters(chosen)
+    unbuilt = [p for p in chosen if not counters.get(p, {}).get("built")]
+    if unbuilt:
+        yield from build(unbuilt)
+        counters.update((yield from _counters(unbuilt)))
     for part in chosen:
+        known = counters.get(part)
         while True:
-            n = yield from _fold_batch(part, ids)
+            n = yield from _fold_batch(part, ids, known)
+            known = None  # a later batch reads the counter its predecessor moved
             folded += n
             if n < FOLD_BATCH:
                 break
     return folded
 
 
-def _fold_batch(part: int, ids: Optional[Sequence[str]]) -> Flow[int]:
-    """One batch of one partition (Rule 3)."""
-    counter = yield FindOne("counts", {"_id": part})
+def _counters(parts: Sequence[int]) -> Flow[dict[int, dict[str, Any]]]:
+    found = yield Find("counts", {"_id": {"$in": list(parts)}})
+    return {c["_id"]: c for c in found}
+
+
+def _fold_batch(part: int, ids: Optional[Sequence[str]], counter: Optional[dict[str, Any]] = None) -> Flow[int]:
+    """One batch of one partition (Rule 3), from `counter` as just read (None: read it)."""
+    if counter is None:
+        counter = yield FindOne("counts", {"_id": part})
     if counter is None or not counter.get("built"):
         yield from build([part])  # a counter dropped since the fold began
         counter = yield FindOne("counts", {"_id": part})
@@ -120,13 +134,6 @@ def build(parts: Sequence[int]) -> Flow[None]:
     groups = yield Aggregate("executions", build_sums(todo))
     for part, its in sums_by_part(groups, todo).items():
         yield UpdateOne("counts", {"_id": part, "built": False, "seq": 0}, {"$set": built_counter(its)})
-
-
-def _unbuilt(parts: Sequence[int]) -> Flow[list[int]]:
-    """Which of `parts` have no built counter yet."""
-    counters = yield Find("counts", {"_id": {"$in": list(parts)}}, {"built": 1})
-    built = {c["_id"] for c in counters if c.get("built")}
-    return [p for p in parts if p not in built]
 
 
 def read_counts(scope: PartitionScope) -> Flow[Optional[tuple[Counts, int]]]:
