@@ -203,6 +203,7 @@ async def test_claims_racing_acks_on_lapsed_leases_lose_no_message(mongo_url: st
     asks for on the wire."""
     rec = Recorder()
     t = AsyncMongoTransport(pymongo.AsyncMongoClient(mongo_url, event_listeners=[rec]), db_name)
+    deliveries = published = 0
     for round_ in range(5):
         group, n = f"race-{round_}", 40
         for i in range(n):
@@ -211,7 +212,7 @@ async def test_claims_racing_acks_on_lapsed_leases_lose_no_message(mongo_url: st
         idle = 0
 
         async def worker(k: int) -> None:
-            nonlocal idle
+            nonlocal idle, deliveries
             while idle < 200:
                 lease = await t.claim(f"w{k}", 0.001)
                 if lease is None:
@@ -219,11 +220,15 @@ async def test_claims_racing_acks_on_lapsed_leases_lose_no_message(mongo_url: st
                     await asyncio.sleep(0.001)
                     continue
                 idle = 0
+                deliveries += 1
                 seen.add(lease.event.kind)
                 await t.ack(lease)
 
         await asyncio.gather(*(worker(k) for k in range(4)))
+        published += n
         assert seen == {f"m{i}" for i in range(n)}, sorted({f"m{i}" for i in range(n)} - seen)
+    # the race happened: claims took groups whose head was still being acknowledged
+    assert deliveries > published, (deliveries, published)
     claims = [c for name, c in rec.commands if name == "findAndModify" and c["findAndModify"] == "harel_hb_queues"]
     assert claims and all(c.get("new") is True for c in claims), claims[:1]
     await t.close()
