@@ -22,7 +22,8 @@ same length: the template's BSON with its root id replaced byte for byte (the id
 clone. What the store would write differently for the clone is set per variant: `part`
 (`part_of` of the clone's id, shared by the family), the times (created, updated, finished
 and `finished_on` moved into one of BUCKETS slices of the last SPAN_DAYS days, in the
-snapshot too), the timers (fire times in the coming week, none due) and, for outbox work,
+snapshot too: 15-minute slices, so that a time search meets what production holds, executions
+spread over the day, not a few thousand updated at one instant), the timers (fire times in the coming week, none due) and, for outbox work,
 fresh outbox seqs above any the store mints. Roots are chosen so that about 90% are
 finished, 8% wait on a timer, 1% FAILED and 1% hold outbox work, spread over the models.
 """
@@ -56,7 +57,10 @@ EXECUTIONS = "harel_executions"
 SHOP_MODELS = Path(__file__).resolve().parents[1] / "src" / "harel_beanie" / "demo" / "shop_models"
 KINDS = ("finished", "timer", "failed", "outbox")
 SHARE = {"finished": 90, "timer": 8, "failed": 1, "outbox": 1}  # of every 100 roots
-SPAN_DAYS, BUCKETS, WEEK = 30, 60, 7 * 86_400.0
+SPAN_DAYS, BUCKETS, WEEK = 30, 30 * 96, 7 * 86_400.0
+#: the variants kept encoded at once: with 2,880 slices most clones are a variant of their own
+#: at a million, and every one kept would hold gigabytes in this process
+CACHED = 20_000
 ID_LEN = 32  # every root id, template or clone: same length, so a byte replace keeps BSON valid
 SEQ_BASE = 1 << 62  # the clones' outbox seqs: above anything the store's mint hands out
 BATCH = 5_000
@@ -230,6 +234,8 @@ class Cloner:
                 # counted, as a deployment's workers leave what they folded: the counters are
                 # then built from these states by one read per partition, not by marking each
                 shaped = [_counted({**d, "part": part}) for d in shaped]
+            if len(self.cache) >= CACHED:
+                self.cache.clear()
             self.cache[key] = [bson.encode(d) for d in shaped]
         return self.cache[key]
 

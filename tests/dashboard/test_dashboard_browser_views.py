@@ -28,6 +28,7 @@ import pytest
 from harel.engine.execution import Execution, Status
 
 from harel_beanie import MongoStore
+from harel_beanie.core.time_order import TIME_SORT
 from tests.dashboard.test_dashboard_browser import TOKEN, _click_and_load, _rows, browser, shop  # noqa: F401 (fixtures)
 from tests.support.browser import browser_missing
 
@@ -200,12 +201,8 @@ def test_search_by_definition_status_and_time_range_through_the_form(shop: dict[
     done = sorted(d["updated_at"] for d in executions.find(dated))
     start, end = math.floor(done[0]), math.floor(done[len(done) // 2]) + 1  # about the first half, whole seconds
     iso = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))  # noqa: E731  (the form reads UTC)
-    wanted = sorted(
-        d["_id"]
-        for d in executions.find(
-            {"definition_id": "Order", "status": "DONE", "updated_at": {"$gte": start, "$lt": end}}, {"_id": 1}
-        )
-    )
+    span = {"definition_id": "Order", "status": "DONE", "updated_at": {"$gte": start, "$lt": end}}
+    wanted = [d["_id"] for d in executions.find(span, {"_id": 1}).sort(TIME_SORT)]  # newest first
     assert wanted and len(wanted) < len(done)
     browser.get(f"{dash.base}/?token={TOKEN}")
     Select(browser.find_element(By.ID, "f-definition")).select_by_value("Order")

@@ -1,5 +1,5 @@
 """The listing (`queries.executions_page`) pages exactly what one full query of its filter
-gives, in `_id` order, on every server: sent as one query where `limit` bounds the server's
+gives, in `_id` order (a time search newest first), on every server: sent as one query where `limit` bounds the server's
 work (mongod), as parts each bounded by an index range where it does not (SecantusDB; see
 `harel_beanie.queries.parts`). Checked against a plain full query on random executions and
 random filters, paging with random sizes, and while executions change between pages: no row
@@ -19,6 +19,7 @@ from pymongo import monitoring
 
 from harel_beanie import AsyncMongoStore, queries
 from harel_beanie.core.documents import ExecutionDocument
+from harel_beanie.core.time_order import TIME_SORT, is_timed
 from harel_beanie.queries import pages, parts
 from harel_beanie.queries.server import MONGOD, SECANTUS, Server
 from tests.store.test_structure import _idle_documents
@@ -74,6 +75,7 @@ def _random_filter(rnd: random.Random, ids: list[str], roots: list[str]) -> quer
         ("parent_id", lambda: rnd.choice(roots)),
         ("roots_only", lambda: True),
         ("updated_after", lambda: 1_800_000_000.0 - rnd.random() * 86400),
+        ("updated_before", lambda: 1_800_000_000.0 - rnd.random() * 43200),
         ("id_prefix", lambda: rnd.choice(ids)[: rnd.randint(1, 3)]),
     ):
         if rnd.random() < 0.25:
@@ -82,8 +84,10 @@ def _random_filter(rnd: random.Random, ids: list[str], roots: list[str]) -> quer
 
 
 async def _all(flt: queries.ExecutionFilter) -> list[str]:
+    """The listing's rows as one plain query gives them: by id, a time search newest first."""
     coll = ExecutionDocument.get_pymongo_collection()
-    return [d["_id"] async for d in coll.find(flt.query(), {"_id": 1}).sort("_id", 1)]
+    order = TIME_SORT if is_timed(flt.query()) else [("_id", 1)]
+    return [d["_id"] async for d in coll.find(flt.query(), {"_id": 1}).sort(order)]
 
 
 async def _walk(flt: queries.ExecutionFilter, rnd: random.Random, between: Any = None) -> list[str]:

@@ -14,7 +14,7 @@ due and next timers, and executions running but silent for longer than a thresho
 `execution_counts()` reads the executions by definition and status from the counters the
 store keeps up to date (exact, in a few commands whatever the collection holds).
 `executions_page` and `status_counts` list executions matching an `ExecutionFilter`, a page at
-a time.
+a time: by id, or, for a time search (a bound on `updated_at`), newest first.
 
 These need Beanie initialised on the store's database: the async store does it on set-up,
 or pass the classes to your own `init_beanie`.
@@ -50,11 +50,13 @@ from harel_beanie.queries.single import (
     stuck_running,
     waiting_on_timer,
 )
+from harel_beanie.queries.timed import SPAN_COUNT_CAP
 
 __all__ = [
     "COUNT_CAP",
     "MAX_LIMIT",
     "MAX_SHOW",
+    "SPAN_COUNT_CAP",
     "STATUSES",
     "Backlog",
     "ExecutionDetail",

@@ -21,7 +21,8 @@ from harel_beanie.core.arguments import BadArgumentType, optional_str, require_b
 from harel_beanie.core.counting import LEAVING
 from harel_beanie.core.documents import ExecutionDocument, index_models
 from harel_beanie.core.keys import prefix_range
-from harel_beanie.queries import parts
+from harel_beanie.core.time_order import NOTHING, TIME_SORT, after_time_cursor, is_timed, time_cursor
+from harel_beanie.queries import parts, timed
 from harel_beanie.queries.counts import execution_counts
 from harel_beanie.queries.rows import (
     NOT_A_TOMBSTONE,
@@ -52,8 +53,9 @@ class ExecutionFilter:
     The equality filters each have an index led by that field and followed by `_id`
     (hb_parent, hb_status, hb_definition), so a page in `_id` order is a range of one index
     whatever else is filtered; `outcome` is checked on the documents that range reaches. A time
-    bound is read through hb_status_updated (status, updated_at): the executions updated in
-    the span, sorted by `_id` for the page (see `_index_for`)."""
+    bound makes the listing a time search, listed newest first (`core.time_order`) and read
+    through hb_status_updated (status, updated_at) from the top of the span down (see
+    `_index_for`)."""
 
     definition_id: Optional[str] = None
     status: Optional[str] = None
@@ -123,10 +125,9 @@ def _index_for(query: dict[str, Any]) -> str:
 
     - the children of one execution: hb_parent (an execution starts few);
     - a time bound: hb_status_updated, one range of `updated_at` per status (the status
-      named, or every status: the server seeks from one to the next), the matches then
-      sorted by `_id`. The work is the executions updated in the span, wherever the page
-      falls. No index of its own: every commit moves `updated_at`, so an index led by it
-      would cost every commit a second key change for a read only a person's search makes;
+      named, or every status: the server seeks from one to the next), listed newest first.
+      No index of its own: every commit moves `updated_at`, so an index led by it would
+      cost every commit a second key change for a read only a person's search makes;
     - roots only: hb_parent (`parent_id` null);
     - a status, then a definition: hb_status, hb_definition (each followed by `_id`, so the
       page is a range of the index in its order);
@@ -150,7 +151,9 @@ def executions(
     hint: bool = False,
 ) -> FindMany[ExecutionRow]:
     """Executions matching `flt` in `_id` order, starting after the id `after` (the keyset
-    cursor: the last id of the previous page, so page k reads about one page, never k).
+    cursor: the last id of the previous page, so page k reads about one page, never k). A
+    time search (a bound on `updated_at`) is newest first instead (`core.time_order.TIME_SORT`),
+    and its `after` is a cursor of that order (`Page.next_after`, `core.time_order.time_cursor`).
     Index: by the filter, as `_index_for` chooses (hb_parent, hb_status_updated, hb_status,
     hb_definition, else the `_id` index). `hint` names that index to the server (a planner
     may otherwise weigh several; only on a database whose indexes exist, i.e. not one
@@ -159,12 +162,17 @@ def executions(
     q = _listing_filter(flt, after)
     doc = checked_doc(doc)
     extra: dict[str, Any] = {"hint": _index_for(q)} if require_bool("hint", hint) else {}
-    return doc.find(q, projection_model=ExecutionRow, **extra).sort([("_id", SortDirection.ASCENDING)])
+    found = doc.find(q, projection_model=ExecutionRow, **extra)
+    if is_timed(q):
+        return found.sort([(key, SortDirection(way)) for key, way in TIME_SORT])
+    return found.sort([("_id", SortDirection.ASCENDING)])
 
 
 def _listing_filter(flt: ExecutionFilter, after: Optional[str]) -> dict[str, Any]:
     q = _filter(flt).query()
     cursor = optional_str("after", after)
+    if is_timed(q):
+        return after_time_cursor(q, cursor)
     if cursor is not None:  # the keyset bound joins the id prefix's range, if any
         q["_id"] = {**q.get("_id", {}), "$gt": cursor}
     return q
@@ -180,7 +188,10 @@ async def _rows(
     server = await server_of(doc.get_pymongo_collection())
     if server.limit_bounds_work or not indexed:
         return await executions(flt, after=after, doc=doc, hint=indexed and server.hints_help).limit(n).to_list()
-    return await parts.page_rows(doc, _listing_filter(flt, after), n)
+    query = _listing_filter(flt, after)
+    if is_timed(query):
+        return [] if query.get("_id") == NOTHING["_id"] else await timed.page_rows(doc, query, n)
+    return await parts.page_rows(doc, query, n)
 
 
 #: how long a look at whether the store's indexes exist is trusted (`hint=None`)
@@ -211,7 +222,8 @@ async def _indexed(doc: Executions, hint: Optional[bool]) -> bool:
 
 @dataclass
 class Page:
-    """One page of rows and the cursor of the next (None on the last page)."""
+    """One page of rows and the cursor of the next (None on the last page): the last row's
+    id, or in a time search its (updated_at, id) as `core.time_order.time_cursor` writes it."""
 
     rows: list[ExecutionRow]
     next_after: Optional[str]
@@ -240,7 +252,12 @@ async def executions_page(
         coll = checked_doc(doc).get_pymongo_collection()
         data = {d["_id"]: d.get("data") async for d in coll.find({"_id": {"$in": legacy}}, {"data": 1})}
         rows = [fill_from_data(r, data.get(r.id)) for r in rows]
-    return Page(rows, rows[-1].id if more else None)
+    if not more:
+        return Page(rows, None)
+    last = rows[-1]
+    if is_timed(_filter(flt).query()) and last.updated_at is not None:
+        return Page(rows, time_cursor(last.updated_at, last.id))
+    return Page(rows, last.id)
 
 
 async def status_counts(
@@ -253,9 +270,10 @@ async def status_counts(
     date (`queries.counts`): exact, and read in a few commands whatever the collection holds.
     Any other filter (a parent, roots only, an outcome, a time range, an id prefix) is counted
     per status over a range of one index (hb_parent with a parent filter, hb_status_updated
-    with a time bound, else hb_status), each count stopping at `COUNT_CAP` on a server whose
-    `limit` bounds its work: a count equal to the cap means at least that many. `hint` as for
-    `executions_page`."""
+    with a time bound, else hb_status), each count stopping at `COUNT_CAP`: a count equal to
+    the cap means at least that many. A time range on a server whose `limit` bounds nothing
+    is counted from the top of the span down and stops at `timed.SPAN_COUNT_CAP` (every
+    document counted there is read). `hint` as for `executions_page`."""
     flt = _filter(flt)
     doc = checked_doc(doc)
     server = await server_of(doc.get_pymongo_collection())
@@ -274,7 +292,9 @@ async def status_counts(
     out: dict[str, int] = {}
     for s in STATUSES:  # sequential: the counts are cheap, and a burst of them helps nobody
         q = {**base, "status": s}
-        if in_parts:
+        if in_parts and is_timed(q):
+            n = await timed.count(doc, q, timed.SPAN_COUNT_CAP)
+        elif in_parts:
             n = await parts.count(doc, q, COUNT_CAP)
         else:
             extra: dict[str, Any] = {"hint": _index_for(q)} if named else {}
