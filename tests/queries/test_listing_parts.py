@@ -17,8 +17,9 @@ import pytest
 from harel.engine.execution import Execution, Status
 from pymongo import monitoring
 
-from harel_beanie import AsyncMongoStore, queries
+from harel_beanie import AsyncMongoStore, MongoStore, queries
 from harel_beanie.core.documents import ExecutionDocument
+from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
 from harel_beanie.core.time_order import TIME_SORT, is_timed
 from harel_beanie.queries import pages, parts
 from harel_beanie.queries.server import MONGOD, SECANTUS, Server
@@ -243,11 +244,47 @@ async def test_the_api_reads_in_parts_where_the_indexes_are_there(mongo_url: str
     await store.init()
     await queries.executions_page(queries.ExecutionFilter(), limit=5)
     await queries.status_counts(queries.ExecutionFilter(id_prefix="a"))
-    # the page: one read per part (its first, whole); the counts: one per status, each in parts
-    assert len(watched.leads) == len(parts.split(queries.ExecutionFilter().query())) + len(queries.STATUSES)
+    # the page: the counters asked for the lowest id (built here: one aggregate), then, with no
+    # execution counted yet, one read per part (its first, whole); the counts: one per
+    # status, each in parts
+    assert watched.leads[0] == {"part": {"$in": list(range(16))}, "cc": {"$type": "object"}}
+    assert len(watched.leads) == 1 + len(parts.split(queries.ExecutionFilter().query())) + len(queries.STATUSES)
     pymongo.MongoClient(mongo_url)[db_name].harel_executions.drop_index("hb_status")
     pages._READY.clear()
     watched.leads.clear()
     await queries.executions_page(queries.ExecutionFilter(), limit=5)  # one query: parts would scan
     assert watched.leads == []
+    await store.close()
+
+
+@pytest.mark.skipif(bool(os.environ.get("MONGODB_URL")), reason="the parts are what the embedded server is sent")
+async def test_a_first_page_with_no_start_kept_starts_at_the_counters_lowest_id(mongo_url: str, db_name: str) -> None:
+    """The very first page of a filter on a database, with no start kept anywhere, read its
+    parts whole: at a million executions that is minutes, on the day a dashboard is first
+    opened. It now starts at the lowest id the counters have counted, and reads about a page,
+    for the unfiltered listing and for a filter alike."""
+    n, page = 4_000, 50
+    rnd = random.Random(4)
+    sync_client = pymongo.MongoClient(mongo_url)
+    sync = sync_client[db_name].harel_executions
+    MongoStore(sync_client, db_name).init()
+    docs = _idle_documents(0, n, 1_800_000_000.0)
+    for d in docs:  # as the store writes them (its partition), uuid-like ids, nine in ten finished
+        d["_id"] = uuid.UUID(int=rnd.getrandbits(128)).hex
+        d["part"] = part_of(d["_id"], DEFAULT_PARTITIONS)
+        d["status"] = "DONE" if rnd.random() < 0.9 else "RUNNING"
+    sync.insert_many(docs)
+    MongoStore(sync_client, db_name, create_schema=False).fold_counts()  # as a worker's sweeps do
+    watched = _Matches()
+    store = AsyncMongoStore(pymongo.AsyncMongoClient(mongo_url, event_listeners=[watched]), db_name)
+    await store.init()
+    for memo in (parts._FIRST, parts._DEPTH, parts._SHARE, parts._KEPT):
+        memo.clear()
+    assert sync_client[db_name]["harel_hb_starts"].count_documents({}) == 0
+    for flt in [queries.ExecutionFilter(), queries.ExecutionFilter(status="DONE")]:
+        watched.leads.clear()
+        got = await queries.executions_page(flt, limit=page, hint=True)
+        assert [r.id for r in got.rows] == (await _all(flt))[:page]
+        work = sum(sync.count_documents(lead) for lead in watched.leads)
+        assert work <= 20 * page, work  # read whole, it was every execution
     await store.close()

@@ -60,6 +60,10 @@ def check(store: MongoStore, db: Any) -> None:
     got = store.read_counts()
     assert got is not None
     assert (got.per, got.purged, got.commits) == full_counts(db)
+    # and the lowest id the counters know is below every stored one (where a first page starts)
+    ids = [d["_id"] for d in db[EXES].find({}, {"_id": 1}) if isinstance(d["_id"], str)]
+    assert got.low is not None if ids else got.low is None, got.low
+    assert not ids or got.low <= min(ids), (got.low, min(ids))
 
 
 def run_orders(store: MongoStore, definitions: dict[str, Any], rng: random.Random, n: int, tag: str) -> None:

@@ -8,7 +8,7 @@ one is counted as; the counters are a collection of their own, beside them, decl
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import Any, Optional
 
 from beanie import Document
 from harel.engine.schema import DEFAULT_PREFIX, Names
@@ -24,7 +24,8 @@ class CountsDocument(Document):
     escaped: `core.counting.definition_key`), `t` tombstones, `v` the sum of the versions;
     `seq` the batches applied, `last` the last one (each id and what it is counted as now),
     `marked` whether its documents carry that, `built` whether the counter holds the
-    partition's documents written before it existed."""
+    partition's documents written before it existed; `low` the smallest id the partition
+    has held (where a first page may start: `harel_beanie.queries.parts`)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -37,6 +38,7 @@ class CountsDocument(Document):
     last: list[dict[str, Any]] = []
     marked: bool = False
     built: bool = False
+    low: Optional[str] = None
 
     class Settings:
         name = f"{DEFAULT_PREFIX}_hb_counts"

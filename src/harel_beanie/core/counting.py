@@ -53,6 +53,9 @@ LEAVING = "leaving"
 UNKNOWN = "UNKNOWN"
 #: dirty documents one fold reads
 FOLD_BATCH = 500
+#: a counter's smallest id its partition has held (`Counts.low`); an empty partition's is
+#: `NO_ID`, above any id an execution is given, so the first `$min` replaces it
+LOW, NO_ID = "low", "\U0010ffff"
 #: the dirty documents' fields a fold and a reader need
 DIRTY_PROJECTION = {
     "_id": 1,
@@ -169,6 +172,9 @@ class Counts:
     per: dict[str, dict[str, int]] = field(default_factory=dict)  # definition -> status -> n
     purged: int = 0
     commits: int = 0
+    #: no id stored is below this one (a lower bound: a deletion leaves it where it was);
+    #: None where a counter does not know (built before counters kept it)
+    low: Optional[str] = None
 
     def totals(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -213,6 +219,10 @@ def combine(counters: list[Mapping[str, Any]], dirty: list[Mapping[str, Any]], p
         counter = by_part.get(doc.get(part), {})
         out.add(effective_cc(doc, counter), -1)
         out.add(state_of(doc), +1)
+    lows = [x for x in (c.get(LOW) for c in counters) if isinstance(x, str)]
+    if counters and len(lows) == len(counters):  # every counter knows its partition's
+        low = min([*lows, *(d["_id"] for d in dirty if isinstance(d.get("_id"), str))])
+        out.low = None if low == NO_ID else low  # NO_ID: no execution held anywhere yet
     return out.tidy()
 
 
@@ -247,6 +257,7 @@ def build_sums(parts: list[int]) -> list[dict[str, Any]]:
                 "n": {"$sum": 1},
                 "t": {"$sum": {"$ifNull": [f"${COUNTED}.t", 0]}},
                 "v": {"$sum": {"$ifNull": [f"${COUNTED}.v", 0]}},
+                LOW: {"$min": "$_id"},
             }
         },
     ]
@@ -266,11 +277,24 @@ def built_counter(groups: list[Mapping[str, Any]]) -> dict[str, Any]:
     """The `$set` of a partition's counter from `build_sums`' groups."""
     n: dict[str, dict[str, int]] = {}
     t = v = 0
+    low = NO_ID
     for g in groups:
         t += int(g.get("t") or 0)
         v += int(g.get("v") or 0)
+        if isinstance(g.get(LOW), str):
+            low = min(low, g[LOW])
         key = g.get("_id") or {}
         if key.get("d") is not None and key.get("s") is not None:
             per = n.setdefault(definition_key(str(key["d"])), {})
             per[status_key(str(key["s"]))] = int(g["n"])
-    return {"n": n, "t": t, "v": v, "built": True}
+    return {"n": n, "t": t, "v": v, LOW: low, "built": True}
+
+
+def fold_low(docs: list[Mapping[str, Any]], counter: Mapping[str, Any]) -> dict[str, Any]:
+    """The `$min` keeping a counter's `low` (the smallest id its partition has held) below a
+    batch's ids; nothing for a counter built before counters kept one (a `$min` there would
+    set a bound that older documents break)."""
+    ids = [d["_id"] for d in docs if isinstance(d.get("_id"), str)]
+    if not ids or not isinstance(counter.get(LOW), str):
+        return {}
+    return {"$min": {LOW: min(ids)}}

@@ -90,9 +90,9 @@ class Sampler:
     """Takes a sample at the start of every minute while the dashboard runs, the first
     `first_after` seconds after it is started."""
 
-    def __init__(self, first_after: float = FIRST_AFTER) -> None:
+    def __init__(self, first_after: Optional[float] = None) -> None:
         self._task: Optional[asyncio.Task[None]] = None
-        self.first_after = first_after
+        self.first_after = FIRST_AFTER if first_after is None else first_after
 
     def start(self, doc: Any, samples: Any) -> None:
         if self._task is None:

@@ -30,6 +30,7 @@ from typing import Any, Optional
 
 from harel_beanie.core.start_documents import start_key
 from harel_beanie.core.windows import position_uppers
+from harel_beanie.queries.counts import execution_counts
 from harel_beanie.queries.rows import STATUSES, ExecutionRow
 from harel_beanie.queries.starts import keep, recall
 
@@ -107,17 +108,16 @@ async def page_rows(doc: Any, query: dict[str, Any], n: int) -> list[ExecutionRo
     A first page with no prefix starts at the id the last first page of this filter began
     with: all below it (usually none) in one read, then windows above. That id is kept in the
     process and in the database (`harel_beanie.queries.starts`), so a restarted dashboard
-    starts there too; the very first of a filter, with no start kept anywhere, reads its
-    parts whole, once. A time bound is
-    already a bounded range (the executions updated in it): read in one go."""
+    starts there too. The very first of a filter, with no start kept anywhere, starts at the
+    lowest id the counters have counted (every partition's smallest, a lower bound); where
+    they do not know it, it reads its parts whole, once. (A time search is
+    `harel_beanie.queries.timed`'s.)"""
     pieces = split(query)
-    if "updated_at" in query:
-        return await _read(doc, pieces, n, None)
     ids = dict(query.get("_id", {}))
     coll = doc.get_pymongo_collection()
     key = (coll.full_name, repr(sorted((k, repr(v)) for k, v in query.items() if k != "_id")))
     if not ids and key not in _FIRST:
-        await _recall(coll, key)
+        await _find_start(doc, coll, key)
     rows: list[ExecutionRow] = []
     if "$gt" in ids and not ids.get("$gte", "") > ids["$gt"]:  # the cursor, within a prefix's range
         anchor, low = ids["$gt"], {"$gt": ids["$gt"]}
@@ -136,12 +136,23 @@ async def page_rows(doc: Any, query: dict[str, Any], n: int) -> list[ExecutionRo
             _remember(_DEPTH, key, len(os.path.commonprefix([rows[0].id, rows[-1].id])))
         await _keep(coll, key)
         return rows
-    if not ids and rows:
-        _remember(_FIRST, key, rows[0].id)
     rows = await _above(doc, pieces, n, rows, (anchor, low, ids.get("$lt")), key)
     if not ids:
+        if rows:  # the page's first row: the start was below it (a lower bound, or a row gone)
+            _remember(_FIRST, key, rows[0].id)
         await _keep(coll, key)
     return rows
+
+
+async def _find_start(doc: Any, coll: Any, key: tuple[str, str]) -> None:
+    """Where a first page with no start in this process begins: where a reader kept it in the
+    database, else at the lowest id the counters know (no execution's id is below it: each
+    partition's counter keeps the smallest id it has held, `core.counting.Counts.low`). Where
+    they do not know it either, the first page reads its parts whole, once."""
+    await _recall(coll, key)
+    if key not in _FIRST:
+        counted = await execution_counts(doc=doc)
+        _remember(_FIRST, key, None if counted is None else counted.low)
 
 
 async def _above(

@@ -23,6 +23,7 @@ from harel_beanie.core.counting import (
     build_sums,
     built_counter,
     combine,
+    fold_low,
     plan_fold,
     sums_by_part,
     unchanged,
@@ -97,7 +98,7 @@ def _fold_batch(part: int, ids: Optional[Sequence[str]], counter: Optional[dict[
     if not docs:
         return 0
     inc, entries = plan_fold(docs, counter)
-    update = {"$inc": {**inc, "seq": 1}, "$set": {"last": entries, "marked": False}}
+    update = {"$inc": {**inc, "seq": 1}, "$set": {"last": entries, "marked": False}, **fold_low(docs, counter)}
     if not (yield UpdateOne("counts", {"_id": part, "seq": seq}, update)):
         return 0  # another folder applied a batch first: its documents are its to mark
     yield from _mark(part, seq + 1, entries)
