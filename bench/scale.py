@@ -170,7 +170,8 @@ def header(opts: argparse.Namespace, started: datetime.datetime, seconds: float,
         f"{opts.timeout:g} s. Executions seeded as bench/scale_seed.py "
         "says: the shop models run by harel's runner, cloned (about 90% finished, 8% waiting on a timer, 1% "
         "FAILED, 1% holding outbox work, over 30 days). Prune: `--finished-before 7d` in batches of 500, "
-        f"stopped after {opts.prune:,} executions. Migrate up: min(size, {opts.migrate:,}) executions written "
+        f"stopped after {opts.prune:,} executions, its rate taken over the batches that did the first and the last "
+        "third of its executions. Migrate up: min(size, {opts.migrate:,}) executions written "
         "by harel's MongoStore, a database of their own. The machine is shared: compare within one run.",
     ]
 

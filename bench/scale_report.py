@@ -81,7 +81,7 @@ def harel_table(figs: Figures) -> list[str]:
 def upkeep_table(figs: Figures) -> list[str]:
     out = [
         "| executions | seeding (s) | mix: DONE / RUNNING / FAILED (documents) | server memory: resident / peak (MB) "
-        f"| prune: removed in (s) | prune: first {EDGE} batches | prune: last {EDGE} batches | migrate up: executions "
+        "| prune: removed in (s) | prune: its first third | prune: its last third | migrate up: executions "
         f"| migrate up: whole run (s) | migrate up: first {EDGE} batches | migrate up: last {EDGE} batches |",
         "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -100,7 +100,7 @@ def upkeep_table(figs: Figures) -> list[str]:
         )
         out.append(
             f"| {n:,} | {figs.seeding.get(n, 0.0):,.0f} | {mix} | {mem} | {pruned} "
-            f"| {_rate(p.rate(True) if p else None)} | {_rate(p.rate(False) if p else None)} | "
+            f"| {_rate(p.third_rate(True) if p else None)} | {_rate(p.third_rate(False) if p else None)} | "
             + " | ".join(moved)
             + " |"
         )

@@ -36,6 +36,22 @@ class Rates:
         (t0, n0), (t1, n1) = (marks[0], marks[edge]) if first else (marks[-1 - edge], marks[-1])
         return (n1 - n0) / (t1 - t0) if t1 > t0 else None
 
+    def third_rate(self, first: bool) -> Optional[float]:
+        """Executions/s over the batches that did the first (or last) third of the run's
+        executions. By executions, not batches: a prune batch may remove none (the children
+        of a parent still running, looked at again by every run) and take no time, or a few
+        and take a window's read, so a rate over a count of batches mixes those with full
+        ones."""
+        marks = [(0.0, 0), *self.marks]
+        total = self.done
+        if total <= 0:
+            return None
+        if first:
+            t, n = next((t, n) for t, n in marks if n >= total / 3)
+            return n / t if t > 0 else None
+        t, n = [(t, n) for t, n in marks if n <= total * 2 / 3][-1]
+        return (total - n) / (self.seconds - t) if self.seconds > t else None
+
     @property
     def done(self) -> int:
         return self.marks[-1][1] if self.marks else 0
