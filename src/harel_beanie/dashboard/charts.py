@@ -88,11 +88,10 @@ FIRST_AFTER = 5.0
 
 class Sampler:
     """Takes a sample at the start of every minute while the dashboard runs, the first
-    `first_after` seconds after it is started."""
+    `FIRST_AFTER` seconds after it is started."""
 
-    def __init__(self, first_after: Optional[float] = None) -> None:
+    def __init__(self) -> None:
         self._task: Optional[asyncio.Task[None]] = None
-        self.first_after = FIRST_AFTER if first_after is None else first_after
 
     def start(self, doc: Any, samples: Any) -> None:
         if self._task is None:
@@ -100,7 +99,7 @@ class Sampler:
 
     async def _run(self, doc: Any, samples: Any) -> None:
         try:
-            await asyncio.sleep(self.first_after)
+            await asyncio.sleep(FIRST_AFTER)
             await samples.create_indexes(
                 [IndexModel([("at", ASCENDING)], name="hb_sample_ttl", expireAfterSeconds=KEEP_SECONDS)]
             )

@@ -60,9 +60,20 @@ def matches(lead: dict[str, Any], rest: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"$match": lead}, *([{"$match": rest}] if rest else [])]
 
 
-def pipeline(lead: dict[str, Any], rest: dict[str, Any], limit: int) -> list[dict[str, Any]]:
-    """One part's page: its filter stages, then its first `limit` in `_id` order."""
-    return [*matches(lead, rest), {"$sort": {"_id": 1}}, {"$limit": limit}]
+def pipeline(
+    lead: dict[str, Any], rest: dict[str, Any], limit: int, sort: Optional[dict[str, int]] = None
+) -> list[dict[str, Any]]:
+    """One part's page: its filter stages, then its first `limit` in `sort`'s order (`_id`'s
+    by default)."""
+    return [*matches(lead, rest), {"$sort": sort or {"_id": 1}}, {"$limit": limit}]
+
+
+async def count_part(doc: Any, lead: dict[str, Any], rest: dict[str, Any], cap: Optional[int] = None) -> int:
+    """How many documents one part (or a window of it) matches, stopping at `cap` if given."""
+    stages = [*matches(lead, rest), *([{"$limit": cap}] if cap is not None else [])]
+    stages.append({"$group": {"_id": None, "n": {"$sum": 1}}})
+    got = await (await doc.get_pymongo_collection().aggregate(stages)).to_list(None)
+    return int(got[0]["n"]) if got else 0
 
 
 async def count(doc: Any, query: dict[str, Any], cap: int) -> int:
@@ -72,9 +83,7 @@ async def count(doc: Any, query: dict[str, Any], cap: int) -> int:
     status reads every execution of the status."""
     total = 0
     for lead, rest in split(query):
-        stages = [*matches(lead, rest), {"$limit": cap}, {"$group": {"_id": None, "n": {"$sum": 1}}}]
-        got = await (await doc.get_pymongo_collection().aggregate(stages)).to_list(None)
-        total += int(got[0]["n"]) if got else 0
+        total += await count_part(doc, lead, rest, cap)
     return min(total, cap)
 
 

@@ -21,7 +21,7 @@ from typing import Any, Optional
 from harel_beanie.core.time_order import TIME_SORT, time_key
 from harel_beanie.core.windows import DownwardWalk
 from harel_beanie.queries import parts
-from harel_beanie.queries.parts import matches, split
+from harel_beanie.queries.parts import split
 from harel_beanie.queries.rows import ExecutionRow
 
 #: where a time search's count per status stops on such a server (each counted document is
@@ -110,24 +110,20 @@ async def _walk(
 
 
 async def _read(doc: Any, lead: dict[str, Any], rest: dict[str, Any], n: int) -> list[ExecutionRow]:
-    pipeline = [*matches(lead, rest), {"$sort": dict(TIME_SORT)}, {"$limit": n}]
-    return await doc.aggregate(pipeline, projection_model=ExecutionRow).to_list()  # type: ignore[no-any-return]
+    stages = parts.pipeline(lead, rest, n, dict(TIME_SORT))
+    return await doc.aggregate(stages, projection_model=ExecutionRow).to_list()  # type: ignore[no-any-return]
 
 
 async def count(doc: Any, query: dict[str, Any], cap: int) -> int:
     """How many documents match `query` (a time search), each part counted window by window
     from the top of the span, stopping once the total reaches `cap`."""
-    total = 0
-    coll = doc.get_pymongo_collection()
     if isinstance(query.get("parent_id"), str):  # the children of one execution: few, one range
         return await parts.count(doc, query, cap)
+    total = 0
     for lead, rest in split(query):
         walk = SpanWalk(lead["updated_at"], max(1, cap // 4))
         while not walk.done and total < cap:
-            stage = {**lead, "updated_at": walk.next()}
-            stages = [*matches(stage, rest), {"$group": {"_id": None, "n": {"$sum": 1}}}]
-            got = await (await coll.aggregate(stages)).to_list(None)
-            held = int(got[0]["n"]) if got else 0
+            held = await parts.count_part(doc, {**lead, "updated_at": walk.next()}, rest)
             total += held
             walk.saw(held)
     return min(total, cap)
