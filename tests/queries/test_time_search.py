@@ -105,3 +105,18 @@ async def test_an_id_as_the_cursor_of_a_time_search_is_its_end(astore: Any) -> N
     page = await queries.executions_page(flt, after="x", hint=True)
     assert page.rows == [] and page.next_after is None
     assert [r.id async for r in queries.executions(flt, after="x")] == []
+
+
+async def test_hostile_cursors_of_a_time_search_are_refused_or_literal(astore: Any) -> None:
+    """A cursor is request text: a non-string is refused naming `after`; any string is a place
+    in the order, its id a literal (an operator-looking id matches no row's id)."""
+    await astore.init()
+    await astore.save(Execution(id="x", definition_id="Order", status=Status.DONE, updated_at=T0))
+    flt = queries.ExecutionFilter(updated_after=T0 - DAY)
+    for bad in [{"$gt": ""}, ["a"], 5, True]:
+        with pytest.raises(TypeError, match="after"):
+            await queries.executions_page(flt, after=bad, hint=True)  # type: ignore[arg-type]
+    for text in [f"{T0 + 1}:" + '{"$gt": ""}', f"{T0 + 1}:$gt", f"{T0 + 1}:\x00", "1e308:x", "\x00"]:
+        page = await queries.executions_page(flt, after=text, hint=True)
+        # a time above the row's: it follows; no time (not a cursor): nothing follows
+        assert [r.id for r in page.rows] == ([] if text == "\x00" else ["x"]), text
