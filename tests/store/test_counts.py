@@ -25,6 +25,7 @@ from harel_beanie.dashboard import dashboard_router, no_auth
 from harel_beanie.deploy.loader import load_models
 from harel_beanie.harness.drivers import ManualClock, SyncDurable, order_steps
 from harel_beanie.retention import pruning as retention
+from harel_beanie.retention import removal as removal_module
 from harel_beanie.store.async_store import AsyncMongoStore
 from harel_beanie.store.dispatch import FlowRun, call
 from harel_beanie.store.sync_store import MongoStore
@@ -230,20 +231,21 @@ async def test_prune_keeps_the_counts_and_a_killed_prune_too(
     done = db[EXES].count_documents({"status": {"$in": ["DONE", "CANCELLED"]}})
     assert done > 7
 
-    async def killed(*a: Any, **k: Any) -> int:
+    def killed(*a: Any, **k: Any) -> Any:
         raise Crash()
+        yield  # a flow that dies before its first call
 
-    monkeypatch.setattr(retention, "fold_leaving", killed)
+    monkeypatch.setattr(removal_module, "fold_leaving", killed)
     with pytest.raises(Crash):
         await prune_all(astore)
     assert db[EXES].count_documents({LEAVING: True}) > 0
     check(store, db)
     monkeypatch.undo()
-    real_delete = retention.DeleteOne
-    monkeypatch.setattr(retention, "DeleteOne", lambda *a, **k: (_ for _ in ()).throw(Crash()))
+    real_delete = removal_module.DeleteOne
+    monkeypatch.setattr(removal_module, "DeleteOne", lambda *a, **k: (_ for _ in ()).throw(Crash()))
     with pytest.raises(Crash):
         await prune_all(astore)
-    monkeypatch.setattr(retention, "DeleteOne", real_delete)
+    monkeypatch.setattr(removal_module, "DeleteOne", real_delete)
     check(store, db)
     store.fold_counts()
     check(store, db)

@@ -96,6 +96,17 @@ class DeleteOne:
 
 
 @dataclass(frozen=True)
+class BulkWrite:
+    """-> the documents matched by its updates plus those deleted by its deletes. One
+    unordered bulk write of `UpdateOne`s and `DeleteOne`s on `target` (each op's own
+    target is ignored): one round trip for a batch of independent conditional writes, each
+    still atomic on its own document and none waiting for another."""
+
+    target: Target
+    ops: tuple[Union[UpdateOne, DeleteOne], ...]
+
+
+@dataclass(frozen=True)
 class Increment:
     """`find_one_and_update` with `$inc` and upsert -> the counter document after it, or
     None (SecantusDB may answer None to a concurrent first upsert)."""
@@ -136,6 +147,7 @@ Call = Union[
     ReplaceOne,
     UpdateMany,
     DeleteOne,
+    BulkWrite,
     Increment,
     FindOneAndUpdate,
     CreateIndexes,

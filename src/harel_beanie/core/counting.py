@@ -8,28 +8,45 @@ The rules, each write keeping them in the one update it already makes:
 
 Rule 1. An execution document holds `cc`, what the counters count it as: `{d, s, v}` (its
         definition, status and version) for an execution, `{t: 1}` for a tombstone, null
-        or absent for nothing. `state_of` is what it should be counted as now: a document
-        that prune has begun removing (`leaving`) counts as nothing.
+        for nothing; `cseq`, the batch that last set `cc` (Rule 3). `cc` is meaningful only
+        with `cseq`: a document never folded has neither, and the counters may count it
+        (Rule 4's `last`) although it carries no `cc`. `state_of` is what it should be
+        counted as now: a document that prune has begun removing (`leaving`) counts as
+        nothing.
 Rule 2. Every write that creates a document or changes what it is counted as (a commit, the
         creation over a tombstone, a purge, prune's `leaving` mark) also sets `cdirty`, in
         the same update. The partial index `hb_part_cdirty` holds only those documents.
-Rule 3. A fold applies the deltas (`state_of` less `cc`) of a batch of dirty documents to
-        the counter document in one update, conditional on its `seq`, which the update
-        raises and which records the batch (`last`: each id and what it is now counted as):
-        two folders cannot both apply a batch. Then it marks each document of the batch
-        (`cc` and `cseq` set; `cdirty` cleared only if the document is still as read, so a
-        commit in between leaves it dirty). A mark carries its batch's seq and lands only on
-        a document marked by an earlier batch (`cseq` below it): a late folder cannot undo
-        a later batch's mark. A fold that died between the two finds `last` unmarked and
-        marks it first.
+        A purge and a creation over a tombstone carry `cc` and `cseq` on to the document
+        that replaces the old one (guarded on them), so what the counters count an id as
+        moves with it; together they form the id's counted lineage, which ends only when
+        prune deletes the id (Rule 5).
+Rule 3. A fold applies the deltas (`state_of` less what the counters count it as) of a batch
+        of dirty documents to the counter document in one update, conditional on its `seq`,
+        which the update raises and which records the batch (`last`: each id, what it is
+        now counted as, and what pins the state read and the lineage): two folders cannot
+        both apply a batch. Then it marks each document of the batch (`cc` and `cseq` set;
+        `cdirty` cleared only if the document is still as read, so a commit in between
+        leaves it dirty). A mark carries its batch's seq and lands only on a document of
+        the lineage read (`lineage`: the incarnation read, or one a purge or a creation over
+        a tombstone carried on from it) last marked by an earlier batch or never (`cseq`
+        below it or absent): a late folder cannot undo a later batch's mark, nor mark an
+        id created again after prune deleted it. A fold that died between the two finds
+        `last` unmarked and marks it first, before it reads the dirty documents.
 Rule 4. Exact counts at any moment are the counter documents plus, for each dirty document,
-        its `state_of` less what the counters hold for it: its `cc`, or, while its batch is
-        the last one and not yet marked on it, that batch's entry (`effective_cc`). The
-        counters and the dirty documents are read, then the counters' seqs again: a fold in
-        between, which would count a document in both reads, makes the reader read again.
-Rule 5. A document is deleted only while it counts for nothing: prune marks it `leaving`
-        (Rule 2), folds it, then deletes it on the condition that it is still `leaving` and
-        its `cc` is null. A commit in between removes the mark, and the execution stays.
+        its `state_of` less what the counters hold for it: while its batch is the last one
+        and not yet marked on it, that batch's entry, else its `cc` (`effective_cc`). A
+        clean document is counted as its `cc`: it was cleaned by the mark of the last batch
+        that read it (an earlier batch's mark finds `cseq` at or above its own, a later
+        batch read it dirty). The counters and the dirty documents are read, then the
+        counters' seqs again: a fold in between, which would count a document in both reads,
+        makes the reader read again.
+Rule 5. A document is deleted only while the counters count it as nothing: prune marks it
+        `leaving` (Rule 2), folds it (again, while a racing folder's batch leaves it dirty),
+        then deletes it on the condition (`removable`) that it is still `leaving`, clean, and
+        marked as counted as nothing (`cseq` set, `cc` null). By Rule 4 a clean document is
+        counted as its `cc`; a document never folded (no `cseq`) or dirty may be counted as
+        something by a batch not yet marked on it, and is not deleted. A commit in between
+        removes the mark (and dirties it), and the execution stays.
 
 A partition's counter starts unbuilt; `build_pipeline` gives every document not yet counted
 its `cc` in one server-side update, and the sums of those `cc` become the counter. The
@@ -131,13 +148,40 @@ def effective_cc(doc: Mapping[str, Any], counter: Mapping[str, Any]) -> Optional
 
 
 def entry_of(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """A batch entry: the id, what it is now counted as, and what pins the state read."""
+    """A batch entry: the id, what it is now counted as, and what pins the state read and
+    its lineage (Rule 3): a tombstone's time and the last creation it buried, an execution's
+    version, incarnation (`born`) and leaving mark."""
     entry: dict[str, Any] = {"_id": doc["_id"], "cc": state_of(doc)}
     if "tomb" in doc:
-        entry["at"] = (doc.get("tomb") or {}).get("at")
+        tomb = doc.get("tomb") or {}
+        entry["at"] = tomb.get("at")
+        buried = tomb.get("buried") or []
+        if buried:
+            entry["k"] = buried[-1]
     else:
         entry.update(v=doc.get("version"), b=doc.get("born"), l=bool(doc.get(LEAVING)))
     return entry
+
+
+def lineage(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The filter matching the document holding the entry's id only while it is of the
+    lineage the fold read (Rule 3): that incarnation or tombstone, or what a purge or a
+    creation over a tombstone carried on from it (they keep the buried creations), never an
+    id created afresh after prune deleted it."""
+    if "at" in entry:
+        if entry.get("k") is None:
+            return {"tomb.at": entry["at"]}
+        return {"$or": [{"tomb.at": entry["at"]}, {"buried": entry["k"]}, {"tomb.buried": entry["k"]}]}
+    born = entry.get("b")
+    if born is None:  # a document harel's own store wrote: no incarnation to follow
+        return {"born": None}
+    return {"$or": [{"born": born}, {"buried": born}, {"tomb.buried": born}]}
+
+
+def removable() -> dict[str, Any]:
+    """What prune's delete adds to its guard (Rule 5): still leaving, clean, and marked as
+    counted as nothing."""
+    return {LEAVING: True, DIRTY: {"$exists": False}, COUNTED_SEQ: {"$exists": True}, COUNTED: None}
 
 
 def unchanged(entry: Mapping[str, Any]) -> dict[str, Any]:

@@ -69,11 +69,21 @@ def identity(doc: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+#: what `gone_among` needs of the stored documents
+GONE_PROJECTION = {"born": 1, "created_at": 1, "tomb": 1}
+
+
 async def are_gone(executions: Any, docs: list[dict[str, Any]]) -> list[bool]:
     """For each of `docs` (as read), whether that incarnation is no longer stored: its id is
     absent, a tombstone, or another incarnation (created again since)."""
     ids = list({d["_id"] for d in docs})
-    found = await executions.find({"_id": {"$in": ids}}, {"born": 1, "created_at": 1, "tomb": 1}).to_list(None)
+    found = await executions.find({"_id": {"$in": ids}}, GONE_PROJECTION).to_list(None)
+    return gone_among(found, docs)
+
+
+def gone_among(found: list[dict[str, Any]], docs: list[dict[str, Any]]) -> list[bool]:
+    """`are_gone` from `found`, the documents stored under the ids of `docs` (projected
+    with `GONE_PROJECTION`)."""
     stored = {p["_id"]: p for p in found if "tomb" not in p}
 
     def still(d: dict[str, Any]) -> bool:

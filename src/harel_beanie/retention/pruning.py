@@ -52,8 +52,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
-from pymongo import DeleteOne, UpdateOne
-
 from harel_beanie.core.arguments import (
     BadArgument,
     optional_str,
@@ -65,19 +63,18 @@ from harel_beanie.core.arguments import (
     require_time,
 )
 from harel_beanie.core.count_documents import counts_collection
-from harel_beanie.core.counting import COUNTED, DIRTY, LEAVING
-from harel_beanie.core.flows import fold_counts
+from harel_beanie.core.counting import LEAVING
 from harel_beanie.core.names import prefix_of
 from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.core.windows import DownwardWalk, Window
-from harel_beanie.retention.archive import Archive, are_gone, identity
+from harel_beanie.retention.archive import Archive
+from harel_beanie.retention.removal import removal
 from harel_beanie.store.dispatch import acall, adrive
 
 #: what harel counts as finished for good (harel.engine.execution stamps finished_at on these)
 FINISHED = ("DONE", "CANCELLED")
 #: name of the optional TTL index on finished_on
 TTL_INDEX = "hb_finished_ttl"
-_NOTHING_PENDING = {"outbox.0": {"$exists": False}, "spawns.0": {"$exists": False}}
 #: the first window's width, in seconds of `updated_at` (an empty window doubles it)
 FIRST_WIDTH = 1.0
 #: what a dry run reads of each execution (a real run with an archive reads it whole)
@@ -257,28 +254,10 @@ async def _prune_batch(
         return
     if archive is not None:
         await archive.begin(chosen)
-    # guarded on the incarnation too: an id removed and created again in between is another
-    # execution, not the one read (and journaled); with the partition it carries, so that on a
-    # sharded cluster each write names the whole shard key and reaches one shard
-    guards = [
-        {
-            "_id": d["_id"],
-            **({"part": d["part"]} if "part" in d else {}),
-            "version": d["version"],
-            "status": d["status"],
-            **identity(d),
-            **_NOTHING_PENDING,
-        }
-        for d in chosen
-    ]
-    # the counts first let go of what goes (core.counting, Rule 5): marked leaving, folded,
-    # then deleted only while still leaving and counted as nothing; a commit in between
-    # unmarks it and it stays
-    await executions.bulk_write([UpdateOne(g, {"$set": {LEAVING: True, DIRTY: True}}) for g in guards], ordered=False)
-    await fold_leaving(executions, chosen)
-    deletes = [DeleteOne({**g, LEAVING: True, COUNTED: None}) for g in guards]
-    await executions.bulk_write(deletes, ordered=False)
-    removed = [d for d, gone in zip(chosen, await are_gone(executions, chosen)) if gone]
+    # marked leaving, folded out of the counts, deleted while still leaving and counted as
+    # nothing, read back (harel_beanie.retention.removal; core.counting, Rule 5): a commit in
+    # between unmarks a document and it stays
+    removed = await adrive(removal(PartitionScope(), chosen), lambda c: acall(_collections(executions), c))
     if archive is not None:
         await archive.finish(removed)
     report.removed += len(removed)
@@ -286,16 +265,10 @@ async def _prune_batch(
     report.removed_ids += [d["_id"] for d in removed]
 
 
-async def fold_leaving(executions: Any, docs: list[dict[str, Any]]) -> int:
-    """Fold the documents prune marked leaving into their partitions' counts (a counter not
-    built yet is built first), so each is counted as nothing before it is deleted."""
-    parts = sorted({d["part"] for d in docs if isinstance(d.get("part"), int)})
-    if not parts:
-        return 0  # documents from before partitions: no counter holds them
+def _collections(executions: Any) -> dict[str, Any]:
+    """The collections a removal's calls name: the executions and their counters."""
     prefix = prefix_of(executions.name) or executions.name  # another name: it stands for the prefix
-    colls = {"executions": executions, "counts": executions.database[counts_collection(prefix)]}
-    flow = fold_counts(PartitionScope(), parts, ids=[d["_id"] for d in docs])
-    return int(await adrive(flow, lambda c: acall(colls, c)))
+    return {"executions": executions, "counts": executions.database[counts_collection(prefix)]}
 
 
 def undated_filter() -> dict[str, Any]:

@@ -15,6 +15,7 @@ import inspect
 from operator import attrgetter
 from typing import Any, Awaitable, Callable, Generic, Mapping, Optional
 
+import pymongo
 from pymongo import ReturnDocument
 from pymongo.errors import PyMongoError
 
@@ -64,6 +65,18 @@ _matched = attrgetter("matched_count")
 _deleted = attrgetter("deleted_count")
 
 
+def _touched(answer: Any) -> int:
+    return int(answer.matched_count) + int(answer.deleted_count)
+
+
+def _bulk_op(op: calls.Call) -> Any:
+    if isinstance(op, calls.UpdateOne):
+        return pymongo.UpdateOne(op.filter, op.update, upsert=op.upsert)
+    if isinstance(op, calls.DeleteOne):
+        return pymongo.DeleteOne(op.filter)
+    raise TypeError(f"not a bulk write op: {op!r}")
+
+
 def start(coll: Any, c: calls.Call) -> tuple[Any, Callable[[Any], Any]]:
     """Make call `c` on `coll`, a collection of any client with PyMongo's API (PyMongo's
     sync or async client, Motor, mongomock): the driver's answer (awaitable on an async
@@ -88,6 +101,8 @@ def start(coll: Any, c: calls.Call) -> tuple[Any, Callable[[Any], Any]]:
         return coll.update_many(c.filter, c.update), _matched
     if isinstance(c, calls.DeleteOne):
         return coll.delete_one(c.filter), _deleted
+    if isinstance(c, calls.BulkWrite):
+        return coll.bulk_write([_bulk_op(op) for op in c.ops], ordered=False), _touched
     if isinstance(c, calls.Increment):
         inc = {"$inc": {c.field: c.by}}
         return coll.find_one_and_update({"_id": c.id}, inc, upsert=True, return_document=ReturnDocument.AFTER), _as_is
@@ -107,9 +122,15 @@ def start(coll: Any, c: calls.Call) -> tuple[Any, Callable[[Any], Any]]:
 def routed(c: calls.Call, scope: Optional[PartitionScope]) -> calls.Call:
     """`c` with its filter naming its partition when commands go through a mongos
     (`harel_beanie.core.partitions.route`): one place for every flow of every shell."""
-    if scope is None or not scope.sharded or not hasattr(c, "filter"):
+    if scope is None or not scope.sharded:
         return c
-    changes: dict[str, Any] = {"filter": route(c.target, c.filter, scope)}
+    if isinstance(c, calls.BulkWrite):  # each op names its own document
+        ops = tuple(dataclasses.replace(op, filter=route(c.target, op.filter, scope) or op.filter) for op in c.ops)
+        return dataclasses.replace(c, ops=ops)
+    filter_ = getattr(c, "filter", None)
+    if filter_ is None:
+        return c
+    changes: dict[str, Any] = {"filter": route(c.target, filter_, scope)}
     return dataclasses.replace(c, **changes)  # type: ignore[type-var]
 
 

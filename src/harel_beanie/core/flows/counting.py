@@ -24,6 +24,7 @@ from harel_beanie.core.counting import (
     built_counter,
     combine,
     fold_low,
+    lineage,
     plan_fold,
     sums_by_part,
     unchanged,
@@ -111,7 +112,9 @@ def _mark(part: int, seq: int, entries: list[dict[str, Any]]) -> Flow[None]:
         base = {"_id": entry["_id"], PART: part, COUNTED_SEQ: {"$not": {"$gte": seq}}}
         counted = {COUNTED: entry["cc"], COUNTED_SEQ: seq}
         if not (yield UpdateOne("executions", {**base, **unchanged(entry)}, {"$set": counted, "$unset": {DIRTY: ""}})):
-            yield UpdateOne("executions", base, {"$set": counted})  # changed since: stays dirty
+            # changed since: stays dirty, and counted as the batch says while it is of the
+            # lineage read (an id prune deleted and created again is not: Rule 3)
+            yield UpdateOne("executions", {**base, **lineage(entry)}, {"$set": counted})
     yield UpdateOne("counts", {"_id": part, "seq": seq}, {"$set": {"marked": True}})
 
 
