@@ -1,0 +1,130 @@
+"""The counts' invariants, checked against the stored documents after every step a schedule
+explorer makes (tests/support/explore.py).
+
+Why this module exists: the counters (`harel_beanie.core.counting`) are state kept beside
+the executions; what they must say is decided here independently of the rules that keep them,
+from the documents alone, and compared after every step:
+
+- exact: the counters plus the dirty documents (Rule 4, `combine`) equal an independent count
+  of the documents, at every step;
+- nothing deleted while counted: a document that disappears in a step was counted as nothing
+  by the counters just before it (what Rule 4 says they hold for it);
+- at quiescence, after a settling fold run alone: no document is left dirty, and the counters
+  alone equal the independent count (what a killed flow left is repaired by the next fold);
+- a reader's answer (`read_counts`) equals the independent count at some moment between its
+  first call and its last.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from harel.engine.schema import DEFAULT_PREFIX
+
+from harel_beanie.core.calls import Flow
+from harel_beanie.core.count_documents import counts_collection
+from harel_beanie.core.counting import Counts, combine, effective_cc
+
+EXES = f"{DEFAULT_PREFIX}_executions"
+Tally = tuple[dict[str, dict[str, int]], int, int]
+
+
+def independent(docs: list[dict[str, Any]]) -> Tally:
+    """What the counts must be: executions by definition and status (not those prune has
+    begun removing), tombstones, and the sum of the executions' versions."""
+    per: dict[str, dict[str, int]] = {}
+    purged = commits = 0
+    for d in docs:
+        if d.get("leaving"):
+            continue
+        if "tomb" in d:
+            purged += 1
+            continue
+        if d.get("definition_id") is None:
+            continue
+        status = d.get("status") if isinstance(d.get("status"), str) else "UNKNOWN"
+        s = per.setdefault(str(d["definition_id"]), {})
+        s[status] = s.get(status, 0) + 1
+        version = d.get("version")
+        commits += version if isinstance(version, int) and not isinstance(version, bool) else 0
+    return per, purged, commits
+
+
+def tally(counts: Counts) -> Tally:
+    return counts.per, counts.purged, counts.commits
+
+
+class CountsOracle:
+    """The invariants above on database `db` (a sync PyMongo database)."""
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+        self.exes = db[EXES]
+        self.counts = db[counts_collection(DEFAULT_PREFIX)]
+        self.history: list[Tally] = []
+        self.last: Any = None  # the state the last check saw, as `fingerprint` gives it
+        self._before: Optional[tuple[dict[Any, dict[str, Any]], dict[Any, dict[str, Any]]]] = None
+
+    def snapshot(self) -> tuple[dict[Any, dict[str, Any]], dict[Any, dict[str, Any]]]:
+        docs = {d["_id"]: d for d in self.exes.find({})}
+        counters = {c["_id"]: c for c in self.counts.find({})}
+        return docs, counters
+
+    def start(self) -> None:
+        """Called once the start state is in place, before a schedule's first step."""
+        self._before = self.snapshot()
+        self.history = [independent(list(self._before[0].values()))]
+
+    def check(self, _steps: Any = None) -> None:
+        docs, counters = self.snapshot()
+        truth = independent(list(docs.values()))
+        self.history.append(truth)
+        self.last = (_frozen(docs), _frozen(counters), frozenset(map(repr, self.history)))
+        dirty = [d for d in docs.values() if d.get("cdirty")]
+        got = tally(combine(list(counters.values()), dirty, "part"))
+        assert got == truth, f"the counts by Rule 4 are {got}, the documents say {truth}"
+        if self._before is not None:
+            old_docs, old_counters = self._before
+            for gone in old_docs.keys() - docs.keys():
+                doc = old_docs[gone]
+                held = effective_cc(doc, old_counters.get(doc.get("part"), {}))
+                assert not held, f"{gone!r} was deleted while the counters counted it as {held}"
+        self._before = (docs, counters)
+
+    def fingerprint(self) -> Any:
+        """The state the last check saw: the documents, the counters, and the counts they
+        have had (what a reader's answer is checked against)."""
+        return self.last
+
+    def quiescent(self) -> None:
+        """After a settling fold: nothing dirty, and the counters alone are exact."""
+        docs, counters = self.snapshot()
+        dirty = sorted(str(d["_id"]) for d in docs.values() if d.get("cdirty"))
+        assert not dirty, f"still dirty after a settling fold: {dirty}"
+        truth = independent(list(docs.values()))
+        got = tally(combine(list(counters.values()), [], "part"))
+        assert got == truth, f"the counters say {got}, the documents {truth}"
+
+    def reader(self, flow: Callable[[], Flow[Optional[tuple[Counts, int]]]]) -> Flow[None]:
+        """A reader actor: runs `flow` (a `read_counts`) and checks that its answer is the
+        independent count at some moment between its first call and its last."""
+        inner = flow()
+        reply: Any = None
+        mark: Optional[int] = None
+        try:
+            while True:
+                c = inner.send(reply)
+                reply = yield c
+                if mark is None:
+                    mark = len(self.history) - 1  # the state its first call saw
+        except StopIteration as done:
+            answer = done.value
+        if answer is None:
+            return  # the counters could not answer (a caller counts the collection)
+        got = tally(answer[0])
+        seen = self.history[mark or 0 :]
+        assert got in seen, f"read_counts answered {got}, the counts were {seen} while it read"
+
+
+def _frozen(docs: dict[Any, dict[str, Any]]) -> str:
+    return repr(sorted((repr(k), repr(sorted(v.items(), key=lambda kv: kv[0]))) for k, v in docs.items()))
