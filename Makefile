@@ -81,7 +81,8 @@ soak: $(STAMP) netfaults
 screenshots: $(STAMP) browser
 	$(BIN)/python docs/screenshots.py
 
-# the reliability tests with their figures recorded, then docs/RELIABILITY.md regenerated
+# the reliability tests with their figures recorded, then docs/RELIABILITY.md regenerated; run at
+# a commit (refused while src/ or tests/ have uncommitted changes: the page names the commit)
 reliability: $(STAMP) netfaults
 	$(BIN)/python docs/reliability.py
 

@@ -5,6 +5,15 @@
     python docs/reliability.py --render     # render from the recorded runs only, run nothing
     python docs/reliability.py --rerun -- -k EXPR   # soak tests a fix changed, kept beside the soak
 
+A run records the figures of the commit it names, and nothing else: it refuses to start
+while `src/`, `tests/` or this script have uncommitted changes (commit first, then run, then
+commit the page and the recorded run; `--allow-uncommitted` runs anyway, and the page then
+says so). The page is never edited by hand: `tests/package/test_reliability_page.py` fails
+while docs/RELIABILITY.md differs from the render of the recorded runs, so prose goes into
+the template and a test's docstring, then `--render`. A recorded run that predates a test
+(or names one that moved or went) shows it under "Figures", so a page whose figures
+are older than the tests says so.
+
 The tests are every `tests/reliability/test_reliability_*.py`. They run with `HAREL_BEANIE_FIGURES`
 naming a scratch file, so each test's `figures` fixture (tests/support/figures.py) and outcome are
 recorded under its node id, with one line describing the run (server, versions, machine).
@@ -17,7 +26,8 @@ again, and the two runs are rendered together whichever ran last), and the docum
   cases passed in the default run;
 - `@findings`: the tests the last runs reported as expected failures, with their reasons;
 - `@runs`: for each recorded run, where and when it ran and, for every test that recorded
-  figures, one row naming the test's node id and its figures.
+  figures, one row naming the test's node id and its figures; then the tests of the current
+  files that the runs did not record, and the recorded node ids that name no current test.
 
 A reliability test file with no `@tests` line in the template gets a section of its own
 at the end of "What each file proves", titled from its module docstring, so a new file
@@ -48,6 +58,8 @@ RUNS = ("default", "soak", "rerun")
 #: each run's title in the document
 TITLES = {"default": "Default run", "soak": "Soak run", "rerun": "Soak re-run of the scenarios a fix changed"}
 ENV = "HAREL_BEANIE_FIGURES"  # as tests/support/figures.py
+#: what a run's figures depend on: a change here not yet committed is not the commit it names
+SOURCES = ("src", "tests", "docs/reliability.py")
 
 
 def test_files() -> list[Path]:
@@ -59,6 +71,11 @@ def rel(path: Path) -> str:
 
 
 # --- running -------------------------------------------------------------------------------
+
+
+def uncommitted() -> list[str]:
+    """The files under `SOURCES` that differ from the commit (git's short status lines)."""
+    return [line for line in git("status", "--porcelain", "--", *SOURCES).splitlines() if line.strip()]
 
 
 def run_tests(kind: str, extra: list[str]) -> tuple[int, dict[str, Any]]:
@@ -82,7 +99,7 @@ def run_tests(kind: str, extra: list[str]) -> tuple[int, dict[str, Any]]:
         print("running:", " ".join(["python", *argv[1:]]), flush=True)
         at = {
             "commit": git("rev-parse", "--short=12", "HEAD"),
-            "uncommitted_changes": bool(git("status", "--porcelain", "--", "src", "tests")),
+            "uncommitted_changes": bool(uncommitted()),
         }
         started = time.monotonic()
         status = subprocess.call(argv, cwd=ROOT, env=env)
@@ -261,6 +278,65 @@ def findings(runs: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def current_tests() -> dict[str, dict[str, Any]]:
+    """`file::function` -> the function's entry (`functions`), for every current test."""
+    return {f"{rel(path)}::{f['name']}": f for path in test_files() for f in functions(path)}
+
+
+def _by_file(names: list[str], tests: dict[str, dict[str, Any]]) -> str:
+    """Node ids (`file::function`) grouped by file: a file all of whose functions are named
+    as "all n", else the functions' names."""
+    files: dict[str, list[str]] = defaultdict(list)
+    for name in names:
+        path, _, function = name.partition("::")
+        files[path].append(function)
+    out = []
+    for path, named in files.items():
+        whole = sum(1 for t in tests if t.startswith(path + "::"))
+        said = f"all {whole}" if whole and len(named) == whole else ", ".join(f"`{n}`" for n in named)
+        out.append(f"`{path}` ({said})")
+    return "; ".join(out)
+
+
+def staleness(runs: dict[str, dict[str, Any]]) -> str:
+    """What the recorded runs do not cover: a test function of the current files with no
+    case in the run that should hold it (the default run for a plain test, the soak for a
+    soak test), and recorded node ids that name no current test function (moved or gone)."""
+    tests = current_tests()
+    lines = []
+    for kind, soak in (("default", False), ("soak", True)):
+        run = runs.get(kind)
+        ran = {nid.split("[", 1)[0] for nid in run["tests"]} if run else set()
+        wanted = {name: f for name, f in tests.items() if f["soak"] == soak}
+        missing = [name for name in wanted if name not in ran]
+        if missing:
+            lines.append(
+                f"- {len(missing)} of the {len(wanted)} {'soak' if soak else 'default'} test functions are not in the "
+                f"recorded {kind} run: {_by_file(missing, wanted)}"
+            )
+    for kind in RUNS:
+        recorded = {nid.split("[", 1)[0] for nid in (runs.get(kind) or {}).get("tests", {})}
+        gone = sorted(recorded - set(tests))
+        if gone:
+            lines.append(
+                f"- {len(gone)} test functions of the recorded {kind} run are under ids no current test has (moved "
+                f"or removed since): {_by_file(gone, {g: {} for g in gone})}"
+            )
+    if not lines:
+        return "Every current test is in the recorded runs, under its current id."
+    return (
+        "The recorded runs are older than the tests: `make reliability` (and `make reliability-soak`) "
+        "record them again.\n\n" + "\n".join(lines)
+    )
+
+
+def load_runs() -> dict[str, dict[str, Any]]:
+    """The recorded runs, by kind."""
+    return {
+        k: json.loads((HERE / f"{k}.json").read_text(encoding="utf-8")) for k in RUNS if (HERE / f"{k}.json").exists()
+    }
+
+
 def render(runs: dict[str, dict[str, Any]]) -> str:
     lines = TEMPLATE.read_text(encoding="utf-8").splitlines()
     placed = {line.split(None, 1)[1].strip() for line in lines if line.startswith("@tests ")}
@@ -280,6 +356,7 @@ def render(runs: dict[str, dict[str, Any]]) -> str:
             out.append(findings(runs))
         elif line.strip() == "@runs":
             out.append(runs_section(runs))
+            out += ["", "### What the recorded runs do not cover", "", staleness(runs)]
         else:
             out.append(line)
     return "\n".join(out).rstrip() + "\n"
@@ -294,18 +371,29 @@ def main(argv: Optional[list[str]] = None) -> int:
         help="run soak tests chosen by the pytest arguments (-k ...) after a fix, kept beside the soak",
     )
     parser.add_argument("--render", action="store_true", help="only render from the recorded runs")
+    parser.add_argument(
+        "--allow-uncommitted",
+        action="store_true",
+        help="run although src/, tests/ or this script have uncommitted changes (the page says so)",
+    )
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
     args = parser.parse_args(argv)
     status = 0
     HERE.mkdir(exist_ok=True)
     if not args.render:
+        changed = uncommitted()
+        if changed and not args.allow_uncommitted:
+            print(
+                "refused: the figures are recorded for the commit they name, and these files differ from it:\n  "
+                + "\n  ".join(changed)
+                + "\ncommit them first (or pass --allow-uncommitted; the page then says so)",
+                file=sys.stderr,
+            )
+            return 2
         kind = "rerun" if args.rerun else "soak" if args.soak else "default"
         status, run = run_tests(kind, args.pytest_args)
         (HERE / f"{kind}.json").write_text(json.dumps(run, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    runs = {
-        k: json.loads((HERE / f"{k}.json").read_text(encoding="utf-8")) for k in RUNS if (HERE / f"{k}.json").exists()
-    }
-    OUTPUT.write_text(render(runs), encoding="utf-8")
+    OUTPUT.write_text(render(load_runs()), encoding="utf-8")
     print(f"wrote {rel(OUTPUT)}", flush=True)
     return status
 

@@ -37,7 +37,9 @@ or interleaving, so after the crash run the two must hold:
 - per execution, as many processed event ids (`processed`, the dedupe window) as the
   reference has, and none twice;
 - nothing left over: no armed timer, outbox entry or spawn anywhere, an empty transport, no
-  execution RUNNING, PENDING or FAILED.
+  execution RUNNING, PENDING or FAILED;
+- the counts the store, the dashboard and `harel-beanie status` show equal a count of the
+  documents, before and after a final fold (`tests/support/exact_counts.py`).
 
 Two allowances, both named where they apply. A payment whose gateway never answers retries
 until its 100 s budget runs out, and how many attempts fit depends on how late each backoff
@@ -95,6 +97,7 @@ from harel_beanie.harness.drivers import (
 from harel_beanie.harness.snapshots import asnapshot
 from harel_beanie.store.connect import RetryPolicy
 from tests.support.crash_clock import ClockControl
+from tests.support.exact_counts import exact_counts
 from tests.support.processes import terminate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -859,6 +862,7 @@ async def crash_run(
                 problems.append(f"{p.oid}: children {a}, reference {b}")
         if leftovers or locks:
             problems.append(f"the transport still holds {leftovers} messages, {locks} group locks")
+        problems += (await exact_counts(store, url)).problems  # the worker stopped: nothing writes
         if any(": differs" in p and "'GaveUp'" in p for p in problems):
             problems.insert(0, TIMING_HINT)
         assert not problems, f"{len(problems)} problems; {figures.line()}\n" + "\n".join(problems[:40])
@@ -967,7 +971,8 @@ def test_cli_worker_server_restart(tmp_path: Path, how: str, figures: Any) -> No
     same data directory and port. Every execution must reach the state it would have
     reached anyway: payments captured after exactly flaky + 1 attempts, pick lines done,
     orders waiting out their cooling-off with that one timer armed 900 s after they got
-    there; no event processed twice, nothing left in the transport.
+    there; no event processed twice, nothing left in the transport, and the counts every reader
+    shows equal the documents' (`tests/support/exact_counts.py`).
 
     A worker that exits during the outage is started again, as a deployment's restart policy
     would, and the test then ends as an expected failure naming it: the command is meant to
@@ -1088,6 +1093,7 @@ async def _cli_server_restart(tmp: Path, *, kill: bool, figures: Any) -> None:
                 problems.append(f"{d['_id']}: an event id processed twice")
         if await store.pending_outbox() or await store.pending_spawns():
             problems.append("outbox or spawns left pending")
+        problems += (await exact_counts(store, server.url)).problems  # the worker stopped: nothing writes
         assert not problems, "\n".join(problems)
         figures.set(
             executions=len(want),

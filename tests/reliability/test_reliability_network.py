@@ -69,6 +69,8 @@ def assert_proven(outcome: Outcome, scenario: Scenario, figures: Any) -> None:
     where = f"(history: {outcome.history}; logs beside it)"
     assert outcome.settled, f"the work did not drain within the run's limit {where}\n{verdict.summary()}"
     assert verdict.ok, f"{verdict.summary()}\n{where}\n{outcome.told()}"
+    # the counts the store, the dashboard and `harel-beanie status` show are the documents'
+    assert not outcome.count_problems(), "\n".join(outcome.count_problems())
     assert len(outcome.faults) == len(scenario.faults), outcome.faults
     unfired = [f for f in outcome.faults if not f["fired"]]
     assert not unfired, f"faults with no evidence that they acted: {unfired}"
@@ -126,6 +128,8 @@ def test_a_worker_that_forgets_its_dedupe_fails_the_check(tmp_path: Path, figure
     figures.set(doubled=len(verdict.anomalies), events_sent=verdict.figures["events_sent"])
     assert not verdict.ok
     assert {a.kind for a in verdict.anomalies} == {"doubled"}, verdict.summary()
+    # events applied twice are still counted exactly: the counts follow the documents
+    assert not outcome.count_problems(), "\n".join(outcome.count_problems())
     resent = {e for e, s in outcome.sends.items() if len(s["outcomes"]) > 1}
     doubled = {re.search(r"event '([^']+)'", a.detail).group(1) for a in verdict.anomalies}  # type: ignore[union-attr]
     assert doubled <= resent, sorted(doubled - resent)[:5]

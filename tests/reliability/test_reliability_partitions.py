@@ -160,6 +160,7 @@ def test_partitions_are_taken_over_within_the_bound_and_work_is_done_once(tmp_pa
     where = f"(history: {outcome.history}; logs beside it)"
     assert outcome.settled, f"the work did not drain {where}\n{verdict.summary()}"
     assert verdict.ok, f"{verdict.summary()}\n{where}\n{outcome.told()}"
+    assert not outcome.count_problems(), "\n".join(outcome.count_problems())  # tests/support/exact_counts.py
     assert not outcome.exits, outcome.exits
     # the faults acted on workers that held partitions, when the schedule says
     assert run.owners_at["kill"] and run.owners_at["freeze"], run.owners_at
@@ -206,6 +207,7 @@ def test_partition_takeovers_soak(tmp_path: Path, seed: int, figures: Any) -> No
     run = PartitionRun(scenario, tmp_path, transport="beanie", layer="loopback", seed=seed)
     outcome = asyncio.run(asyncio.wait_for(run.go(), timeout=RUN_LIMIT))
     assert outcome.verdict is not None and outcome.settled and outcome.verdict.ok, outcome.verdict
+    assert not outcome.count_problems(), "\n".join(outcome.count_problems())
     killed = _taken_over(run, "kill", run.owners_at["kill"], "w1-")
     frozen = _taken_over(run, "freeze", run.owners_at["freeze"], "w2-")
     assert set(killed) == set(run.owners_at["kill"]) and set(frozen) == set(run.owners_at["freeze"])

@@ -11,6 +11,12 @@ The operations are sorted into the hot path (what a running deployment sends for
 event, claim and sweep) and the operator's (set-up, listing, purge: once, or on demand).
 The audit fails on a hot-path command that reaches every shard, and on any command of either
 kind that breaks a rule a sharded cluster enforces.
+
+Some hot operations choose their partitions by what the process owns (`OWNED`: claims, the
+timer sweep, the relay sweep, the counts fold). Given `owned` (what the audited process
+holds, asked at each command), the audit also fails on one of those whose command can reach
+a partition outside it: `part: {$in: [all 16]}` is partition-scoped to a mongos, yet a
+worker owning 8 partitions that sends it reads every shard and another worker's share.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import inspect
 import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Collection, Optional
 
 from pymongo import monitoring
 
@@ -53,6 +59,9 @@ HOT = {
     "sweep": "worker (relay sweep)",
     "fold_counts": "worker (counts fold)",
 }
+#: the hot operations that read or write the partitions the process owns, and no other: with
+#: `Audit.owned` given, a command of theirs that can reach another partition is flagged
+OWNED = frozenset({"claim", "due_timers", "next_timer", "sweep", "fold_counts"})
 #: once, or on demand: the audit still fails on a broken rule, not on a broadcast
 OPERATOR = {
     "init": "set-up",
@@ -107,18 +116,26 @@ class Labelled:
 
 @dataclass
 class Audit(monitoring.CommandListener):
-    """Classifies every command sent on database `db_name`, by the operation that sent it."""
+    """Classifies every command sent on database `db_name`, by the operation that sent it.
+    `owned`, when given, says which partitions the audited process owns when it is asked
+    (None: every one, as a store without an owner): a process's `PartitionScope.owned`."""
 
     db_name: str
     prefix: str = "harel"
+    owned: Optional[Callable[[], Optional[Collection[int]]]] = None
     seen: list[tuple[Optional[str], Classified, dict[str, Any]]] = field(default_factory=list)
+    #: what `owned` answered when each command of `seen` started (same index)
+    held: list[Optional[frozenset[int]]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         op = OP.get()
+        owned = self.owned() if self.owned is not None else None
+        held = None if owned is None else frozenset(owned)
         for c in classify_event(event, self.db_name, self.prefix):
             with self._lock:
                 self.seen.append((op, c, dict(event.command)))
+                self.held.append(held)
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
         pass
@@ -129,11 +146,16 @@ class Audit(monitoring.CommandListener):
     def problems(self) -> list[str]:
         """Hot-path broadcasts and broken rules (any operation), one line each."""
         out = []
-        for op, c, command in self.seen:
+        for (op, c, command), held in zip(self.seen, self.held):
             if c.violations:
                 out.append(f"{op}: {c.command} on {c.collection}: {'; '.join(c.violations)}")
             elif c.kind == ALL_SHARDS and (op in HOT or op is None):
                 out.append(f"{op}: {c.command} on {c.collection} reaches every shard ({c.detail}): {command}")
+            elif (beyond := _beyond(op, c, held)) is not None:
+                out.append(
+                    f"{op}: {c.command} on {c.collection} reaches partitions {beyond} its process does not own "
+                    f"(it owns {sorted(held or ())}): {command}"
+                )
         return out
 
     def table(self) -> dict[str, dict[str, set[str]]]:
@@ -142,6 +164,19 @@ class Audit(monitoring.CommandListener):
         for op, c, _ in self.seen:
             rows[op or "(none)"][f"{c.command} {c.collection}"].add(c.kind)
         return rows
+
+
+def _beyond(op: Optional[str], c: Classified, held: Optional[frozenset[int]]) -> Optional[str]:
+    """The partitions an `OWNED` operation's command can reach and its process did not own
+    when it sent it (None when it reaches none of them, or nothing is known of what it owns).
+    A document without `part` is partition 0's (`PartitionScope.sweep_filter`)."""
+    if op not in OWNED or held is None or c.kind == UNSHARDED:
+        return None
+    if c.parts is None:
+        return "all"
+    reached = {0 if p is None else p for p in c.parts}
+    outside = sorted(reached - held, key=lambda p: (not isinstance(p, int), p if isinstance(p, int) else repr(p)))
+    return None if not outside else str(outside)
 
 
 def markdown(tables: list[dict[str, dict[str, set[str]]]], prefix: str = "harel") -> str:

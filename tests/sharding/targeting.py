@@ -42,6 +42,11 @@ Kinds, per operation (an `update` with three statements is three operations):
 `one-shard` (equality on the full shard key), `partition-scoped` (the key's first field,
 `part`, fixed or bounded by `$in`: the chunks of those partitions), `all-shards`, and
 `unsharded` (a collection outside the plan: whole on the primary shard, so one shard).
+
+Beside the kind, each operation on a partitioned collection says which partitions it can
+reach (`parts`: the values its filter allows `part`, None for any): `part: {$in: [every
+partition]}` is `partition-scoped` to a mongos, yet reaches every shard all the same. The
+audit holds that set to what the caller owns (`tests.sharding.audit`).
 """
 
 from __future__ import annotations
@@ -101,6 +106,9 @@ class Classified:
     violations: list[str] = field(default_factory=list)
     #: what the kind rests on, for a failure message
     detail: str = ""
+    #: the partitions the operation can reach (the values its filter allows `part`, or its
+    #: documents carry); None: any partition, or a collection outside the plan
+    parts: Optional[frozenset[Any]] = None
 
     @property
     def flagged(self) -> bool:
@@ -139,6 +147,30 @@ def _conditions(filter_: Optional[Mapping[str, Any]]) -> dict[str, list[Any]]:
                         found.setdefault(k, []).extend(v)
         elif not key.startswith("$"):
             found.setdefault(key, []).append(condition)
+    return found
+
+
+def _allowed(condition: Any) -> Optional[frozenset[Any]]:
+    """The values one condition allows a field, where it names them (an equality, `$in`)."""
+    if _is_equality(condition):
+        value = condition["$eq"] if isinstance(condition, Mapping) and set(condition) == {"$eq"} else condition
+        return frozenset([_hashable(value)])
+    if isinstance(condition, Mapping) and set(condition) == {"$in"} and isinstance(condition["$in"], list):
+        return frozenset(_hashable(v) for v in condition["$in"])
+    return None
+
+
+def _hashable(value: Any) -> Any:
+    return value if isinstance(value, (int, str, float, type(None))) else repr(value)
+
+
+def _parts_of(conditions: Mapping[str, list[Any]], name: str) -> Optional[frozenset[Any]]:
+    """The values every condition on `name` allows together (None: any value)."""
+    found: Optional[frozenset[Any]] = None
+    for condition in conditions.get(name, []):
+        allowed = _allowed(condition)
+        if allowed is not None:
+            found = allowed if found is None else found & allowed
     return found
 
 
@@ -193,7 +225,8 @@ def classify(
 
 def _read(command_name: str, collection: str, filter_: Any, key: _Key) -> Classified:
     conditions = _conditions(filter_ if isinstance(filter_, Mapping) else None)
-    return Classified(command_name, collection, key.kind(conditions), detail=f"filter {filter_!r}")
+    parts = _parts_of(conditions, key.fields[0])
+    return Classified(command_name, collection, key.kind(conditions), detail=f"filter {filter_!r}", parts=parts)
 
 
 def _find(name: str, collection: str, command: Mapping[str, Any], key: _Key) -> list[Classified]:
@@ -260,8 +293,10 @@ def _delete(name: str, collection: str, command: Mapping[str, Any], key: _Key) -
 def _insert(name: str, collection: str, command: Mapping[str, Any], key: _Key) -> list[Classified]:
     """Each document goes to the shard of its own key (a batch is split by the mongos), so an
     insert whose every document carries the key is `one-shard` per document."""
-    result = Classified(name, collection, ONE_SHARD, detail="routed by each document's key")
-    for i, document in enumerate(command.get("documents") or []):
+    documents = command.get("documents") or []
+    parts = frozenset(_hashable(d.get(key.fields[0])) for d in documents if key.fields[0] in d)
+    result = Classified(name, collection, ONE_SHARD, detail="routed by each document's key", parts=parts)
+    for i, document in enumerate(documents):
         missing = [f for f in key.fields if f not in document]
         if missing:
             result.violations.append(f"insert without {', '.join(missing)}: documents[{i}] of {collection}")

@@ -6,9 +6,11 @@ mongos, so what is audited is exactly what they would send to one).
 
 The audit fails on any hot-path command that would reach every shard and on any command
 that breaks a rule a sharded cluster enforces (a `findAndModify` or an upsert without the
-whole shard key, an insert without `part`). It fails on the transport as it was before
-partitions (shown below), and docs/SCALING.md's operation table is this audit's output:
-`HB_WRITE_DOCS=1` rewrites it, and the test fails while the page says anything else.
+whole shard key, an insert without `part`), and, for a worker, on a claim, sweep or counts
+fold that reaches a partition the worker does not own. It fails on the transport as it was
+before partitions and on a sweep and a fold widened to every partition (shown below), and
+docs/SCALING.md's operation table is this audit's output: `HB_WRITE_DOCS=1` rewrites it, and
+the test fails while the page says anything else.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import os
 import re
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Optional
 
 import pymongo
 import pytest
@@ -34,7 +36,8 @@ from harel_beanie.transport import AsyncMongoTransport, MongoTransport
 from harel_beanie.transport.documents import INLINE_MAX
 from harel_beanie.transport.ownership import PartitionOwner
 from tests.commands.test_cli import MODELS
-from tests.sharding.audit import OP, Audit, Labelled, markdown
+from tests.sharding.audit import OP, OWNED, Audit, Labelled, markdown
+from tests.sharding.targeting import PARTITION_SCOPED
 from tests.support.contracts import SYNC
 
 SCALING = Path(__file__).resolve().parents[2] / "docs" / "SCALING.md"
@@ -45,14 +48,19 @@ def _fresh() -> str:
     return "hbt_audit_" + uuid.uuid4().hex[:10]
 
 
+#: a worker's leases in these tests outlast any run of them on a loaded machine: what a
+#: command is held to is what the worker owned when it sent it, never a lease that ran out
+LONG_LEASE = 600.0
+
+
 @pytest.fixture(scope="module")
 def audits(mongo_url: str, client: pymongo.MongoClient[Any]) -> Any:
     made: list[str] = []
     results: dict[str, Audit] = {}
 
-    def new(name: str) -> tuple[str, Audit]:
+    def new(name: str, owned: Optional[Callable[[], Any]] = None) -> tuple[str, Audit]:
         made.append(_fresh())
-        results[name] = Audit(made[-1])
+        results[name] = Audit(made[-1], owned=owned)
         return made[-1], results[name]
 
     yield new, results
@@ -100,14 +108,14 @@ async def test_a_worker_running_the_shop(mongo_url: str, audits: Any) -> None:
     a transport behind partition leases, running the shop's models: creates, starts, events
     relayed between executions, children spawned by forks and invoked machines, timers."""
     new, _ = audits
-    db, audit = new("worker")
-    client: Any = pymongo.AsyncMongoClient(mongo_url, event_listeners=[audit])
     scope = PartitionScope(held={})
+    db, audit = new("worker", owned=scope.owned)
+    client: Any = pymongo.AsyncMongoClient(mongo_url, event_listeners=[audit])
     store = AsyncMongoStore(client, db, sharded=True, partitions=scope)
     transport = AsyncMongoTransport(client, db, sharded=True, partitions=scope)
     await Labelled(store).init()
     await Labelled(transport).init()
-    owner = PartitionOwner(transport.partition_leases, "w", scope)
+    owner = PartitionOwner(transport.partition_leases, "w", scope, lease_seconds=LONG_LEASE)
     await Labelled(owner).tick()
     assert sorted(scope.owned() or {}) == list(range(DEFAULT_PARTITIONS))
     definitions = load_models(MODELS)
@@ -140,6 +148,7 @@ async def test_a_worker_running_the_shop(mongo_url: str, audits: Any) -> None:
         await sweep(ls, lt, client[db]["harel_executions"], dict(definitions))
     finally:
         OP.reset(token)
+    assert await ls.fold_counts() > 0  # the worker's counts fold, after each sweep (deploy/serving.py)
     # a timer fired and deleted, a trace step appended: the sweep's and the trace's writes
     exe = await ls.load("pick-short")
     assert exe is not None
@@ -153,6 +162,112 @@ async def test_a_worker_running_the_shop(mongo_url: str, audits: Any) -> None:
     await ls.close()
     await lt.close()
     assert not audit.problems(), "\n".join(audit.problems())
+
+
+async def _half_owner(client: Any, db: str, scope: PartitionScope) -> tuple[Any, Any]:
+    """A worker's store and transport (labelled) on `scope`, holding half the partitions by
+    lease, the other half held by a second worker: as two workers share them after a few
+    looks."""
+    store = AsyncMongoStore(client, db, sharded=True, partitions=scope)
+    transport = AsyncMongoTransport(client, db, sharded=True, partitions=scope)
+    await Labelled(store).init()
+    await Labelled(transport).init()
+    mine = Labelled(PartitionOwner(transport.partition_leases, "w", scope, lease_seconds=LONG_LEASE))
+    other = Labelled(PartitionOwner(transport.partition_leases, "x", PartitionScope(held={}), lease_seconds=LONG_LEASE))
+    # w takes all; x joins and finds none free; w gives back above its share; x takes them
+    for look in (mine.tick, other.tick, mine.tick, other.tick):
+        await look()
+    held = sorted(scope.owned() or {})
+    assert len(held) == DEFAULT_PARTITIONS // 2, held
+    return Labelled(store), Labelled(transport)
+
+
+async def _work_in_every_partition(store: Any, transport: Any) -> list[str]:
+    """Executions (with pending outbox, timers and unfolded counts) and queued events in
+    every partition, written as a sender writes them: by id, whoever owns it."""
+    definitions = load_models(MODELS)
+    sender = AsyncDistributedRunner(store, transport, dict(definitions))
+    ids, n = [], 0
+    while len({store.partitions.part_of(i) for i in ids}) < DEFAULT_PARTITIONS:
+        ids.append(f"pay-{n}")
+        n += 1
+    for i in ids:
+        await sender.create("Payment", {"order_id": i, "amount": 5.0}, execution_id=i)
+        exe = await store.load(i)
+        await store.commit(exe, [], timers=(TimerOp("schedule", "W.ait", 1.0),))
+        await transport.publish(i, Event(kind="Poke"))
+    return ids
+
+
+async def test_a_worker_owning_half_the_partitions_reads_and_folds_only_those(mongo_url: str, audits: Any) -> None:
+    """A worker holding 8 of the 16 partitions, with work stored and queued in all 16: its
+    claims, timer sweep, idle wait, relay sweep and counts fold each name only partitions it
+    owns (asked at each command), and each of them ran."""
+    new, _ = audits
+    scope = PartitionScope(held={})
+    db, audit = new("worker-half", owned=scope.owned)
+    client: Any = pymongo.AsyncMongoClient(mongo_url, event_listeners=[audit])
+    ls, lt = await _half_owner(client, db, scope)
+    await _work_in_every_partition(ls, lt)
+    mine = set(scope.owned() or {})
+    claimed = []
+    while (lease := await lt.claim("w", 30.0)) is not None:
+        claimed.append(scope.part_of(lease.group_id))
+        await lt.ack(lease)
+    assert claimed and set(claimed) <= mine, (claimed, mine)
+    assert await ls.due_timers(2e9)
+    await ls.next_timer(0.0)
+    token = OP.set("sweep")
+    try:
+        await sweep(ls, lt, client[db]["harel_executions"], dict(load_models(MODELS)))
+    finally:
+        OP.reset(token)
+    assert await ls.fold_counts() > 0
+    await ls.close()
+    await lt.close()
+    assert not audit.problems(), "\n".join(audit.problems())
+    reached: dict[str, set[Any]] = {op: set() for op in OWNED}
+    for (op, c, _), held in zip(audit.seen, audit.held):
+        if op in OWNED and c.parts is not None:
+            assert held == mine, (op, held, mine)  # what the audit held each command to
+            reached[op] |= c.parts
+    assert all(reached.values()), reached  # every owned-scoped operation sent its reads
+    assert set().union(*reached.values()) == mine, reached
+
+
+async def test_the_audit_fails_on_a_sweep_and_a_fold_widened_to_every_partition(mongo_url: str, client: Any) -> None:
+    """The same worker, its relay sweep run on a store that ignores its leases (a scope of
+    every partition, as a sweep widened to all 16) and its fold asked for every partition:
+    through a mongos both read `part: {$in: [0..15]}`, which MongoDB's targeting calls
+    partition-scoped, so only the ownership check flags them, naming the partitions it does
+    not own."""
+    db = _fresh()
+    try:
+        scope = PartitionScope(held={})
+        audit = Audit(db, owned=scope.owned)
+        watched: Any = pymongo.AsyncMongoClient(mongo_url, event_listeners=[audit])
+        ls, lt = await _half_owner(watched, db, scope)
+        await _work_in_every_partition(ls, lt)
+        wide = Labelled(AsyncMongoStore(watched, db, sharded=True, partitions=PartitionScope(held=None)))
+        token = OP.set("sweep")
+        try:
+            await sweep(wide, lt, watched[db]["harel_executions"], dict(load_models(MODELS)))
+        finally:
+            OP.reset(token)
+        await ls.fold_counts(list(range(DEFAULT_PARTITIONS)))
+        await ls.close()
+        await lt.close()
+        flagged = audit.problems()
+        foreign = sorted(set(range(DEFAULT_PARTITIONS)) - set(scope.owned() or {}))
+        for op in ("sweep", "fold_counts"):  # the widened read, naming every partition it does not own
+            assert any(line.startswith(f"{op}: ") and f"reaches partitions {foreign} " in line for line in flagged), (
+                op,
+                flagged,
+            )
+        widened = [c for op, c, _ in audit.seen if op == "sweep" and c.parts == frozenset(range(DEFAULT_PARTITIONS))]
+        assert widened and all(c.kind == PARTITION_SCOPED for c in widened), widened  # the kind alone passes it
+    finally:
+        client.drop_database(db)
 
 
 async def test_migrate_transport_both_ways(mongo_url: str, audits: Any) -> None:
@@ -256,7 +371,9 @@ def test_the_audit_fails_on_the_transport_before_partitions(mongo_url: str, clie
 def test_scaling_md_shows_the_audit(audits: Any) -> None:
     """Runs last in this module: the operation table of docs/SCALING.md is the audits'."""
     _, results = audits
-    assert {"store-outbox", "transport", "worker", "migrate-transport", "operator"} <= set(results), "run the module"
+    assert {"store-outbox", "transport", "worker", "worker-half", "migrate-transport", "operator"} <= set(results), (
+        "run the module"
+    )
     table = markdown([a.table() for a in results.values()])
     text = SCALING.read_text()
     section = f"{BEGIN}\n{table}{END}"

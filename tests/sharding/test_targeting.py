@@ -135,3 +135,21 @@ def test_collections_outside_the_plan_and_other_commands():
 def test_a_recorded_event_is_classified_by_its_fields():
     event = SimpleNamespace(command_name="find", command={"find": QUEUES, "filter": {"part": 2}}, database_name=DB)
     assert [r.kind for r in classify_event(event, DB, PREFIX)] == [ONE_SHARD]
+
+
+def test_each_operation_names_the_partitions_it_can_reach():
+    """What the audit holds a worker's reads to (`Classified.parts`): the values the filter
+    allows `part`, every condition on it together; None where it allows any, or for a
+    collection outside the plan."""
+    every = list(range(16))
+    assert one("find", {"find": EXECUTIONS, "filter": {"part": {"$in": every}}}).parts == frozenset(every)
+    assert one("find", {"find": EXECUTIONS, "filter": {"part": {"$in": every}}}).kind == PARTITION_SCOPED
+    assert one("find", {"find": EXECUTIONS, "filter": {"part": {"$eq": 4}, "_id": "o"}}).parts == {4}
+    both = {"$and": [{"part": {"$in": [1, 2, 3]}}, {"part": {"$in": [2, 3, 9]}}]}
+    assert one("find", {"find": EXECUTIONS, "filter": both}).parts == {2, 3}
+    assert one("find", {"find": EXECUTIONS, "filter": {"part": {"$gte": 3}}}).parts is None
+    assert one("find", {"find": EXECUTIONS, "filter": {"part": {"$in": [0, None]}}}).parts == {0, None}
+    assert one("find", {"find": EXECUTIONS, "filter": {}}).parts is None
+    assert one("find", {"find": "harel_hb_counts", "filter": {"_id": 3}}).parts is None
+    inserted = one("insert", {"insert": EXECUTIONS, "documents": [{"_id": "a", "part": 3}, {"_id": "b", "part": 9}]})
+    assert inserted.parts == {3, 9}

@@ -14,18 +14,24 @@ engine suite runs under the `soak` marker. The counts are printed at the end of 
 
 from __future__ import annotations
 
+import os
+from importlib.metadata import version
+from pathlib import Path
+
 import pytest
 
 from tests.support.harel_suite import (
     ENGINE_DIRS,
     ENGINE_SUBSET,
     MONGO_FILES,
+    SKIP_ENV,
     TRANSPORT_EXCLUDED,
     TRANSPORT_SKIPPED,
     TRANSPORT_TESTS,
     passed,
     report,
     side_by_side,
+    suite_root,
     table,
     transport_runs,
     transport_table,
@@ -72,3 +78,25 @@ def test_harels_transport_tests_on_this_transport(mongo_url: str) -> None:
             "test/integration/test_async_mongo.py::test_async_mongo_transport_priority_reset_on_drain",
         ):
             assert results.get(drain) == "passed", f"on {backend}: {drain} {results.get(drain)}"
+
+
+def test_an_sdist_that_cannot_be_had_fails_naming_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty cache and a pip that can reach no index (no config file, `--no-index`, no
+    find-links): the tests that need harel's sdist fail, not skip, and the message names the
+    file, where to put it, the index variables and the opt-out; with the opt-out set they
+    skip, naming it."""
+    monkeypatch.setenv("HAREL_BEANIE_CACHE", str(tmp_path))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.delenv(SKIP_ENV, raising=False)
+    with pytest.raises(pytest.fail.Exception) as failed:
+        suite_root()
+    said = str(failed.value)
+    tarball = tmp_path / f"harel-{version('harel')}.tar.gz"
+    assert str(tarball) in said and "PIP_INDEX_URL" in said and f"{SKIP_ENV}=1" in said, said
+    assert not tarball.exists()
+    monkeypatch.setenv(SKIP_ENV, "1")
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        suite_root()
+    assert SKIP_ENV in str(skipped.value)

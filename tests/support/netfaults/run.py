@@ -15,8 +15,10 @@ executions now and then. While the client sends, the scenario's faults come and 
 Then every fault is lifted, the client sends once more each event whose outcome it never
 learned (same id: harel dedupes it), and the run waits until nothing is left to do: every
 execution settled, no outbox entry, spawn, timer or transport message. The final state of
-every execution and what is left pending go into the history, the workers stop, and the
-checker (`harel_beanie.history`) reads all the files: nothing lost, nothing doubled, one
+every execution and what is left pending go into the history, the workers stop, the counts
+every reader shows are compared with a count of the documents (`tests/support/exact_counts.py`:
+`Outcome.counts`, which each run's test asserts), and the checker (`harel_beanie.history`)
+reads all the files: nothing lost, nothing doubled, one
 version chain per execution, no stale read, the final states equal harel's in-memory run of
 the accepted events, everything drained, and each group's messages delivered and applied in
 the order they were published (every publish and delivery is recorded, the client's and the
@@ -53,6 +55,7 @@ from harel_beanie.history.replay import replay
 from harel_beanie.history.story import stories
 from harel_beanie.store.async_store import AsyncMongoStore
 from harel_beanie.store.connect import RetryPolicy
+from tests.support.exact_counts import CountCheck, exact_counts
 from tests.support.netfaults.faults import LINK, PROXY, Fault, Injector
 from tests.support.netfaults.proxy import FaultProxy
 from tests.support.netfaults.topology import Network, make_network
@@ -103,6 +106,15 @@ class Outcome:
     history: Optional[Path] = None
     seconds: float = 0.0
     settled: bool = False
+    #: the counts every reader shows against the documents, once the workers stopped
+    counts: Optional[CountCheck] = None
+
+    def count_problems(self) -> list[str]:
+        """Every difference between a reader's counts and the documents' (a run that never
+        got as far as comparing them says so)."""
+        if self.counts is None:
+            return ["the counts were never compared (the run ended before its workers stopped)"]
+        return self.counts.problems
 
     def told(self) -> str:
         """The stories of the first events the anomalies name (`harel_beanie.history.story`):
@@ -125,6 +137,7 @@ class Outcome:
             "late_operations": self.late,
             "worker_network_errors": self.worker_network_errors,
             "anomalies": len(self.verdict.anomalies),
+            **(self.counts.figures() if self.counts is not None else {}),
             "seconds": round(self.seconds, 1),
         }
 
@@ -323,6 +336,9 @@ class Run:
             for worker in self.workers.values():
                 self._exited(worker)
             await self._observe(base, client[DB], writer)
+            for worker in self.workers.values():
+                await worker.stop()  # nothing writes while the counts are compared
+            self.outcome.counts = await exact_counts(base, direct)
         finally:
             for worker in self.workers.values():
                 await worker.stop()
