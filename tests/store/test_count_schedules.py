@@ -3,291 +3,103 @@ prune's removal and re-creations after it, run one call at a time in every order
 bound (tests/support/explore.py), with a kill after any step, the counts' invariants checked
 after every step (tests/support/count_oracle.py), on the real wire server.
 
-Each family names its actors and its start state; `EXPLORE` bounds what the default run
-tries (`make soak` raises it: HAREL_BEANIE_EXPLORE=soak). tests/store/test_count_mutations.py
-plants each guard's removal and shows these families catch it.
+Each family (tests/support/count_families.py) names its actors and its start state; `FAMILIES`
+bounds what the default run tries; `make soak` runs each deeper.
+tests/store/test_count_mutations.py plants each guard's removal and shows these catch it.
 """
 
 from __future__ import annotations
 
-import copy
-import os
-import time
-from dataclasses import dataclass, field
-from types import SimpleNamespace
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import pytest
-from harel.engine.execution import Execution, Status
 
-from harel_beanie.core import commit as commit_module
-from harel_beanie.core import flows
-from harel_beanie.core.calls import Call, Find, Flow
-from harel_beanie.core.commit import CommitRequest
-from harel_beanie.core.count_documents import counts_collection
-from harel_beanie.core.flows import purging as purging_module
-from harel_beanie.retention.pruning import is_candidate
-from harel_beanie.retention.removal import removal
-from harel_beanie.store.dispatch import call, drive
 from harel_beanie.store.sync_store import MongoStore
-from tests.support.count_oracle import EXES, CountsOracle
-from tests.support.explore import Actor, Explorer, Report
-
-SOAK = os.environ.get("HAREL_BEANIE_EXPLORE") == "soak"
-#: (preemptions, kills, most schedules, random samples beyond them) per family
-EXPLORE = {"default": (3, 1, 400, 40), "soak": (4, 1, 20000, 2000)}["soak" if SOAK else "default"]
-#: every id of a family shares this family key, so all are in one partition
-FAMILY = "fam"
-
-
-@dataclass
-class World:
-    """A start state on the wire server, and the actors' building blocks."""
-
-    store: MongoStore
-    db: Any
-    oracle: CountsOracle
-    saved: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    #: the random tokens drawn since the start state: replayed alike in every schedule, so a
-    #: state met again is recognised (tests/support/explore.py, `fingerprint`)
-    tokens: list[int] = field(default_factory=list)
-
-    def urandom(self, n: int) -> bytes:
-        self.tokens.append(len(self.tokens))
-        return len(self.tokens).to_bytes(n, "big")
-
-    @property
-    def st(self) -> Any:
-        return self.store._state
-
-    @property
-    def part(self) -> int:
-        return int(self.st.scope.part_of(f"{FAMILY}:x"))
-
-    def execute(self, c: Call) -> Any:
-        return call(self.store._colls, c)
-
-    def run(self, flow: Flow[Any]) -> Any:
-        return drive(flow, self.execute)
-
-    def keep(self) -> None:
-        """The start state is what the database holds now."""
-        counts = counts_collection("harel")
-        self.saved = {EXES: list(self.db[EXES].find({})), counts: list(self.db[counts].find({}))}
-
-    def reset(self) -> None:
-        self.tokens.clear()
-        for name, docs in self.saved.items():
-            self.db[name].delete_many({})
-            if docs:
-                self.db[name].insert_many(copy.deepcopy(docs))
-        self.oracle.start()
-
-    # --- the actors -----------------------------------------------------------------------
-
-    def fold(self) -> Flow[Any]:
-        return flows.fold_counts(self.st.scope, [self.part])
-
-    def commit(self, execution_id: str, **changes: Any) -> Callable[[], Flow[Any]]:
-        """A commit of the execution as the start state holds it, with `changes`."""
-        loaded = self.store.load(execution_id)
-        assert loaded is not None
-
-        def make() -> Flow[Any]:
-            exe = copy.deepcopy(loaded)
-            for k, v in changes.items():
-                setattr(exe, k, v)
-            return flows.commit(self.st, CommitRequest(exe))
-
-        return make
-
-    def create(self, execution_id: str) -> Callable[[], Flow[Any]]:
-        """A creation of `execution_id` (over a tombstone, or after prune removed it)."""
-        return lambda: flows.commit(self.st, CommitRequest(Execution(id=execution_id, definition_id="E")))
-
-    def purge(self, execution_id: str) -> Callable[[], Flow[Any]]:
-        loaded = self.store.load(execution_id)
-        assert loaded is not None
-        return lambda: flows.purge(self.st, execution_id, loaded.version)
-
-    def prune(self, *ids: str) -> Callable[[], Flow[Any]]:
-        """prune's batch over `ids`: its read, then the removal (retention.removal)."""
-
-        def make() -> Flow[Any]:
-            docs = yield Find("executions", {"_id": {"$in": list(ids)}})
-            chosen = [d for d in docs if is_candidate(d, time.time() + 86400)]
-            return (yield from removal(self.st.scope, chosen))
-
-        return make
-
-    def reader(self) -> Flow[Any]:
-        return self.oracle.reader(lambda: flows.read_counts(self.st.scope))
-
-    def settle(self) -> None:
-        self.run(self.fold())
-        self.oracle.quiescent()
-
-    def explore(self, actors: list[Actor], **bounds: Any) -> Report:
-        preemptions, kills, limit, sample = EXPLORE
-        options = dict(preemptions=preemptions, kills=kills, limit=limit, sample=sample, seed=int(time.time()))
-        options.update(bounds)
-        explorer = Explorer(
-            actors,
-            self.reset,
-            self.execute,
-            self.oracle.check,
-            self.settle,
-            fingerprint=self.oracle.fingerprint,
-            **options,
-        )
-        report = explorer.run()
-        print(
-            f"explored {report.schedules} schedules ({'all' if report.exhausted else 'bounded'}), sampled {report.sampled}, seed {options['seed']}"
-        )
-        return report
+from tests.support.count_families import (
+    EXES,
+    Actor,
+    Runner,
+    World,
+    commit_reviving,
+    done,
+    folds_and_a_commit,
+    follow,
+    make_world,
+    prune_and_recreation,
+    purge_and_creation,
+    race,
+    reader_and_folds,
+    stalled_folder,
+)
 
 
 @pytest.fixture
 def world(store: MongoStore, client: Any, db_name: str, monkeypatch: pytest.MonkeyPatch) -> World:
-    store.init()
-    store.fold_counts()  # every partition's counter built (a reader needs them all)
-    w = World(store, client[db_name], CountsOracle(client[db_name]))
-    # tokens and times the same in every schedule (a commit's, a purge's)
-    for module in (commit_module, purging_module):
-        monkeypatch.setattr(module, "os", SimpleNamespace(urandom=w.urandom))
-    store._state.clock = lambda: 1_000_000.0
-    return w
+    return make_world(store, client, db_name, monkeypatch)
 
 
-def done(world: World, name: str, *, fold: bool) -> str:
-    """An execution DONE long ago, folded or dirty and never folded."""
-    exe = Execution(id=f"{FAMILY}:{name}", definition_id="D", status=Status.DONE, finished_at=1.0)
-    world.store.save(exe)
-    if fold:
-        world.store.fold_counts([world.part])
-    return exe.id
+#: family -> the bounds its default run explores: (preemptions, kills, most schedules)
+FAMILIES: dict[Callable[[World], list[Actor]], tuple[int, int, int]] = {
+    race: (3, 1, 1000),
+    folds_and_a_commit: (2, 1, 200),
+    stalled_folder: (2, 0, 200),
+    reader_and_folds: (2, 0, 200),
+    purge_and_creation: (2, 1, 200),
+    prune_and_recreation: (1, 1, 200),
+    commit_reviving: (2, 1, 200),
+}
 
 
-def running(world: World, name: str) -> str:
-    exe = Execution(id=f"{FAMILY}:{name}", definition_id="D", status=Status.RUNNING)
-    world.store.save(exe)
-    return exe.id
-
-
-def clean(report: Report) -> None:
+@pytest.mark.parametrize("family", list(FAMILIES), ids=lambda f: f.__name__)
+def test_every_schedule_of_the_family_keeps_the_counts(world: World, family: Callable[[World], list[Actor]]) -> None:
+    preemptions, kills, limit = FAMILIES[family]
+    report = world.explore(family(world), preemptions=preemptions, kills=kills, limit=limit, sample=30)
     assert not report.failures, str(report.failures[0])
     assert report.schedules > 1
 
 
-# --- the families --------------------------------------------------------------------------
+@pytest.mark.soak
+@pytest.mark.parametrize("family", list(FAMILIES), ids=lambda f: f.__name__)
+def test_every_schedule_of_the_family_keeps_the_counts_deeper(
+    world: World, family: Callable[[World], list[Actor]]
+) -> None:
+    """The soak's budget: one more preemption and a kill everywhere, twenty times the
+    schedules, and 400 random ones beyond them."""
+    preemptions, kills, limit = FAMILIES[family]
+    report = world.explore(family(world), preemptions=preemptions + 1, kills=1, limit=20 * limit, sample=400)
+    assert not report.failures, str(report.failures[0])
 
 
-def race_actors(world: World) -> list[Actor]:
-    x = done(world, "a", fold=False)
-    world.keep()
-    return [Actor("fold", world.fold), Actor("prune", world.prune(x))]
-
-
-def test_a_prune_racing_a_fold_over_a_never_folded_execution_leaves_the_counts_exact(world: World) -> None:
-    """The race #38 names: an execution DONE, dirty, never folded; a fold reads it and plans
-    +1 DONE; prune marks it leaving and folds; the fold's counter update lands first, so
-    prune's fails; prune's delete must not take it while the fold's batch counts it."""
-    clean(world.explore(race_actors(world)))
+# --- fixed schedules the explorer found, kept as regression tests ---------------------------
 
 
 def test_the_race_schedule_itself(world: World) -> None:
-    """The failing schedule the explorer printed on da388e1, kept as it was found: the fold
-    reads the counter and the dirty execution, prune reads it, marks it leaving, reads the
-    counter, the dirty ids and applies nothing (the fold's update lands first), then deletes."""
-    actors = race_actors(world)
+    """The failing schedule the explorer printed on da388e1 (fails there: the counts say
+    DONE 1 with nothing stored): the fold reads the counter and the dirty execution; prune
+    reads it, marks it leaving, reads the counter and the dirty ids; the fold's counter
+    update lands; prune's fails, and prune deletes."""
+    fold, prune = (Runner(a) for a in race(world))
     world.reset()
-    runs = [Runner(a) for a in actors]
-    fold, prune = runs
-    for r, n in [(fold, 2), (prune, 4), (fold, 1), (prune, 99)]:
-        for _ in range(n):
-            if r.live:
-                r.step(world)
-                world.oracle.check()
-    for _ in range(99):
-        if fold.live:
-            fold.step(world)
-            world.oracle.check()
+    follow(world, [(fold, 2), (prune, 4), (fold, 1), (prune, 99), (fold, 99)])
     world.settle()
 
 
-class Runner:
-    """One actor run by hand, a call at a time (a fixed schedule)."""
-
-    def __init__(self, actor: Actor) -> None:
-        from tests.support.explore import _Runner
-
-        self._r = _Runner(actor)
-
-    @property
-    def live(self) -> bool:
-        return self._r.live
-
-    def step(self, world: World) -> None:
-        self._r.step(world.execute)
-
-
-def test_two_folds_and_a_commit(world: World) -> None:
-    """Two folders at once over a status change committed while they fold."""
-    x = running(world, "a")
-    world.store.fold_counts([world.part])
-    y = running(world, "b")  # dirty, never folded
-    world.keep()
-    actors = [
-        Actor("fold1", world.fold),
-        Actor("fold2", world.fold),
-        Actor("commit", world.commit(x, status=Status.DONE, finished_at=1.0)),
-    ]
-    assert y
-    clean(world.explore(actors, preemptions=2))
-
-
-def test_a_reader_and_two_folds(world: World) -> None:
-    """A reader between two folders: its answer is the counts at some moment it read."""
-    running(world, "a")
-    done(world, "b", fold=True)
-    running(world, "c")
-    world.keep()
-    actors = [Actor("reader", world.reader), Actor("fold1", world.fold), Actor("fold2", world.fold)]
-    clean(world.explore(actors, preemptions=2))
-
-
-def test_a_purge_a_creation_over_its_tombstone_and_a_fold(world: World) -> None:
-    x = done(world, "a", fold=True)
-    world.keep()
-    actors = [Actor("purge", world.purge(x)), Actor("create", world.create(x)), Actor("fold", world.fold)]
-    clean(world.explore(actors, preemptions=2))
-
-
-def test_prune_a_re_creation_and_two_folds(world: World) -> None:
-    """prune removes an execution while a folder is slow to mark it, the id is created again,
-    and another folder folds: a late mark must not land on the new incarnation."""
+def test_a_late_mark_does_not_land_on_an_id_created_again(world: World) -> None:
+    """A folder applies a batch and stalls before marking it; prune marks, folds (marking the
+    stalled batch, then its own) and deletes the execution; the id is created again; another
+    prune folds a batch without it; the stalled folder's mark then finds the new incarnation,
+    which must stay uncounted (Rule 3's lineage): counted as the old one's DONE, the next
+    fold would subtract a DONE that the counters no longer hold."""
+    y = done(world, "b", fold=True)
     x = done(world, "a", fold=False)
     world.keep()
-    actors = [
-        Actor("fold1", world.fold),
-        Actor("prune", world.prune(x)),
-        Actor("create", world.create(x)),
-        Actor("fold2", world.fold),
-    ]
-    clean(world.explore(actors, preemptions=2, limit=EXPLORE[2] // 2))
-
-
-def test_a_commit_reviving_what_prune_marks(world: World) -> None:
-    """A commit between prune's mark and its delete keeps the execution (Rule 5)."""
-    x = done(world, "a", fold=True)
-    world.keep()
-    actors = [
-        Actor("prune", world.prune(x)),
-        Actor("commit", world.commit(x, status=Status.RUNNING)),
-        Actor("fold", world.fold),
-    ]
-    clean(world.explore(actors, preemptions=2))
-
-
-def first_failure(report: Report) -> Optional[str]:
-    return str(report.failures[0]) if report.failures else None
+    fold, prune_x, create, prune_y = (
+        Runner(Actor("fold", world.fold)),
+        Runner(Actor("prune x", world.prune(x))),
+        Runner(Actor("create x", world.create(x))),
+        Runner(Actor("prune y", world.prune(y))),
+    )
+    world.reset()
+    follow(world, [(fold, 3), (prune_x, 99), (create, 99), (prune_y, 99), (fold, 99)])
+    assert world.db[EXES].find_one({"_id": x}) is not None, "x was not created again"
+    world.settle()

@@ -6,7 +6,9 @@ the executions; what they must say is decided here independently of the rules th
 from the documents alone, and compared after every step:
 
 - exact: the counters plus the dirty documents (Rule 4, `combine`) equal an independent count
-  of the documents, at every step;
+  of the documents, at every step; and each clean document is counted, and marked (`cc`), as
+  what it is (Rule 4 corrects only the dirty ones, and from `cc` once the last batch is
+  another: a clean one marked wrong is counted wrong from its next change);
 - nothing deleted while counted: a document that disappears in a step was counted as nothing
   by the counters just before it (what Rule 4 says they hold for it);
 - at quiescence, after a settling fold run alone: no document is left dirty, and the counters
@@ -23,7 +25,7 @@ from harel.engine.schema import DEFAULT_PREFIX
 
 from harel_beanie.core.calls import Flow
 from harel_beanie.core.count_documents import counts_collection
-from harel_beanie.core.counting import Counts, combine, effective_cc
+from harel_beanie.core.counting import Counts, combine, effective_cc, state_of
 
 EXES = f"{DEFAULT_PREFIX}_executions"
 Tally = tuple[dict[str, dict[str, int]], int, int]
@@ -83,6 +85,13 @@ class CountsOracle:
         dirty = [d for d in docs.values() if d.get("cdirty")]
         got = tally(combine(list(counters.values()), dirty, "part"))
         assert got == truth, f"the counts by Rule 4 are {got}, the documents say {truth}"
+        for doc in docs.values():
+            if not doc.get("cdirty") and "part" in doc:  # Rule 4 corrects only the dirty ones
+                held, now = effective_cc(doc, counters.get(doc["part"], {})), state_of(doc)
+                assert held == now, f"clean {doc['_id']!r} is counted as {held}, it is {now}"
+                # and its own mark says so: the next change corrects from `cc` once its batch
+                # is no longer the last
+                assert doc.get("cc") == now, f"clean {doc['_id']!r} is marked {doc.get('cc')}, it is {now}"
         if self._before is not None:
             old_docs, old_counters = self._before
             for gone in old_docs.keys() - docs.keys():

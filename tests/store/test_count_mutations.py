@@ -1,0 +1,109 @@
+"""Each guard of the counts planted away, one at a time: the schedule explorer (or the fixed
+schedule it found) must fail, printing the schedule. A guard whose removal no test notices is
+a guard nobody proved; these keep tests/store/test_count_schedules.py honest.
+
+Each planted fault is a source edit of the function that keeps the guard
+(tests/support/mutation.py): the day that code changes, the edit stops applying and says so.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, Callable
+
+import pytest
+
+from harel_beanie.core import counting
+from harel_beanie.core.flows import counting as counting_flows
+from harel_beanie.store.sync_store import MongoStore
+from tests.store.test_count_schedules import test_a_late_mark_does_not_land_on_an_id_created_again as late_mark
+from tests.store.test_count_schedules import test_the_race_schedule_itself as race_schedule
+from tests.support.count_families import World, folds_and_a_commit, make_world, race, reader_and_folds, stalled_folder
+from tests.support.explore import Actor
+from tests.support.mutation import mutated
+
+
+@pytest.fixture
+def world(store: MongoStore, client: Any, db_name: str, monkeypatch: pytest.MonkeyPatch) -> World:
+    return make_world(store, client, db_name, monkeypatch)
+
+
+Family = Callable[[World], list[Actor]]
+
+#: name -> (module, function, source as it is, source with the guard removed, the family
+#: that must catch it, and the bounds it is caught within)
+EXPLORED: dict[str, tuple[ModuleType, str, str, str, Family, dict[str, Any]]] = {
+    # two folders both apply a batch read at the same seq: every document counted twice
+    "the counter's seq condition": (
+        counting_flows,
+        "_fold_batch",
+        'UpdateOne("counts", {"_id": part, "seq": seq}, update)',
+        'UpdateOne("counts", {"_id": part}, update)',
+        folds_and_a_commit,
+        dict(preemptions=1, kills=0),
+    ),
+    # a folder's late mark undoes a later batch's: a clean document counted as it was
+    "the cseq guard on marks": (
+        counting_flows,
+        "_mark",
+        'COUNTED_SEQ: {"$not": {"$gte": seq}}}',
+        "}",
+        stalled_folder,
+        dict(preemptions=2, kills=0),
+    ),
+    # a fold between the reader's two reads: its documents counted in both, or in neither
+    "read_counts' second read of the seqs": (
+        counting_flows,
+        "read_counts",
+        'if {c["_id"]: c.get("seq") for c in again} == {c["_id"]: c.get("seq") for c in counters}:',
+        "if True:",
+        reader_and_folds,
+        dict(preemptions=1, kills=0),
+    ),
+    # the race of #38: deleted while a batch not yet marked on it counts it
+    "Rule 5's clean and marked condition (da388e1's delete)": (
+        counting,
+        "removable",
+        'return {LEAVING: True, DIRTY: {"$exists": False}, COUNTED_SEQ: {"$exists": True}, COUNTED: None}',
+        "return {LEAVING: True, COUNTED: None}",
+        race,
+        dict(preemptions=3, kills=0),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(EXPLORED))
+def test_the_explorer_catches_the_guard_removed(world: World, name: str) -> None:
+    module, function, old, new, family, bounds = EXPLORED[name]
+    actors = family(world)
+    with mutated(module, function, old, new):
+        report = world.explore(actors, limit=3000, sample=0, max_failures=1, **bounds)
+    assert report.failures, f"no schedule of {family.__name__} caught {name} removed ({report.schedules} tried)"
+    print(f"{name} removed: {report.schedules} schedules until\n{report.failures[0]}")
+
+
+#: the fixed schedules kept as regression tests, and the guard each one holds
+FIXED: dict[str, tuple[ModuleType, str, str, str, Callable[[World], None]]] = {
+    "Rule 5's clean and marked condition (da388e1's delete)": (
+        counting,
+        "removable",
+        'return {LEAVING: True, DIRTY: {"$exists": False}, COUNTED_SEQ: {"$exists": True}, COUNTED: None}',
+        "return {LEAVING: True, COUNTED: None}",
+        race_schedule,
+    ),
+    "Rule 3's lineage on a late mark": (
+        counting,
+        "lineage",
+        '    if "at" in entry:\n        if entry.get("k") is None:',
+        '    return {}\n    if "at" in entry:\n        if entry.get("k") is None:',
+        late_mark,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(FIXED))
+def test_the_fixed_schedule_catches_the_guard_removed(world: World, name: str) -> None:
+    module, function, old, new, test = FIXED[name]
+    with mutated(module, function, old, new), pytest.raises(AssertionError) as caught:
+        test(world)
+    print(f"{name} removed: {caught.value}")

@@ -1,0 +1,273 @@
+"""The counts' schedule families: a start state on the wire server, the actors that run
+against it (folds, commits, purges, creations, prune's removal, readers), and what runs them
+(tests/support/explore.py, tests/support/count_oracle.py).
+
+Why this module exists: tests/store/test_count_schedules.py explores these families and keeps
+the fixed schedules the explorer found; tests/store/test_count_mutations.py plants each guard's
+removal and shows the same families catch it. Both need the same world.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import pytest
+from harel.engine.execution import Execution, Status
+
+from harel_beanie.core import commit as commit_module
+from harel_beanie.core import flows
+from harel_beanie.core.calls import Call, Find, Flow
+from harel_beanie.core.commit import CommitRequest
+from harel_beanie.core.count_documents import counts_collection
+from harel_beanie.core.flows import purging as purging_module
+from harel_beanie.retention.pruning import is_candidate
+from harel_beanie.retention.removal import removal
+from harel_beanie.store.dispatch import call, drive
+from harel_beanie.store.sync_store import MongoStore
+from tests.support.count_oracle import EXES, CountsOracle
+from tests.support.explore import Actor, Explorer, Report, _Runner
+
+#: every id of a family shares this family key, so all are in one partition
+FAMILY = "fam"
+
+
+@dataclass
+class World:
+    """A start state on the wire server, and the actors' building blocks."""
+
+    store: MongoStore
+    db: Any
+    oracle: CountsOracle
+    saved: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: the random tokens drawn since the start state: replayed alike in every schedule, so a
+    #: state met again is recognised (tests/support/explore.py, `fingerprint`)
+    tokens: list[int] = field(default_factory=list)
+
+    def urandom(self, n: int) -> bytes:
+        self.tokens.append(len(self.tokens))
+        return len(self.tokens).to_bytes(n, "big")
+
+    @property
+    def st(self) -> Any:
+        return self.store._state
+
+    @property
+    def part(self) -> int:
+        return int(self.st.scope.part_of(f"{FAMILY}:x"))
+
+    def execute(self, c: Call) -> Any:
+        return call(self.store._colls, c)
+
+    def run(self, flow: Flow[Any]) -> Any:
+        return drive(flow, self.execute)
+
+    def keep(self) -> None:
+        """The start state is what the database holds now."""
+        counts = counts_collection("harel")
+        self.saved = {EXES: list(self.db[EXES].find({})), counts: list(self.db[counts].find({}))}
+
+    def reset(self) -> None:
+        self.tokens.clear()
+        for name, docs in self.saved.items():
+            self.db[name].delete_many({})
+            if docs:
+                self.db[name].insert_many(copy.deepcopy(docs))
+        self.oracle.start()
+
+    # --- the actors -----------------------------------------------------------------------
+
+    def fold(self) -> Flow[Any]:
+        return flows.fold_counts(self.st.scope, [self.part])
+
+    def commit(self, execution_id: str, **changes: Any) -> Callable[[], Flow[Any]]:
+        """A commit of the execution as the start state holds it, with `changes`."""
+        loaded = self.store.load(execution_id)
+        assert loaded is not None
+
+        def make() -> Flow[Any]:
+            exe = copy.deepcopy(loaded)
+            for k, v in changes.items():
+                setattr(exe, k, v)
+            return flows.commit(self.st, CommitRequest(exe))
+
+        return make
+
+    def create(self, execution_id: str) -> Callable[[], Flow[Any]]:
+        """A creation of `execution_id` (over a tombstone, or after prune removed it)."""
+        return lambda: flows.commit(self.st, CommitRequest(Execution(id=execution_id, definition_id="E")))
+
+    def purge(self, execution_id: str) -> Callable[[], Flow[Any]]:
+        loaded = self.store.load(execution_id)
+        assert loaded is not None
+        return lambda: flows.purge(self.st, execution_id, loaded.version)
+
+    def prune(self, *ids: str) -> Callable[[], Flow[Any]]:
+        """prune's batch over `ids`: its read, then the removal (retention.removal)."""
+
+        def make() -> Flow[Any]:
+            docs = yield Find("executions", {"_id": {"$in": list(ids)}})
+            chosen = [d for d in docs if is_candidate(d, time.time() + 86400)]
+            return (yield from removal(self.st.scope, chosen))
+
+        return make
+
+    def reader(self) -> Flow[Any]:
+        return self.oracle.reader(lambda: flows.read_counts(self.st.scope))
+
+    def settle(self) -> None:
+        self.run(self.fold())
+        self.oracle.quiescent()
+
+    def explore(self, actors: list[Actor], **bounds: Any) -> Report:
+        # the random samples' seed: printed with the report, and fixed again by the variable
+        options: dict[str, Any] = dict(seed=int(os.environ.get("HAREL_BEANIE_EXPLORE_SEED") or time.time()))
+        options.update(bounds)
+        explorer = Explorer(
+            actors,
+            self.reset,
+            self.execute,
+            self.oracle.check,
+            self.settle,
+            fingerprint=self.oracle.fingerprint,
+            **options,
+        )
+        report = explorer.run()
+        print(
+            f"explored {report.schedules} schedules ({'all' if report.exhausted else 'bounded'}), sampled {report.sampled}, seed {options['seed']}"
+        )
+        return report
+
+
+def make_world(store: MongoStore, client: Any, db_name: str, monkeypatch: pytest.MonkeyPatch) -> World:
+    store.init()
+    store.fold_counts()  # every partition's counter built (a reader needs them all)
+    w = World(store, client[db_name], CountsOracle(client[db_name]))
+    # tokens and times the same in every schedule (a commit's, a purge's)
+    for module in (commit_module, purging_module):
+        monkeypatch.setattr(module, "os", SimpleNamespace(urandom=w.urandom))
+    store._state.clock = lambda: 1_000_000.0
+    return w
+
+
+def done(world: World, name: str, *, fold: bool) -> str:
+    """An execution DONE long ago, folded or dirty and never folded."""
+    exe = Execution(id=f"{FAMILY}:{name}", definition_id="D", status=Status.DONE, finished_at=1.0)
+    world.store.save(exe)
+    if fold:
+        world.store.fold_counts([world.part])
+    return exe.id
+
+
+def running(world: World, name: str) -> str:
+    exe = Execution(id=f"{FAMILY}:{name}", definition_id="D", status=Status.RUNNING)
+    world.store.save(exe)
+    return exe.id
+
+
+# --- the families: each builds its start state and gives its actors -----------------------
+
+
+def race(world: World) -> list[Actor]:
+    """The race #38 names: an execution DONE, dirty, never folded; a fold reads it and plans
+    +1 DONE; prune marks it leaving and folds; the fold's counter update lands first, so
+    prune's fails; prune's delete must not take it while the fold's batch counts it."""
+    x = done(world, "a", fold=False)
+    world.keep()
+    return [Actor("fold", world.fold), Actor("prune", world.prune(x))]
+
+
+def folds_and_a_commit(world: World) -> list[Actor]:
+    """Two folders at once over a status change committed while they fold, and an execution
+    never folded."""
+    x = running(world, "a")
+    world.store.fold_counts([world.part])
+    running(world, "b")
+    world.keep()
+    return [
+        Actor("fold1", world.fold),
+        Actor("fold2", world.fold),
+        Actor("commit", world.commit(x, status=Status.DONE, finished_at=1.0)),
+    ]
+
+
+def stalled_folder(world: World) -> list[Actor]:
+    """A folder that applies a batch and stalls before marking it, while another marks it,
+    a commit changes a document of it, and the other folds that change: the stalled
+    folder's marks land last."""
+    x = running(world, "a")
+    world.store.fold_counts([world.part])
+    world.keep()
+    return [
+        Actor("commit1", world.commit(x, status=Status.DONE, finished_at=1.0)),
+        Actor("fold1", world.fold),
+        Actor("fold2", world.fold),
+        Actor("commit2", world.commit(x, version=2, status=Status.CANCELLED, finished_at=1.0)),
+    ]
+
+
+def reader_and_folds(world: World) -> list[Actor]:
+    """A reader between two folders: its answer is the counts at some moment it read."""
+    running(world, "a")
+    done(world, "b", fold=True)
+    running(world, "c")
+    world.keep()
+    return [Actor("reader", world.reader), Actor("fold1", world.fold), Actor("fold2", world.fold)]
+
+
+def purge_and_creation(world: World) -> list[Actor]:
+    """A purge, a creation over the tombstone it leaves, and a fold."""
+    x = done(world, "a", fold=True)
+    world.keep()
+    return [Actor("purge", world.purge(x)), Actor("create", world.create(x)), Actor("fold", world.fold)]
+
+
+def prune_and_recreation(world: World) -> list[Actor]:
+    """prune removes an execution while a folder folds it, the id is created again, and
+    another folder folds."""
+    x = done(world, "a", fold=False)
+    world.keep()
+    return [
+        Actor("fold1", world.fold),
+        Actor("prune", world.prune(x)),
+        Actor("create", world.create(x)),
+        Actor("fold2", world.fold),
+    ]
+
+
+def commit_reviving(world: World) -> list[Actor]:
+    """A commit between prune's mark and its delete keeps the execution (Rule 5)."""
+    x = done(world, "a", fold=True)
+    world.keep()
+    return [
+        Actor("prune", world.prune(x)),
+        Actor("commit", world.commit(x, status=Status.RUNNING)),
+        Actor("fold", world.fold),
+    ]
+
+
+class Runner:
+    """One actor run by hand, a call at a time (a fixed schedule)."""
+
+    def __init__(self, actor: Actor) -> None:
+        self._r = _Runner(actor)
+
+    @property
+    def live(self) -> bool:
+        return self._r.live
+
+    def step(self, world: World) -> None:
+        self._r.step(world.execute)
+        world.oracle.check()
+
+
+def follow(world: World, plan: list[tuple[Runner, int]]) -> None:
+    """Run each (runner, n): n of its steps (fewer if it ends), checking after each."""
+    for runner, n in plan:
+        for _ in range(n):
+            if runner.live:
+                runner.step(world)
