@@ -18,6 +18,7 @@ from harel.testing import assert_async_transport_contract, assert_transport_cont
 from mongomock_motor import AsyncMongoMockClient
 
 from harel_beanie import AsyncMongoStore, MongoStore
+from harel_beanie.core.calls import FindOneAndUpdate, UpdateOne
 from harel_beanie.core.names import partition_collection, queue_names
 from harel_beanie.core.partitions import (
     DEFAULT_PARTITIONS,
@@ -296,6 +297,65 @@ async def test_a_clean_stop_gives_the_leases_back(mongo_url: str, db_name: str) 
     await b.release()
     await a.tick()  # the member b left: a's share is all of them, taken at once
     assert sorted(await a.tick()) == list(range(8))
+
+
+async def test_a_look_stops_acting_on_a_partition_before_it_gives_it_back(mongo_url: str, db_name: str) -> None:
+    """Rule 2c under Rule 3: once the write giving a partition back lands, another process may
+    take it at its next look while this look is still under way; the claims and sweeps of
+    the giving process no longer read it by then."""
+    clock = Clock()
+    a, b = _owner(mongo_url, db_name, "a", clock), _owner(mongo_url, db_name, "b", clock)
+    await a.tick(), await a.tick(), await b.tick()
+    assert len(a.state.scope.owned() or {}) == 8  # a alone held them all; b now shares
+    acting_when_given: dict[int, set[int]] = {}
+    send = a._call
+
+    async def watching(c: Any) -> Any:
+        if isinstance(c, UpdateOne) and c.update == {"$set": {"until": 0.0, "owner": None}}:
+            acting_when_given[c.filter["_id"]] = set(a.state.scope.owned() or {})
+        return await send(c)
+
+    a._call = watching  # type: ignore[method-assign]
+    held = await a.tick()
+    assert len(acting_when_given) == 4 and len(held) == 4  # four given back to b
+    assert all(p not in acting for p, acting in acting_when_given.items()), acting_when_given
+
+
+def test_a_claim_whose_partition_lease_ends_during_it_gives_the_group_back(mongo_url: str, db_name: str) -> None:
+    """Rule 7: the lease of the claimed group's partition ends (by the claimer's clock) while
+    the claim is on the wire: the claim returns nothing and the group is claimable at once by
+    the partition's next owner, not after the group's own lease."""
+    group = ids_in(3, 1)[0]
+    clock = Clock()
+    publisher = MongoTransport(pymongo.MongoClient(mongo_url), db_name, clock)
+    publisher.publish(group, Event(kind="A"))
+    old = MongoTransport(
+        pymongo.MongoClient(mongo_url),
+        db_name,
+        clock,
+        partitions=PartitionScope(held={3: Held(1, 1005.0)}, clock=clock),
+    )
+    send = old._call
+
+    def late(c: Any) -> Any:
+        reply = send(c)
+        if isinstance(c, FindOneAndUpdate) and c.target == "queues" and reply is not None:
+            clock.now += 10  # the answer arrives after the partition lease's end
+        return reply
+
+    old._call = late  # type: ignore[method-assign]
+    assert old.claim("old", 60.0) is None
+    queues, _ = queue_names("harel")
+    doc = pymongo.MongoClient(mongo_url)[db_name][queues].find_one({"_id": group})
+    assert doc is not None and doc["token"] is None and doc["available_at"] == 0.0, doc
+    new = MongoTransport(
+        pymongo.MongoClient(mongo_url),
+        db_name,
+        clock,
+        partitions=PartitionScope(held={3: Held(2, clock.now + 5)}, clock=clock),
+    )
+    lease = new.claim("new", 60.0)
+    assert lease is not None and lease.group_id == group
 
 
 async def test_a_stale_owners_claim_is_refused_through_a_mongos(mongo_url: str, db_name: str) -> None:

@@ -99,6 +99,7 @@ def tick(st: OwnerState) -> Flow[dict[int, Held]]:
     }
     share = math.ceil(st.scope.parts / max(1, members))
     for p in sorted(held)[share:]:  # above the fair share: back to the others (Rule 2c)
+        _stop_acting(st, p)
         yield UpdateOne("partitions", {"_id": p, "owner": st.owner}, {"$set": {"until": 0.0, "owner": None}})
         del held[p]
     free = [p for p in range(st.scope.parts) if p not in leases or float(leases[p].get("until") or 0) <= now]
@@ -125,9 +126,18 @@ def _take(st: OwnerState, p: int, now: float) -> Flow[Optional[Held]]:
     return Held(int(doc.get("epoch") or 0), sent + st.lease_seconds - st.margin)
 
 
+def _stop_acting(st: OwnerState, p: Optional[int] = None) -> None:
+    """Take partition `p` (every partition: None) out of the leases the process's claims and
+    sweeps read, before the write that gives it back: once that write lands another process
+    may take the partition at its next look, while this look is still under way (Rule 3)."""
+    if st.scope.held is not None:
+        st.scope.held = {} if p is None else {q: h for q, h in st.scope.held.items() if q != p}
+
+
 def release(st: OwnerState) -> Flow[None]:
     """Give every lease back and leave (a clean stop): the others take them at their next
     look instead of after the lease lapses."""
+    _stop_acting(st)
     if st.held:
         mine = {"_id": {"$in": sorted(st.held)}, "owner": st.owner}
         yield UpdateMany("partitions", mine, {"$set": {"until": 0.0, "owner": None}})
