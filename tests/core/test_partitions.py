@@ -16,6 +16,7 @@ from harel.engine.execution import Execution, Status
 from harel.spec.states import Event
 from harel.testing import assert_async_transport_contract, assert_transport_contract
 from mongomock_motor import AsyncMongoMockClient
+from pymongo.errors import DuplicateKeyError
 
 from harel_beanie import AsyncMongoStore, MongoStore
 from harel_beanie.core.calls import FindOneAndUpdate, UpdateOne
@@ -29,8 +30,8 @@ from harel_beanie.core.partitions import (
     part_of,
     route,
 )
-from harel_beanie.transport import AsyncMongoTransport, MongoTransport
-from harel_beanie.transport.ownership import LEASE_SECONDS, RENEW_EVERY, TAKEOVER_BOUND, PartitionOwner
+from harel_beanie.transport import AsyncMongoTransport, MongoTransport, ownership
+from harel_beanie.transport.ownership import LEASE_SECONDS, MARGIN, RENEW_EVERY, TAKEOVER_BOUND, PartitionOwner
 from tests.support.contracts import ASYNC, SYNC
 from tests.support.wire import Recorder
 
@@ -275,6 +276,9 @@ async def test_leases_are_shared_taken_over_after_they_lapse_and_fenced(mongo_ur
     held_a = await a.tick()  # a gives back what is above its share
     held_b = await b.tick()  # and b takes it
     assert len(held_a) == len(held_b) == 4 and not set(held_a) & set(held_b)
+    # Rule 3: a lease taken or renewed is acted on until MARGIN before its end on the server
+    assert {h.until for h in held_b.values()} == {clock.now + LEASE_SECONDS - MARGIN}
+    assert {h.until for h in (await b.tick()).values()} == {clock.now + LEASE_SECONDS - MARGIN}
     epochs = {p: h.epoch for p, h in held_b.items()}
     # b stops renewing (a crash). Until its lease lapses nobody else takes its partitions
     clock.now += LEASE_SECONDS - 1
@@ -285,9 +289,14 @@ async def test_leases_are_shared_taken_over_after_they_lapse_and_fenced(mongo_ur
     assert sorted(taken) == list(range(8))  # within the bound: LEASE_SECONDS + RENEW_EVERY
     assert all(taken[p].epoch == epochs[p] + 1 for p in epochs)  # every takeover bumps the epoch
     assert clock.now - 1000.0 <= TAKEOVER_BOUND + RENEW_EVERY
-    # b wakes: its renewal is refused (no longer the owner), so it holds nothing it lost
+    # b wakes: its renewal is refused (no longer the owner), so it holds nothing it lost,
+    # and it leaves a's leases as a renewed them (its clock, a second on, is not a's)
+    leases = pymongo.MongoClient(mongo_url)[db_name][partition_collection("harel")]
+    before = {d["_id"]: d["until"] for d in leases.find({"_id": {"$in": sorted(epochs)}})}
+    clock.now += 1
     back = await b.tick()
     assert not set(back) & set(a.state.held)
+    assert {d["_id"]: d["until"] for d in leases.find({"_id": {"$in": sorted(epochs)}})} == before
 
 
 async def test_a_clean_stop_gives_the_leases_back(mongo_url: str, db_name: str) -> None:
@@ -319,6 +328,32 @@ async def test_a_look_stops_acting_on_a_partition_before_it_gives_it_back(mongo_
     held = await a.tick()
     assert len(acting_when_given) == 4 and len(held) == 4  # four given back to b
     assert all(p not in acting for p, acting in acting_when_given.items()), acting_when_given
+
+
+async def test_two_looks_at_once_take_a_lapsed_partition_once(mongo_url: str, db_name: str) -> None:
+    """Rule 2d: a take is conditional on the lease having lapsed on the server, not only in
+    the taker's read. `a` reads the leases (every partition free), then `b` looks and takes
+    its share, then `a` sends its takes: the one of a partition `b` took is refused."""
+    clock = Clock()
+    a, b = _owner(mongo_url, db_name, "a", clock, parts=2), _owner(mongo_url, db_name, "b", clock, parts=2)
+    flow = ownership.tick(a.state)
+    reply: Any = None
+    while not isinstance(call := flow.send(reply), FindOneAndUpdate):  # a's first take, held back
+        reply = await a._call(call)
+    taken_by_b = await b.tick()
+    assert len(taken_by_b) == 1  # two members now: one partition each
+    while True:
+        error: Any = None
+        try:
+            reply = await a._call(call)
+        except DuplicateKeyError as exc:  # the upsert of a lease that exists and has not lapsed
+            error = exc
+        try:
+            call = flow.throw(error) if error is not None else flow.send(reply)
+        except StopIteration as done:
+            held_a = done.value
+            break
+    assert len(held_a) == 1 and not set(held_a) & set(taken_by_b), (held_a, taken_by_b)
 
 
 def test_a_claim_whose_partition_lease_ends_during_it_gives_the_group_back(mongo_url: str, db_name: str) -> None:
