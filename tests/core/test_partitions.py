@@ -330,6 +330,35 @@ async def test_a_look_stops_acting_on_a_partition_before_it_gives_it_back(mongo_
     assert all(p not in acting for p, acting in acting_when_given.items()), acting_when_given
 
 
+@pytest.mark.parametrize("skew", [MARGIN - 0.5, MARGIN + 1.0], ids=["within MARGIN", "beyond MARGIN"])
+async def test_a_clock_ahead_takes_a_lapsed_lease_after_its_owner_stopped_only_within_the_margin(
+    mongo_url: str, db_name: str, skew: float
+) -> None:
+    """Rule 3's clock requirement: `a` holds both partitions and stops renewing (a crash); `b`,
+    its clock `skew` ahead, looks every 0.1 s until it takes them. Within MARGIN `a`'s own
+    clock has already stopped it acting then; beyond MARGIN `a` still acts on them for the
+    skew less MARGIN (on a clock the test moves: no timing)."""
+    clock = Clock()
+    a = _owner(mongo_url, db_name, "a", clock, parts=2)
+    await a.tick(), await a.tick()
+    assert sorted(a.state.held) == [0, 1]
+
+    def ahead() -> float:
+        return clock.now + skew
+
+    coll = pymongo.AsyncMongoClient(mongo_url)[db_name][partition_collection("harel")]
+    b = PartitionOwner(coll, "b", PartitionScope(parts=2, clock=ahead), clock=ahead)
+    while not await b.tick():
+        clock.now += 0.1
+    both = set(a.state.scope.owned() or {}) & set(b.state.scope.owned() or {})
+    if skew < MARGIN:
+        assert both == set(), both
+    else:
+        assert both == {0, 1}
+        still = min(h.until for h in a.state.held.values()) - clock.now  # how long a acts on
+        assert skew - MARGIN - 0.1 <= still <= skew - MARGIN, still
+
+
 async def test_two_looks_at_once_take_a_lapsed_partition_once(mongo_url: str, db_name: str) -> None:
     """Rule 2d: a take is conditional on the lease having lapsed on the server, not only in
     the taker's read. `a` reads the leases (every partition free), then `b` looks and takes

@@ -15,6 +15,8 @@ Rule 2. Every `RENEW_EVERY` seconds a process (a) renews its member document and
         back the leases above its fair share (ceil(P / live processes)), and (d) takes lapsed
         or never-held partitions up to its share, each with one conditional write that bumps
         the partition's epoch. A lease it did not renew (another took it over) is dropped.
+        A lease given back leaves the process's scope before the write that frees it: once
+        that lands another process may take the partition while this look is under way.
 Rule 3. A process acts on a partition only while its lease, as its own clock sees it, has
         at least `MARGIN` left: `Held.until` is the renewal's send time plus `LEASE_SECONDS`
         less `MARGIN`. Others take the partition over only once `until` has passed on their
@@ -22,8 +24,21 @@ Rule 3. A process acts on a partition only while its lease, as its own clock see
         A process paused past its lease (a stopped VM, a long GC) finds, on waking, that its
         leases lapsed by its own clock and acts on nothing until it renews (Rule 2's renewal
         is conditional on still being the owner). Through a mongos each claim also carries
-        the epoch (`harel_beanie.transport.queues`, Rule 6), so a group the new owner has
+        the epoch (`harel_beanie.transport.queues`, Rule 7), so a group the new owner has
         claimed is never taken by the old one.
+        The clock requirement: the worker hosts' clocks within `MARGIN` of each other.
+        Beyond it, a clock ahead takes a lapsed lease while its owner still acts on it, for
+        up to the skew less `MARGIN` (tests/core/test_partitions.py, a clock 1.5 s and 3 s
+        ahead); ahead by more than `LEASE_SECONDS` it takes every lease at its first look
+        from owners still renewing them; a clock behind keeps acting after the others took
+        over. Two owners then claim and sweep one partition, so its background work is done
+        twice; events stay applied once and in order per group, since a group's lease token
+        and harel's dedupe read no other process's clock. The partition runs
+        (tests/reliability/test_reliability_partitions.py) record what every worker did
+        under which lease and by which clock: with one clock 1.5 s ahead no partition is
+        acted on inside two workers' valid leases; with one 11 s ahead every partition its
+        peer held is, and the history is still exact (docs/production-stack.md, "The
+        worker hosts' clocks").
 Rule 4. The bound: while any process runs, a partition whose owner died is owned again within
         `LEASE_SECONDS + RENEW_EVERY` (plus clock skew): its lease lapses, the dead process's
         member document lapses with it so the others' fair share grows, and each of them
