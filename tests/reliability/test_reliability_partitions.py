@@ -337,6 +337,10 @@ def test_the_ownership_reading_can_fail() -> None:
         ("a", 7.5, "inside b"),
         ("b", 7.0, "inside a"),
     ]
+    # an act past the lease it believed it held, by its own clock (b's 11 is the machine's 8)
+    late = [*kept, rec("act", "b", 8.2, skew=3.0, what="sweep", parts=[[0, 2, 9.5, 11.0]])]
+    whys = [why for a, why in stray(fenced(late), acts(late))]
+    assert whys == ["past its lease by its own clock", f"outside its own lease {fenced(late)[1]}"], whys
     refusals = [rec("drop", "a", 9.0, p=0, ep=1, why="refused at renewal")]
     assert refused(refusals, "a", "refused at renewal", after=8.0) == {0: 1}
     assert refused(refusals, "a", "refused at renewal", after=9.5) == {}
@@ -391,12 +395,15 @@ def test_a_clock_ahead_beyond_the_margin_takes_leases_still_held(tmp_path: Path,
     records = read_records(run.ownership)
     intervals = fenced(records)
     pairs = overlaps(intervals)
+    first = min(f.start for f in intervals if f.worker == "w2-2")  # the end of the skewed worker's first look
+    took = {f.part for f in intervals if f.worker == "w2-2" and f.start == first}
+    held = {f.part for f in intervals if f.worker == "w1-1" and f.start <= first < f.end}
+    # its first look took every partition the true-clocked worker held, valid by that one's clock
+    assert held and held <= took, (sorted(held), sorted(took))
     taken = {a.part for a, b in pairs if {a.worker, b.worker} == {"w1-1", "w2-2"}}
-    held = {f.part for f in intervals if f.worker == "w1-1" and f.start <= run.true_at["skewed start"] < f.end}
-    # every partition the true-clocked worker held when the skewed one started was held twice
-    assert held and held <= taken, (sorted(held), summary(pairs))
+    assert held <= taken, summary(pairs)  # so both held each at once
     # and the true-clocked worker's next look found each taken from it
-    assert set(refused(records, "w1-1", "refused at renewal", after=run.true_at["skewed start"])) >= held
+    assert set(refused(records, "w1-1", "refused at renewal", after=first)) >= held
     both = stray(intervals, acts(records))
     figures.set(
         skew_s=SKEW_BEYOND,

@@ -26,7 +26,7 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 #: the ways a lease ends before its clock says so (the records' `drop`)
 ENDS = ("given back", "refused at renewal", "released")
@@ -51,6 +51,8 @@ class Act:
     epoch: int
     true: float
     what: str
+    own: float = 0.0  # the worker's clock when it acted
+    until: Optional[float] = None  # the end of the lease it believed it held, by that clock
 
 
 def read_records(directory: Path) -> list[dict[str, Any]]:
@@ -96,11 +98,11 @@ def fenced(records: list[dict[str, Any]]) -> list[Fenced]:
 
 def acts(records: list[dict[str, Any]]) -> list[Act]:
     return [
-        Act(r["w"], p, ep, r["true"], r["what"])
+        Act(r["w"], lease[0], lease[1], r["true"], r["what"], r["t"], lease[3] if len(lease) > 3 else None)
         for r in records
         if r["k"] == "act"
-        for p, ep in r["parts"]
-        if p is not None and ep is not None
+        for lease in r["parts"]  # [partition, epoch, start, end] (the lease by its clock)
+        if lease[0] is not None and lease[1] is not None
     ]
 
 
@@ -131,13 +133,16 @@ def successions(intervals: list[Fenced]) -> list[tuple[Fenced, Fenced]]:
 
 
 def stray(intervals: list[Fenced], done: list[Act]) -> list[tuple[Act, str]]:
-    """Acts outside their own fenced interval, or inside another worker's on the partition."""
+    """Acts past the lease they believed they held by their own clock, outside their own
+    fenced interval, or inside another worker's on the partition."""
     own = {(f.worker, f.part, f.epoch): f for f in intervals}
     by_part: dict[int, list[Fenced]] = defaultdict(list)
     for f in intervals:
         by_part[f.part].append(f)
     out = []
     for a in done:
+        if a.until is not None and not a.own < a.until:
+            out.append((a, "past its lease by its own clock"))
         mine = own.get((a.worker, a.part, a.epoch))
         if mine is None or not mine.start <= a.true < mine.end:
             out.append((a, f"outside its own lease {mine}"))
@@ -158,7 +163,7 @@ def refused(records: list[dict[str, Any]], worker: str, why: str, after: float) 
         if r["k"] == "drop":
             out[r["p"]] = r["ep"]
         elif r["k"] == "refused":
-            out.update({p: ep for p, ep in r["parts"] if p is not None})
+            out.update({p: ep for p, ep, *_ in r["parts"] if p is not None})
     return out
 
 

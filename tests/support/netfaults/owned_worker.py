@@ -52,10 +52,13 @@ _HERE = (__file__, "partitions.py")
 
 
 class Recorder:
-    """JSON lines to one file, flushed each (a SIGKILL loses at most the line being written)."""
+    """JSON lines to one file, flushed each (a SIGKILL loses at most the line being written).
+    `since` keeps when (by the worker's clock) each lease it holds began, by partition and
+    epoch, so every act names the lease interval it believed it acted under."""
 
     def __init__(self, path: Path, worker: str, skew: float) -> None:
         self.worker, self.skew = worker, skew
+        self.since: dict[tuple[int, int], float] = {}
         self._out = open(path, "a", buffering=1)
         self.write("start", skew=skew)
 
@@ -63,6 +66,12 @@ class Recorder:
         true = time.time() if true is None else true
         own = true + self.skew if t is None else t
         self._out.write(json.dumps({"k": kind, "w": self.worker, "t": own, "true": true, **fields}) + "\n")
+
+    def lease(self, p: Optional[int], held: Any) -> list[Any]:
+        """[partition, epoch, start, end]: the lease an act believed it held (by its clock)."""
+        if held is None:
+            return [p, None, None, None]
+        return [p, held.epoch, self.since.get((0 if p is None else p, held.epoch)), held.until]
 
 
 def _observed(flow: Generator[Any, Any, Any], before: Callable[[Any], None], after: Callable[[Any, Any], None]) -> Any:
@@ -110,6 +119,7 @@ def install(rec: Recorder) -> None:
         for p, h in sorted(held.items()):
             old = held_before.get(p)
             how = "renewed" if old is not None and old.epoch == h.epoch else "took"
+            rec.since.setdefault((p, h.epoch), now)
             rec.write("lease", t=now, true=true, p=p, ep=h.epoch, until=h.until, how=how, owner=st.owner)
         for p, old in sorted(held_before.items()):
             if p not in given and (p not in held or held[p].epoch != old.epoch):  # taken back at once: a new epoch
@@ -144,7 +154,7 @@ def install(rec: Recorder) -> None:
                     t=found["t"],
                     true=found["true"],
                     what="claim",
-                    parts=[[p, lease.epoch if lease else None]],
+                    parts=[rec.lease(p, lease)],
                     why="given back",
                     group=call.filter.get("_id"),
                 )
@@ -165,7 +175,7 @@ def install(rec: Recorder) -> None:
                 t=found["t"],
                 true=found["true"],
                 what="claim",
-                parts=[[p, held.epoch if held else None]],
+                parts=[rec.lease(p, held)],
                 group=lease.group_id,
             )
         return lease
@@ -179,8 +189,8 @@ def install(rec: Recorder) -> None:
         if caller in _NOT_DECISIONS:
             return result
         if result:
-            rec.write("act", true=true, what=caller, parts=sorted([p, e] for p, e in result.items()))
-        lapsed = sorted([p, h.epoch] for p, h in self.held.items() if p not in result)
+            rec.write("act", true=true, what=caller, parts=[rec.lease(p, self.held[p]) for p in sorted(result)])
+        lapsed = [rec.lease(p, h) for p, h in sorted(self.held.items()) if p not in result]
         if lapsed:
             rec.write("refused", true=true, what=caller, parts=lapsed, why="lapsed")
         return result
