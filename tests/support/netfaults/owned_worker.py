@@ -30,6 +30,7 @@ change no call the worker makes.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -48,7 +49,16 @@ _GIVE_BACK_GROUP = {"$set": {"available_at": 0.0, "token": None}}  # queues._cla
 #: the callers whose reads of `owned()` are not decisions to act (the claim's re-check after
 #: the fact is recorded by the claim's own hook)
 _NOT_DECISIONS = {"_claim_in"}
-_HERE = (__file__, "partitions.py")
+#: what each caller of `owned()` is, as the records name it (any other: its function's name)
+_LABELS = {
+    "_claim_scopes": "claim filter",
+    "sweep": "relay sweep",
+    "due_timers": "timer sweep",
+    "_parts": "counts fold",
+    "next_due": "idle wait",
+    "next_timer": "idle wait",
+}
+_HERE = (__file__, os.path.join("core", "partitions.py"))
 
 
 class Recorder:
@@ -207,7 +217,8 @@ def _caller() -> str:
     frame = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename.endswith(_HERE):
         frame = frame.f_back  # type: ignore[assignment]
-    return frame.f_code.co_name if frame is not None else "?"
+    name = frame.f_code.co_name if frame is not None else "?"
+    return _LABELS.get(name, name)
 
 
 def _flag(argv: list[str], name: str) -> Optional[str]:
