@@ -16,8 +16,10 @@ from harel.engine.execution import Execution, Status
 from harel.spec.states import Event
 from harel.testing import assert_async_transport_contract, assert_transport_contract
 from mongomock_motor import AsyncMongoMockClient
+from pymongo.errors import DuplicateKeyError
 
 from harel_beanie import AsyncMongoStore, MongoStore
+from harel_beanie.core.calls import FindOneAndUpdate, UpdateOne
 from harel_beanie.core.names import partition_collection, queue_names
 from harel_beanie.core.partitions import (
     DEFAULT_PARTITIONS,
@@ -28,8 +30,8 @@ from harel_beanie.core.partitions import (
     part_of,
     route,
 )
-from harel_beanie.transport import AsyncMongoTransport, MongoTransport
-from harel_beanie.transport.ownership import LEASE_SECONDS, RENEW_EVERY, TAKEOVER_BOUND, PartitionOwner
+from harel_beanie.transport import AsyncMongoTransport, MongoTransport, ownership
+from harel_beanie.transport.ownership import LEASE_SECONDS, MARGIN, RENEW_EVERY, TAKEOVER_BOUND, PartitionOwner
 from tests.support.contracts import ASYNC, SYNC
 from tests.support.wire import Recorder
 
@@ -274,6 +276,9 @@ async def test_leases_are_shared_taken_over_after_they_lapse_and_fenced(mongo_ur
     held_a = await a.tick()  # a gives back what is above its share
     held_b = await b.tick()  # and b takes it
     assert len(held_a) == len(held_b) == 4 and not set(held_a) & set(held_b)
+    # Rule 3: a lease taken or renewed is acted on until MARGIN before its end on the server
+    assert {h.until for h in held_b.values()} == {clock.now + LEASE_SECONDS - MARGIN}
+    assert {h.until for h in (await b.tick()).values()} == {clock.now + LEASE_SECONDS - MARGIN}
     epochs = {p: h.epoch for p, h in held_b.items()}
     # b stops renewing (a crash). Until its lease lapses nobody else takes its partitions
     clock.now += LEASE_SECONDS - 1
@@ -284,9 +289,14 @@ async def test_leases_are_shared_taken_over_after_they_lapse_and_fenced(mongo_ur
     assert sorted(taken) == list(range(8))  # within the bound: LEASE_SECONDS + RENEW_EVERY
     assert all(taken[p].epoch == epochs[p] + 1 for p in epochs)  # every takeover bumps the epoch
     assert clock.now - 1000.0 <= TAKEOVER_BOUND + RENEW_EVERY
-    # b wakes: its renewal is refused (no longer the owner), so it holds nothing it lost
+    # b wakes: its renewal is refused (no longer the owner), so it holds nothing it lost,
+    # and it leaves a's leases as a renewed them (its clock, a second on, is not a's)
+    leases = pymongo.MongoClient(mongo_url)[db_name][partition_collection("harel")]
+    before = {d["_id"]: d["until"] for d in leases.find({"_id": {"$in": sorted(epochs)}})}
+    clock.now += 1
     back = await b.tick()
     assert not set(back) & set(a.state.held)
+    assert {d["_id"]: d["until"] for d in leases.find({"_id": {"$in": sorted(epochs)}})} == before
 
 
 async def test_a_clean_stop_gives_the_leases_back(mongo_url: str, db_name: str) -> None:
@@ -296,6 +306,120 @@ async def test_a_clean_stop_gives_the_leases_back(mongo_url: str, db_name: str) 
     await b.release()
     await a.tick()  # the member b left: a's share is all of them, taken at once
     assert sorted(await a.tick()) == list(range(8))
+
+
+async def test_a_look_stops_acting_on_a_partition_before_it_gives_it_back(mongo_url: str, db_name: str) -> None:
+    """Rule 2c under Rule 3: once the write giving a partition back lands, another process may
+    take it at its next look while this look is still under way; the claims and sweeps of
+    the giving process no longer read it by then."""
+    clock = Clock()
+    a, b = _owner(mongo_url, db_name, "a", clock), _owner(mongo_url, db_name, "b", clock)
+    await a.tick(), await a.tick(), await b.tick()
+    assert len(a.state.scope.owned() or {}) == 8  # a alone held them all; b now shares
+    acting_when_given: dict[int, set[int]] = {}
+    send = a._call
+
+    async def watching(c: Any) -> Any:
+        if isinstance(c, UpdateOne) and c.update == {"$set": {"until": 0.0, "owner": None}}:
+            acting_when_given[c.filter["_id"]] = set(a.state.scope.owned() or {})
+        return await send(c)
+
+    a._call = watching  # type: ignore[method-assign]
+    held = await a.tick()
+    assert len(acting_when_given) == 4 and len(held) == 4  # four given back to b
+    assert all(p not in acting for p, acting in acting_when_given.items()), acting_when_given
+
+
+@pytest.mark.parametrize("skew", [MARGIN - 0.5, MARGIN + 1.0], ids=["within MARGIN", "beyond MARGIN"])
+async def test_a_clock_ahead_takes_a_lapsed_lease_after_its_owner_stopped_only_within_the_margin(
+    mongo_url: str, db_name: str, skew: float
+) -> None:
+    """Rule 3's clock requirement: `a` holds both partitions and stops renewing (a crash); `b`,
+    its clock `skew` ahead, looks every 0.1 s until it takes them. Within MARGIN `a`'s own
+    clock has already stopped it acting then; beyond MARGIN `a` still acts on them for the
+    skew less MARGIN (on a clock the test moves: no timing)."""
+    clock = Clock()
+    a = _owner(mongo_url, db_name, "a", clock, parts=2)
+    await a.tick(), await a.tick()
+    assert sorted(a.state.held) == [0, 1]
+
+    def ahead() -> float:
+        return clock.now + skew
+
+    coll = pymongo.AsyncMongoClient(mongo_url)[db_name][partition_collection("harel")]
+    b = PartitionOwner(coll, "b", PartitionScope(parts=2, clock=ahead), clock=ahead)
+    while not await b.tick():
+        clock.now += 0.1
+    both = set(a.state.scope.owned() or {}) & set(b.state.scope.owned() or {})
+    if skew < MARGIN:
+        assert both == set(), both
+    else:
+        assert both == {0, 1}
+        still = min(h.until for h in a.state.held.values()) - clock.now  # how long a acts on
+        assert skew - MARGIN - 0.1 <= still <= skew - MARGIN, still
+
+
+async def test_two_looks_at_once_take_a_lapsed_partition_once(mongo_url: str, db_name: str) -> None:
+    """Rule 2d: a take is conditional on the lease having lapsed on the server, not only in
+    the taker's read. `a` reads the leases (every partition free), then `b` looks and takes
+    its share, then `a` sends its takes: the one of a partition `b` took is refused."""
+    clock = Clock()
+    a, b = _owner(mongo_url, db_name, "a", clock, parts=2), _owner(mongo_url, db_name, "b", clock, parts=2)
+    flow = ownership.tick(a.state)
+    reply: Any = None
+    while not isinstance(call := flow.send(reply), FindOneAndUpdate):  # a's first take, held back
+        reply = await a._call(call)
+    taken_by_b = await b.tick()
+    assert len(taken_by_b) == 1  # two members now: one partition each
+    while True:
+        error: Any = None
+        try:
+            reply = await a._call(call)
+        except DuplicateKeyError as exc:  # the upsert of a lease that exists and has not lapsed
+            error = exc
+        try:
+            call = flow.throw(error) if error is not None else flow.send(reply)
+        except StopIteration as done:
+            held_a = done.value
+            break
+    assert len(held_a) == 1 and not set(held_a) & set(taken_by_b), (held_a, taken_by_b)
+
+
+def test_a_claim_whose_partition_lease_ends_during_it_gives_the_group_back(mongo_url: str, db_name: str) -> None:
+    """Rule 7: the lease of the claimed group's partition ends (by the claimer's clock) while
+    the claim is on the wire: the claim returns nothing and the group is claimable at once by
+    the partition's next owner, not after the group's own lease."""
+    group = ids_in(3, 1)[0]
+    clock = Clock()
+    publisher = MongoTransport(pymongo.MongoClient(mongo_url), db_name, clock)
+    publisher.publish(group, Event(kind="A"))
+    old = MongoTransport(
+        pymongo.MongoClient(mongo_url),
+        db_name,
+        clock,
+        partitions=PartitionScope(held={3: Held(1, 1005.0)}, clock=clock),
+    )
+    send = old._call
+
+    def late(c: Any) -> Any:
+        reply = send(c)
+        if isinstance(c, FindOneAndUpdate) and c.target == "queues" and reply is not None:
+            clock.now += 10  # the answer arrives after the partition lease's end
+        return reply
+
+    old._call = late  # type: ignore[method-assign]
+    assert old.claim("old", 60.0) is None
+    queues, _ = queue_names("harel")
+    doc = pymongo.MongoClient(mongo_url)[db_name][queues].find_one({"_id": group})
+    assert doc is not None and doc["token"] is None and doc["available_at"] == 0.0, doc
+    new = MongoTransport(
+        pymongo.MongoClient(mongo_url),
+        db_name,
+        clock,
+        partitions=PartitionScope(held={3: Held(2, clock.now + 5)}, clock=clock),
+    )
+    lease = new.claim("new", 60.0)
+    assert lease is not None and lease.group_id == group
 
 
 async def test_a_stale_owners_claim_is_refused_through_a_mongos(mongo_url: str, db_name: str) -> None:

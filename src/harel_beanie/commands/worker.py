@@ -44,6 +44,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -150,6 +151,9 @@ def settings(args: Any) -> dict[str, Any]:
         "transport": args.transport or os.environ.get(TRANSPORT_ENV) or TRANSPORTS[0],
         "idle_wait": args.idle_wait,
         "history": args.history,
+        # the one clock the worker's leases, claims, timers and sweeps read (no flag: the seam
+        # a test replaces to run a worker whose clock is skewed, see docs/production-stack.md)
+        "clock": time.time,
     }
 
 
@@ -169,7 +173,8 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
     client = await open_client(target)
     # with this package's transport, the store, the transport and the partition owner share
     # one scope: the leases the owner holds are what the sweeps and claims read
-    scope = PartitionScope(held={}) if opts["transport"] == TRANSPORTS[0] else None
+    clock = opts.get("clock") or time.time
+    scope = PartitionScope(held={}, clock=clock) if opts["transport"] == TRANSPORTS[0] else None
     store: Any = AsyncMongoStore(
         client,
         target.db,
@@ -186,7 +191,7 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
     try:
         transport = await _start(store, client, target, opts, scope)
         if scope is not None:
-            owner = PartitionOwner(transport.partition_leases, opts["worker_id"], scope)
+            owner = PartitionOwner(transport.partition_leases, opts["worker_id"], scope, clock=clock)
             await first_look(owner)
         if history is not None:
             transport = RecordingTransport(transport, history)
@@ -200,6 +205,7 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
             concurrency=opts["concurrency"],
             trace=opts["trace"],
             executions=executions,
+            clock=clock,
         )
         await _relay_leftovers(store, transport, executions, worker, opts)
         await _until_stopped(target, definitions, opts, store, transport, executions, worker, owner)
@@ -319,6 +325,7 @@ async def _start(
                 idle_wait=opts["idle_wait"],
                 timers=store.next_timer,
                 partitions=scope,
+                clock=opts.get("clock") or time.time,
             )
         except ConnectionFailure as exc:
             failure = exc

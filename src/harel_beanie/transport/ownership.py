@@ -15,6 +15,8 @@ Rule 2. Every `RENEW_EVERY` seconds a process (a) renews its member document and
         back the leases above its fair share (ceil(P / live processes)), and (d) takes lapsed
         or never-held partitions up to its share, each with one conditional write that bumps
         the partition's epoch. A lease it did not renew (another took it over) is dropped.
+        A lease given back leaves the process's scope before the write that frees it: once
+        that lands another process may take the partition while this look is under way.
 Rule 3. A process acts on a partition only while its lease, as its own clock sees it, has
         at least `MARGIN` left: `Held.until` is the renewal's send time plus `LEASE_SECONDS`
         less `MARGIN`. Others take the partition over only once `until` has passed on their
@@ -22,8 +24,21 @@ Rule 3. A process acts on a partition only while its lease, as its own clock see
         A process paused past its lease (a stopped VM, a long GC) finds, on waking, that its
         leases lapsed by its own clock and acts on nothing until it renews (Rule 2's renewal
         is conditional on still being the owner). Through a mongos each claim also carries
-        the epoch (`harel_beanie.transport.queues`, Rule 6), so a group the new owner has
+        the epoch (`harel_beanie.transport.queues`, Rule 7), so a group the new owner has
         claimed is never taken by the old one.
+        The clock requirement: the worker hosts' clocks within `MARGIN` of each other.
+        Beyond it, a clock ahead takes a lapsed lease while its owner still acts on it, for
+        up to the skew less `MARGIN` (tests/core/test_partitions.py, a clock 1.5 s and 3 s
+        ahead); ahead by more than `LEASE_SECONDS` it takes every lease at its first look
+        from owners still renewing them; a clock behind keeps acting after the others took
+        over. Two owners then claim and sweep one partition, so its background work is done
+        twice; events stay applied once and in order per group, since a group's lease token
+        and harel's dedupe read no other process's clock. The partition runs
+        (tests/reliability/test_reliability_partitions.py) record what every worker did
+        under which lease and by which clock: with one clock 1.5 s ahead no partition is
+        acted on inside two workers' valid leases; with one 11 s ahead every partition its
+        peer held is, and the history is still exact (docs/production-stack.md, "The
+        worker hosts' clocks").
 Rule 4. The bound: while any process runs, a partition whose owner died is owned again within
         `LEASE_SECONDS + RENEW_EVERY` (plus clock skew): its lease lapses, the dead process's
         member document lapses with it so the others' fair share grows, and each of them
@@ -99,6 +114,7 @@ def tick(st: OwnerState) -> Flow[dict[int, Held]]:
     }
     share = math.ceil(st.scope.parts / max(1, members))
     for p in sorted(held)[share:]:  # above the fair share: back to the others (Rule 2c)
+        _stop_acting(st, p)
         yield UpdateOne("partitions", {"_id": p, "owner": st.owner}, {"$set": {"until": 0.0, "owner": None}})
         del held[p]
     free = [p for p in range(st.scope.parts) if p not in leases or float(leases[p].get("until") or 0) <= now]
@@ -125,9 +141,18 @@ def _take(st: OwnerState, p: int, now: float) -> Flow[Optional[Held]]:
     return Held(int(doc.get("epoch") or 0), sent + st.lease_seconds - st.margin)
 
 
+def _stop_acting(st: OwnerState, p: Optional[int] = None) -> None:
+    """Take partition `p` (every partition: None) out of the leases the process's claims and
+    sweeps read, before the write that gives it back: once that write lands another process
+    may take the partition at its next look, while this look is still under way (Rule 3)."""
+    if st.scope.held is not None:
+        st.scope.held = {} if p is None else {q: h for q, h in st.scope.held.items() if q != p}
+
+
 def release(st: OwnerState) -> Flow[None]:
     """Give every lease back and leave (a clean stop): the others take them at their next
     look instead of after the lease lapses."""
+    _stop_acting(st)
     if st.held:
         mine = {"_id": {"$in": sorted(st.held)}, "owner": st.owner}
         yield UpdateMany("partitions", mine, {"$set": {"until": 0.0, "owner": None}})

@@ -205,6 +205,7 @@ class WorkerProcess:
             str(SELECT_S),
             "--history",
             str(self.run.histories / f"{name}.jsonl"),
+            *self.run.worker_flags(self.host, name),
         ]
         log = open(self.run.tmp / f"{self.host}.log", "ab")
         self.proc = await asyncio.create_subprocess_exec(
@@ -257,6 +258,11 @@ class Run:
         self.workers: dict[str, WorkerProcess] = {}
         self.sends = self.outcome.sends
         self.sending = asyncio.Semaphore(8)
+
+    def worker_flags(self, host: str, name: str) -> list[str]:
+        """Flags added to the command of worker incarnation `name` on `host`: none for the
+        real command; a run whose scenario starts another module may pass that module's own."""
+        return []
 
     # --- the pieces ----------------------------------------------------------------------
 
