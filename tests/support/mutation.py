@@ -14,14 +14,29 @@ import sys
 import textwrap
 from contextlib import contextmanager
 from types import FunctionType, ModuleType
-from typing import Iterator
+from typing import Any, Iterator, Optional
 
 
 @contextmanager
 def mutated(module: ModuleType, name: str, old: str, new: str) -> Iterator[None]:
     """`module.name` with `old` (found exactly once in its source) replaced by `new`; every
-    module attribute that held the original (a `from ... import name`) holds the mutant."""
-    original = getattr(module, name)
+    module attribute that held the original (a `from ... import name`) holds the mutant. A
+    method is named `Class.method`."""
+    if "." in name:
+        owner_name, name = name.split(".", 1)
+        owner = getattr(module, owner_name)
+        with _mutated_in(module, owner, name, old, new, holders=[(owner, name)]):
+            yield
+        return
+    with _mutated_in(module, module, name, old, new, holders=None):
+        yield
+
+
+@contextmanager
+def _mutated_in(
+    module: ModuleType, owner: Any, name: str, old: str, new: str, holders: Optional[list[tuple[Any, str]]]
+) -> Iterator[None]:
+    original = vars(owner)[name]
     assert isinstance(original, FunctionType), f"{module.__name__}.{name} is not a function"
     source = textwrap.dedent(inspect.getsource(original))
     assert source.count(old) == 1, f"the planted fault no longer applies: {old!r} is not once in {name}"
@@ -32,7 +47,7 @@ def mutated(module: ModuleType, name: str, old: str, new: str) -> Iterator[None]
     # other functions of the module as they are (and mutated ones, when several are planted)
     mutant = FunctionType(mutant.__code__, module.__dict__, name, mutant.__defaults__, mutant.__closure__)
     mutant.__kwdefaults__ = original.__kwdefaults__
-    holders = [
+    holders = holders or [
         (m, attr)
         for m in list(sys.modules.values())
         if m is not None and getattr(m, "__name__", "").startswith(("harel_beanie", "tests"))
