@@ -394,6 +394,7 @@ def test_a_clock_ahead_beyond_the_margin_takes_leases_still_held(tmp_path: Path,
     verdict = outcome.verdict
     assert verdict is not None and outcome.settled, verdict
     assert verdict.ok, f"{verdict.summary()}\n{outcome.told()}"
+    assert not outcome.count_problems(), "\n".join(outcome.count_problems())  # tests/support/exact_counts.py
     records = read_records(run.ownership)
     intervals = fenced(records)
     pairs = overlaps(intervals)
