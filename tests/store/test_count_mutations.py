@@ -9,23 +9,36 @@ Each planted fault is a source edit of the function that keeps the guard
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
 from harel_beanie.core import counting
 from harel_beanie.core.flows import counting as counting_flows
+from harel_beanie.retention import archive
 from harel_beanie.store.sync_store import MongoStore
 from tests.store.test_count_schedules import test_a_late_mark_does_not_land_on_an_id_created_again as late_mark
 from tests.store.test_count_schedules import test_the_race_schedule_itself as race_schedule
-from tests.support.count_families import World, folds_and_a_commit, make_world, race, reader_and_folds, stalled_folder
+from tests.support.count_families import (
+    World,
+    commit_reviving,
+    folds_and_a_commit,
+    make_world,
+    race,
+    reader_and_folds,
+    stalled_folder,
+)
 from tests.support.explore import Actor
 from tests.support.mutation import mutated
 
 
 @pytest.fixture
-def world(store: MongoStore, client: Any, db_name: str, monkeypatch: pytest.MonkeyPatch) -> World:
-    return make_world(store, client, db_name, monkeypatch)
+def world(
+    store: MongoStore, client: Any, db_name: str, mongo_url: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[World]:
+    w = make_world(store, client, db_name, monkeypatch, mongo_url)
+    yield w
+    w.close()
 
 
 Family = Callable[[World], list[Actor]]
@@ -68,6 +81,15 @@ EXPLORED: dict[str, tuple[ModuleType, str, str, str, Family, dict[str, Any]]] = 
         "return {LEAVING: True, COUNTED: None}",
         race,
         dict(preemptions=3, kills=0),
+    ),
+    # prune's read-back: what it archives as removed is what is gone, by incarnation
+    "the archive's incarnation check": (
+        archive,
+        "gone_among",
+        "return [not still(d) for d in docs]",
+        "return [True for d in docs]",
+        commit_reviving,
+        dict(preemptions=1, kills=0),
     ),
 }
 

@@ -9,22 +9,26 @@ removal and shows the same families catch it. Both need the same world.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, Optional
 
+import pymongo
 import pytest
 from harel.engine.execution import Execution, Status
 
 from harel_beanie.core import commit as commit_module
 from harel_beanie.core import flows
-from harel_beanie.core.calls import Call, Find, Flow
+from harel_beanie.core.calls import Find, Flow
 from harel_beanie.core.commit import CommitRequest
 from harel_beanie.core.count_documents import counts_collection
 from harel_beanie.core.flows import purging as purging_module
+from harel_beanie.retention.archive import CollectionArchive
 from harel_beanie.retention.pruning import is_candidate
 from harel_beanie.retention.removal import removal
 from harel_beanie.store.dispatch import call, drive
@@ -34,6 +38,19 @@ from tests.support.explore import Actor, Explorer, Report, _Runner
 
 #: every id of a family shares this family key, so all are in one partition
 FAMILY = "fam"
+#: the collection prune archives into (its journal beside it)
+ARCHIVE = "pruned"
+
+
+@dataclass(frozen=True)
+class Await:
+    """Not a flow's call: one of the archive's steps (`CollectionArchive`'s begin, finish,
+    recover), made whole as one step of a schedule. The archive's collections are prune's
+    alone, so only where prune stops between them matters; a kill inside one is
+    tests/retention/test_archive_kills.py's."""
+
+    make: Callable[[], Awaitable[Any]]
+    target: str = "archive"
 
 
 @dataclass
@@ -43,10 +60,12 @@ class World:
     store: MongoStore
     db: Any
     oracle: CountsOracle
+    url: str = ""
     saved: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     #: the random tokens drawn since the start state: replayed alike in every schedule, so a
     #: state met again is recognised (tests/support/explore.py, `fingerprint`)
     tokens: list[int] = field(default_factory=list)
+    drawn: int = 0  # the tokens the start state holds
 
     def urandom(self, n: int) -> bytes:
         self.tokens.append(len(self.tokens))
@@ -60,8 +79,35 @@ class World:
     def part(self) -> int:
         return int(self.st.scope.part_of(f"{FAMILY}:x"))
 
-    def execute(self, c: Call) -> Any:
+    def execute(self, c: Any) -> Any:
+        if isinstance(c, Await):
+            return self.loop.run_until_complete(c.make())
         return call(self.store._colls, c)
+
+    _loop: Optional[asyncio.AbstractEventLoop] = None
+    _aclient: Any = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop
+
+    @property
+    def aexes(self) -> Any:
+        """The executions, on an async client (the archive's calls are the async ones)."""
+        if self._aclient is None:
+            self._aclient = pymongo.AsyncMongoClient(self.url)
+        return self._aclient[self.db.name][EXES]
+
+    def archive(self) -> CollectionArchive:
+        return CollectionArchive(self.aexes.database, ARCHIVE, clock=lambda: 1_000_000.0)
+
+    def close(self) -> None:
+        if self._aclient is not None:
+            self.loop.run_until_complete(self._aclient.close())
+        if self._loop is not None:
+            self._loop.close()
 
     def run(self, flow: Flow[Any]) -> Any:
         return drive(flow, self.execute)
@@ -70,9 +116,11 @@ class World:
         """The start state is what the database holds now."""
         counts = counts_collection("harel")
         self.saved = {EXES: list(self.db[EXES].find({})), counts: list(self.db[counts].find({}))}
+        self.saved.update({ARCHIVE: [], ARCHIVE + "_pending": []})  # prune's archive, empty
+        self.drawn = len(self.tokens)
 
     def reset(self) -> None:
-        self.tokens.clear()
+        del self.tokens[self.drawn :]  # numbered on from the start state's: never one of its tokens
         for name, docs in self.saved.items():
             self.db[name].delete_many({})
             if docs:
@@ -107,12 +155,21 @@ class World:
         return lambda: flows.purge(self.st, execution_id, loaded.version)
 
     def prune(self, *ids: str) -> Callable[[], Flow[Any]]:
-        """prune's batch over `ids`: its read, then the removal (retention.removal)."""
+        """prune's batch over `ids`, as `retention.pruning.prune` runs it with an archive:
+        the journal settled, the read, the batch journaled, the removal
+        (`retention.removal`), the removed archived."""
 
         def make() -> Flow[Any]:
+            archive = self.archive()
+            yield Await(lambda: archive.recover(self.aexes))
             docs = yield Find("executions", {"_id": {"$in": list(ids)}})
             chosen = [d for d in docs if is_candidate(d, time.time() + 86400)]
-            return (yield from removal(self.st.scope, chosen))
+            for d in chosen:
+                d.pop("leaving", None)  # as prune does: a mark an interrupted run left
+            yield Await(lambda: archive.begin(chosen))
+            removed = yield from removal(self.st.scope, chosen)
+            yield Await(lambda: archive.finish(removed))
+            return removed
 
         return make
 
@@ -120,8 +177,17 @@ class World:
         return self.oracle.reader(lambda: flows.read_counts(self.st.scope))
 
     def settle(self) -> None:
+        """What the next processes do after a schedule (a killed one included): a fold, and
+        the next prune's recovery of the journal; then the checks at quiescence, the
+        archive's among them: each removal archived once, nothing else archived."""
         self.run(self.fold())
         self.oracle.quiescent()
+        self.loop.run_until_complete(self.archive().recover(self.aexes))
+        records = list(self.db[ARCHIVE].find({}))
+        archived = Counter((r["execution_id"], r["document"].get("born")) for r in records)
+        removed = Counter(self.oracle.removed)
+        assert archived == removed, f"archived {dict(archived)}, removed {dict(removed)}"
+        assert self.db[ARCHIVE + "_pending"].count_documents({}) == 0, "the journal was left unsettled"
 
     def explore(self, actors: list[Actor], **bounds: Any) -> Report:
         # the random samples' seed: printed with the report, and fixed again by the variable
@@ -143,10 +209,10 @@ class World:
         return report
 
 
-def make_world(store: MongoStore, client: Any, db_name: str, monkeypatch: pytest.MonkeyPatch) -> World:
+def make_world(store: MongoStore, client: Any, db_name: str, monkeypatch: pytest.MonkeyPatch, url: str) -> World:
     store.init()
     store.fold_counts()  # every partition's counter built (a reader needs them all)
-    w = World(store, client[db_name], CountsOracle(client[db_name]))
+    w = World(store, client[db_name], CountsOracle(client[db_name], extra=[ARCHIVE, ARCHIVE + "_pending"]), url=url)
     # tokens and times the same in every schedule (a commit's, a purge's)
     for module in (commit_module, purging_module):
         monkeypatch.setattr(module, "os", SimpleNamespace(urandom=w.urandom))

@@ -59,8 +59,10 @@ def tally(counts: Counts) -> Tally:
 class CountsOracle:
     """The invariants above on database `db` (a sync PyMongo database)."""
 
-    def __init__(self, db: Any) -> None:
+    def __init__(self, db: Any, extra: Optional[list[str]] = None) -> None:
         self.db = db
+        self.extra = extra or []  # other collections whose state the fingerprint includes
+        self.removed: list[tuple[Any, Any]] = []  # (id, incarnation) of each document deleted
         self.exes = db[EXES]
         self.counts = db[counts_collection(DEFAULT_PREFIX)]
         self.history: list[Tally] = []
@@ -76,12 +78,16 @@ class CountsOracle:
         """Called once the start state is in place, before a schedule's first step."""
         self._before = self.snapshot()
         self.history = [independent(list(self._before[0].values()))]
+        self.removed = []
 
     def check(self, _steps: Any = None) -> None:
         docs, counters = self.snapshot()
         truth = independent(list(docs.values()))
         self.history.append(truth)
-        self.last = (_frozen(docs), _frozen(counters), frozenset(map(repr, self.history)))
+        # records by what they are of (their keys and times are minted anew in every run)
+        fields = {"_id": 0, "execution_id": 1, "document.born": 1}
+        others = {n: sorted(repr(d) for d in self.db[n].find({}, fields)) for n in self.extra}
+        self.last = (_frozen(docs), _frozen(counters), frozenset(map(repr, self.history)), repr(sorted(others.items())))
         dirty = [d for d in docs.values() if d.get("cdirty")]
         got = tally(combine(list(counters.values()), dirty, "part"))
         assert got == truth, f"the counts by Rule 4 are {got}, the documents say {truth}"
@@ -96,6 +102,7 @@ class CountsOracle:
             old_docs, old_counters = self._before
             for gone in old_docs.keys() - docs.keys():
                 doc = old_docs[gone]
+                self.removed.append((gone, doc.get("born")))
                 held = effective_cc(doc, old_counters.get(doc.get("part"), {}))
                 assert not held, f"{gone!r} was deleted while the counters counted it as {held}"
         self._before = (docs, counters)
