@@ -116,8 +116,8 @@ FIXED: dict[str, tuple[ModuleType, str, str, str, Callable[[World], None]]] = {
     "Rule 3's lineage on a late mark": (
         counting,
         "lineage",
-        '    if "at" in entry:\n        if entry.get("k") is None:',
-        '    return {}\n    if "at" in entry:\n        if entry.get("k") is None:',
+        '    if "at" in entry:\n        first = {"tomb.at": entry["at"]}',
+        '    return [{}]\n    if "at" in entry:\n        first = {"tomb.at": entry["at"]}',
         late_mark,
     ),
 }

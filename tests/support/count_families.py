@@ -82,6 +82,10 @@ class World:
     def execute(self, c: Any) -> Any:
         if isinstance(c, Await):
             return self.loop.run_until_complete(c.make())
+        # a structural fact held in every schedule: no call on the executions carries an
+        # `$or`, for which the embedded server reads the whole collection (a fold's late mark
+        # tries its lineage's forms in turn instead: core/counting.py, `lineage`)
+        assert "$or" not in (getattr(c, "filter", None) or {}), f"an $or on the executions: {c}"
         return call(self.store._colls, c)
 
     _loop: Optional[asyncio.AbstractEventLoop] = None

@@ -163,19 +163,23 @@ def entry_of(doc: Mapping[str, Any]) -> dict[str, Any]:
     return entry
 
 
-def lineage(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """The filter matching the document holding the entry's id only while it is of the
-    lineage the fold read (Rule 3): that incarnation or tombstone, or what a purge or a
-    creation over a tombstone carried on from it (they keep the buried creations), never an
-    id created afresh after prune deleted it."""
+def lineage(entry: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The filters matching the document holding the entry's id only while it is of the
+    lineage the fold read (Rule 3), one per form it may have taken: that incarnation or
+    tombstone, a creation over its tombstone (which keeps the buried creations), a tombstone
+    that buried it; never an id created afresh after prune deleted it. A list, tried in
+    turn, and not one `$or`: the embedded server reads the whole collection for an `$or`
+    even beside an `_id`, and the first filter is the one a mark's usual miss (a commit in
+    between) needs."""
     if "at" in entry:
-        if entry.get("k") is None:
-            return {"tomb.at": entry["at"]}
-        return {"$or": [{"tomb.at": entry["at"]}, {"buried": entry["k"]}, {"tomb.buried": entry["k"]}]}
-    born = entry.get("b")
-    if born is None:  # a document harel's own store wrote: no incarnation to follow
-        return {"born": None}
-    return {"$or": [{"born": born}, {"buried": born}, {"tomb.buried": born}]}
+        first = {"tomb.at": entry["at"]}
+        token = entry.get("k")
+    else:
+        first = {"born": entry.get("b")}  # None: a document harel's own store wrote, no lineage
+        token = entry.get("b")
+    if token is None:
+        return [first]
+    return [first, {"buried": token}, {"tomb.buried": token}]
 
 
 def removable() -> dict[str, Any]:

@@ -114,7 +114,9 @@ def _mark(part: int, seq: int, entries: list[dict[str, Any]]) -> Flow[None]:
         if not (yield UpdateOne("executions", {**base, **unchanged(entry)}, {"$set": counted, "$unset": {DIRTY: ""}})):
             # changed since: stays dirty, and counted as the batch says while it is of the
             # lineage read (an id prune deleted and created again is not: Rule 3)
-            yield UpdateOne("executions", {**base, **lineage(entry)}, {"$set": counted})
+            for form in lineage(entry):
+                if (yield UpdateOne("executions", {**base, **form}, {"$set": counted})):
+                    break
     yield UpdateOne("counts", {"_id": part, "seq": seq}, {"$set": {"marked": True}})
 
 
