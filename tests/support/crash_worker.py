@@ -30,12 +30,14 @@ def use_clock(clock: SharedClock) -> None:
         raise SystemExit(f"harel_beanie.commands.worker no longer has {missing}: update tests/support/crash_worker.py")
     open_transport, counting_worker = (getattr(command, name) for name in PATCHED)
 
+    # the transport's and the worker's clock replaced (the command passes its own since the
+    # worker's clock seam: this one wins); its partition leases keep the real clock
     async def clocked_open_transport(*args: Any, **kwargs: Any) -> Any:
-        return await open_transport(*args, clock=clock, **kwargs)
+        return await open_transport(*args, **{**kwargs, "clock": clock})
 
     class ClockedWorker(counting_worker):  # type: ignore[misc, valid-type]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, clock=clock, **kwargs)
+            super().__init__(*args, **{**kwargs, "clock": clock})
 
     command.open_transport = clocked_open_transport  # type: ignore[assignment]
     command.CountingWorker = ClockedWorker  # type: ignore[misc]
