@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 from urllib.parse import unquote
 
+from harel_beanie.core.stuck import QUIET, quiet_expression, quiet_of
+
 #: the fields each execution document carries for the counts (Rule 1, 2, 3, 5)
 DIRTY = "cdirty"
 COUNTED = "cc"
@@ -68,6 +70,10 @@ DIRTY_PROJECTION = {
     LEAVING: 1,
     COUNTED: 1,
     COUNTED_SEQ: 1,
+    # what `quiet` is computed from (core.stuck), and what pins it (`unchanged`)
+    "updated_at": 1,
+    "pending": 1,
+    "next_fire": 1,
 }
 
 
@@ -137,6 +143,9 @@ def entry_of(doc: Mapping[str, Any]) -> dict[str, Any]:
         entry["at"] = (doc.get("tomb") or {}).get("at")
     else:
         entry.update(v=doc.get("version"), b=doc.get("born"), l=bool(doc.get(LEAVING)))
+        # what the mark sets `quiet` to, and what it was computed from: an ack or a timer's
+        # removal changes these without a new version (core.stuck)
+        entry.update(q=quiet_of(doc), p=bool(doc.get("pending")), f=doc.get("next_fire"))
     return entry
 
 
@@ -144,12 +153,25 @@ def unchanged(entry: Mapping[str, Any]) -> dict[str, Any]:
     """The filter matching the document only while it is as the fold read it (Rule 3)."""
     if "at" in entry:
         return {"tomb.at": entry["at"]}
-    return {
+    out = {
         "version": entry.get("v"),
         "born": entry.get("b"),
         "tomb": {"$exists": False},
         LEAVING: True if entry.get("l") else {"$exists": False},
     }
+    if "p" in entry:  # an entry of a batch folded before `quiet` pins neither
+        out["pending"] = True if entry["p"] else {"$exists": False}
+        out["next_fire"] = entry["f"] if entry.get("f") is not None else {"$exists": False}
+    return out
+
+
+def marked(entry: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """What the mark of an unchanged document sets and unsets beside its count (Rule 3):
+    its `quiet` (core.stuck), and the dirty mark cleared."""
+    unset = {DIRTY: ""}
+    if entry.get("q") is not None:
+        return {QUIET: entry["q"]}, unset
+    return {}, {**unset, QUIET: ""}
 
 
 def plan_fold(docs: list[Mapping[str, Any]], counter: Mapping[str, Any]) -> tuple[dict[str, int], list[dict[str, Any]]]:
@@ -241,7 +263,7 @@ def build_pipeline() -> list[dict[str, Any]]:
             {"$cond": [{"$eq": [{"$type": "$tomb"}, "object"]}, {"t": 1}, live]},
         ]
     }
-    return [{"$set": {COUNTED: state, COUNTED_SEQ: 0}}]
+    return [{"$set": {COUNTED: state, COUNTED_SEQ: 0, QUIET: quiet_expression()}}]
 
 
 def build_sums(parts: list[int]) -> list[dict[str, Any]]:

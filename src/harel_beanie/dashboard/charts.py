@@ -61,7 +61,8 @@ def samples_name(prefix: str) -> str:
 async def take_sample(doc: Any, samples: Any, now: Optional[float] = None) -> None:
     """This minute's sample, unless another dashboard took it already."""
     now = time.time() if now is None else now
-    b = await queries.backlog(doc=doc, now=now, show=200)
+    # the counts, the pending work's age and the soonest timer: no stuck list, one timer
+    b = await queries.backlog(doc=doc, now=now, show=0, timers=1)
     totals: dict[str, int] = {}
     for per in b.counts.values():
         for status, n in per.items():

@@ -3,8 +3,8 @@ show, read at one moment.
 
 Why this module exists: those three views must agree, so the figures are gathered once here:
 executions by definition and status, purged executions' tombstones, the pending outbox and
-its oldest entry, pending spawns, due and next timers, and executions running but silent for
-longer than a threshold.
+its oldest entry, pending spawns, due and next timers, and the stuck executions (stuck, not
+waiting: `harel_beanie.core.stuck`).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from harel_beanie.core.names import prefix_of
 from harel_beanie.core.seqs import minted_at
 from harel_beanie.queries.counts import execution_counts
 from harel_beanie.queries.lowest import lowest
-from harel_beanie.queries.rows import ExecutionRow, Executions, TimerRow, checked_doc
-from harel_beanie.queries.single import stuck_filter
+from harel_beanie.queries.rows import Executions, TimerRow, checked_doc
+from harel_beanie.queries.stuck import stuck as stuck_list
 
-#: the most rows `show` may ask for (the next timers, the silent executions)
+#: the most rows `show` may ask for (the next timers, the stuck executions)
 MAX_SHOW = 10_000
 
 
@@ -53,18 +53,26 @@ class Backlog:
 
 
 async def backlog(
-    *, doc: Executions = ExecutionDocument, stuck_after: float = 300.0, now: Optional[float] = None, show: int = 10
+    *,
+    doc: Executions = ExecutionDocument,
+    stuck_after: float = 300.0,
+    now: Optional[float] = None,
+    show: int = 10,
+    timers: Optional[int] = None,
 ) -> Backlog:
     """Everything `harel-beanie status` reports. The counts are the counters kept up to date
     (`queries.counts`: O(partitions + executions written since the last fold)), or one pass
     over the collection where they cannot answer; every other figure reads only the
-    documents that hold pending work, through their indexes. On a database still in harel's
-    layout (before `migrate up`) the statuses and the pending work are read from every
-    document instead, as the store itself does there."""
+    documents that hold pending work, through their indexes, and the stuck list reads only
+    candidates (`queries.stuck`), never the executions waiting on a timer. `show` bounds the
+    stuck executions and (unless `timers` is given) the next timers listed. On a database
+    still in harel's layout (before `migrate up`) the statuses and the pending work are read
+    from every document instead, as the store itself does there."""
     doc = checked_doc(doc)
     stuck_after = require_seconds("stuck_after", stuck_after)
     now = time.time() if now is None else require_time("now", now)
     show = require_int("show", show, low=0, high=MAX_SHOW)
+    timers = show if timers is None else require_int("timers", timers, low=0, high=MAX_SHOW)
     out = Backlog(now=now, stuck_after=stuck_after)
     coll = doc.get_pymongo_collection()
     counted = await execution_counts(doc=doc)
@@ -74,19 +82,11 @@ async def backlog(
         await _counted_whole(coll, out)
     if await _in_harel_layout(coll):
         await _statuses_from_data(coll, out)
-        await _pending_scanned(coll, out, show)
+        await _pending_scanned(coll, out, timers)
     else:
-        await _pending_indexed(doc, out, show)
-    stuck = await lowest(doc, stuck_filter(stuck_after, now=now), "updated_at", show, ExecutionRow) if show else []
-    out.stuck = [
-        {
-            "id": r.id,
-            "definition_id": r.definition_id,
-            "active_path": r.active_path,
-            "silent_for": now - (r.updated_at or now),
-        }
-        for r in stuck
-    ]
+        await _pending_indexed(doc, out, timers)
+    # stuck, not waiting (core.stuck): read through indexes holding only candidates
+    out.stuck = await stuck_list(after=stuck_after, now=now, show=show, doc=doc)
     return out
 
 

@@ -62,7 +62,9 @@ class StoreMetrics:
         )
         self.stuck = Gauge(
             "harel_executions_silent",
-            "RUNNING executions not updated for longer than the stuck threshold (up to 1000)",
+            "Stuck RUNNING executions (up to 1000): silent for longer than the stuck threshold with no timer "
+            "armed and nothing pending, or holding a timer due for longer than it; those waiting on a timer "
+            "or on pending work are not counted",
             registry=registry,
         )
         self.commit_conflicts = Counter(
@@ -94,7 +96,9 @@ class StoreMetrics:
     ) -> queries.Backlog:
         """Read the stored figures (see `queries.backlog`) and set the gauges from them."""
         now = time.time() if now is None else now
-        b = await queries.backlog(doc=doc, stuck_after=stuck_after, now=now, show=1000)
+        # the lateness needs the soonest timer only; the stuck are counted up to 1000, each
+        # read through an index holding only candidates (core.stuck)
+        b = await queries.backlog(doc=doc, stuck_after=stuck_after, now=now, show=1000, timers=1)
         # a definition/status pair that no longer exists must disappear, not keep its last value
         self.executions.clear()
         for definition, per in b.counts.items():

@@ -24,6 +24,7 @@ from harel_beanie.core.counting import (
     built_counter,
     combine,
     fold_low,
+    marked,
     plan_fold,
     sums_by_part,
     unchanged,
@@ -110,7 +111,10 @@ def _mark(part: int, seq: int, entries: list[dict[str, Any]]) -> Flow[None]:
     for entry in entries:
         base = {"_id": entry["_id"], PART: part, COUNTED_SEQ: {"$not": {"$gte": seq}}}
         counted = {COUNTED: entry["cc"], COUNTED_SEQ: seq}
-        if not (yield UpdateOne("executions", {**base, **unchanged(entry)}, {"$set": counted, "$unset": {DIRTY: ""}})):
+        sets, unsets = marked(entry)
+        if not (
+            yield UpdateOne("executions", {**base, **unchanged(entry)}, {"$set": {**counted, **sets}, "$unset": unsets})
+        ):
             yield UpdateOne("executions", base, {"$set": counted})  # changed since: stays dirty
     yield UpdateOne("counts", {"_id": part, "seq": seq}, {"$set": {"marked": True}})
 
