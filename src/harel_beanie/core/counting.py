@@ -12,13 +12,16 @@ Rule 1. An execution document holds `cc`, what the counters count it as: `{d, s,
         that prune has begun removing (`leaving`) counts as nothing.
 Rule 2. Every write that creates a document or changes what it is counted as (a commit, the
         creation over a tombstone, a purge, prune's `leaving` mark) also sets `cdirty`, in
-        the same update. The partial index `hb_part_cdirty` holds only those documents.
+        the same update, as does every write that may make an execution wait on nothing
+        (an ack, a timer's removal or the repair of its bound: the fold decides its `quiet`,
+        `core.stuck`). The partial index `hb_part_cdirty` holds only those documents.
 Rule 3. A fold applies the deltas (`state_of` less `cc`) of a batch of dirty documents to
         the counter document in one update, conditional on its `seq`, which the update
         raises and which records the batch (`last`: each id and what it is now counted as):
         two folders cannot both apply a batch. Then it marks each document of the batch
-        (`cc` and `cseq` set; `cdirty` cleared only if the document is still as read, so a
-        commit in between leaves it dirty). A mark carries its batch's seq and lands only on
+        (`cc` and `cseq` set; `quiet` set or cleared and `cdirty` cleared only if the
+        document is still as read, its pending flag and timer bound too, so a commit, an ack
+        or a timer's removal in between leaves it dirty). A mark carries its batch's seq and lands only on
         a document marked by an earlier batch (`cseq` below it): a late folder cannot undo
         a later batch's mark. A fold that died between the two finds `last` unmarked and
         marks it first.
