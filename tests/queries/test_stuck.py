@@ -23,6 +23,7 @@ from harel.spec.states import Event
 from pymongo import monitoring
 
 from harel_beanie import AsyncMongoStore, MongoStore, queries
+from harel_beanie.core import calls, flows
 from harel_beanie.core.counting import COUNTED, DIRTY
 from harel_beanie.core.documents import ExecutionDocument
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
@@ -30,6 +31,7 @@ from harel_beanie.core.stuck import QUIET, is_stuck, quiet_of
 from harel_beanie.dashboard import views
 from harel_beanie.queries import lowest as lowest_module
 from harel_beanie.queries.single import stuck_filter
+from harel_beanie.store.dispatch import FlowRun, call
 from harel_beanie.telemetry.metrics import StoreMetrics, new_registry
 from tests.store.test_structure import _idle_documents
 
@@ -181,3 +183,36 @@ async def test_waiting_is_not_stuck_and_the_views_read_the_same_however_many_wai
     # about the 20 it shows, out of 50 or of 2,000; the rest reads only candidates)
     for view in small:
         assert large[view] <= small[view] + 10 and large[view] <= 60, work
+
+
+def test_an_ack_between_a_folds_read_and_its_mark_leaves_the_execution_to_the_next_fold(
+    store: MongoStore, client: Any, db_name: str
+) -> None:
+    """The fold reads a document holding an entry (not quiet), a relay acks the entry, then
+    the fold marks the document: the mark must not clear the dirty mark on the strength of
+    what it read (the execution would never be listed as stuck), so it leaves it for the
+    next fold, which gives it its `quiet`."""
+    coll = client[db_name].harel_executions
+    store.init()
+    store.fold_counts()  # the counters built, empty
+    _run(store, "a", emits=1)
+    run = FlowRun(flows.fold_counts(store.partitions))
+    acked = False
+    while (c := run.next_call()) is not None:
+        if isinstance(c, calls.UpdateOne) and c.target == "executions" and not acked:
+            [entry] = store.pending_outbox()
+            store.ack_outbox(entry.seq)  # between the fold's read and its mark
+            acked = True
+        run.reply(call(store._colls, c))
+    assert acked, "the fold never reached its marks"
+    doc = coll.find_one({"_id": "a"})
+    assert doc.get(DIRTY) is True and QUIET not in doc  # left for the next fold
+    store.fold_counts()
+    doc = coll.find_one({"_id": "a"})
+    assert DIRTY not in doc and doc[QUIET] == doc["updated_at"]
+    # and every folded document carries `quiet` exactly when it waits on nothing
+    _run(store, "b", timer=time.time() + DAY)
+    _run(store, "c")
+    store.fold_counts()
+    for d in coll.find({}):
+        assert (QUIET in d) == (quiet_of(d) is not None), d["_id"]
