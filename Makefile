@@ -100,12 +100,16 @@ bench-partitions: $(STAMP)
 # time against size for every operation, at 10,000 / 100,000 / 1,000,000 stored executions
 # (SIZES=10000,100000 for fewer): its own section of bench/RESULTS.md and docs/scale.png;
 # MONGODB_URL adds that server. The embedded server keeps its data on disk in SCALE_DATA: in
-# memory it held 3.6 GB at 100,000 executions.
+# memory it held 3.6 GB at 100,000 executions. The data's shape: SHARES (the roots' kinds, as
+# weights) and WAIT_DAYS (how far ahead the waiting executions' timers are, and how long ago
+# their last update), bench/scale_seed.py says more.
 SIZES ?= 10000,100000,1000000
+SHARES ?= finished=90,timer=8,failed=1,outbox=1
+WAIT_DAYS ?= 30
 SCALE_DATA ?= harel-beanie-scale-data
 bench-scale: $(STAMP)
 	rm -rf $(SCALE_DATA)
-	$(BIN)/python bench/scale.py --sizes $(SIZES) --storage $(SCALE_DATA)
+	$(BIN)/python bench/scale.py --sizes $(SIZES) --shares $(SHARES) --wait-days $(WAIT_DAYS) --storage $(SCALE_DATA)
 	rm -rf $(SCALE_DATA)
 
 clean:

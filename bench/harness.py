@@ -90,6 +90,7 @@ INDEX_PURPOSE = {
     "hb_parent": "list_executions(roots_only=True); the children of an execution",
     "hb_pending": "a relay pass's one read of pending outbox entries and spawns (documents flagged pending only); acks without an owner hint; purge finds the entries addressed to it",
     "hb_timer_pending": "due_timers reads only documents with a timer due",
+    "hb_quiet": "the stuck list (status, the backlog, /failed, /metrics) reads only executions waiting on nothing (partial: a key only while RUNNING with no timer and nothing pending, set by the counts' fold); no store operation",
 }
 
 log = logging.getLogger("bench")

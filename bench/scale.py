@@ -35,9 +35,9 @@ from typing import Any, Callable, Optional
 import pymongo
 from harel.engine.schema import DEFAULT_PREFIX
 from harness import HERE, machine, server_info
-from scale_operator import dashboard_ms, queries_ms, routes, rss_mb, searches, status_ms
+from scale_operator import dashboard_ms, queries_ms, routes, rss_mb, searches, status_ms, views_read
 from scale_report import Figures, draw, section
-from scale_seed import EXECUTIONS, Cloner, Family, grow, make_templates
+from scale_seed import EXECUTIONS, KINDS, SHARE, SPAN_DAYS, Cloner, Family, grow, make_templates, parse_shares
 from scale_store import Picks, claim_ms, count_statuses, seed_queue, store_ops
 from scale_upkeep import migrate_rates, prune_rates
 from sections import splice
@@ -67,8 +67,9 @@ class Run:
             self.client.drop_database(db)
         families: list[Family] = make_templates(self.url, "hbscale_templates")
         now = time.time()
-        self.ours, self.theirs = Cloner(families, "beanie", now, 1), Cloner(families, "harel", now, 2)
-        self.moving = Cloner(families, "harel", now, 3)
+        shape = {"share": self.opts.shares, "waits": self.opts.wait_days}
+        self.ours, self.theirs = Cloner(families, "beanie", now, 1, **shape), Cloner(families, "harel", now, 2, **shape)
+        self.moving = Cloner(families, "harel", now, 3, **shape)
         MongoStore(self.client, DB).init()  # the layout marker and the indexes, on an empty database
         self.say(f"{len(families)} template families from the shop models")
 
@@ -117,6 +118,8 @@ class Run:
         self.figs.put(
             "`harel-beanie status --json` (the command line)", n, status_ms(self.url, DB, o.reps, o.budget, o.timeout)
         )
+        for view, docs in views_read(self.url, DB).items():
+            self.figs.reads.setdefault(view, {})[n] = docs
 
     def _upkeep(self, n: int) -> None:
         o = self.opts
@@ -168,12 +171,19 @@ def header(opts: argparse.Namespace, started: datetime.datetime, seconds: float,
         f"Each figure: the median of up to {opts.reps} repeats after one warm-up, fewer once {opts.budget:g} s "
         f"are spent (one request slower than that is its own figure); *timed out*: one call took longer than "
         f"{opts.timeout:g} s. Executions seeded as bench/scale_seed.py "
-        "says: the shop models run by harel's runner, cloned (about 90% finished, 8% waiting on a timer, 1% "
-        "FAILED, 1% holding outbox work, over 30 days). Prune: `--finished-before 7d` in batches of 500, "
+        f"says: the shop models run by harel's runner, cloned ({shares(opts.shares)} of the roots; the ones "
+        f"waiting on a timer 1 to {opts.wait_days:g} days ahead, last updated over as many days; the finished "
+        "and FAILED ones over 30 days, the outbox work over a week, none relayed). Prune: `--finished-before 7d` in batches of 500, "
         f"stopped after {opts.prune:,} executions, its rate taken over the batches that did the first and the last "
         "third of its executions. Migrate up: min(size, {opts.migrate:,}) executions written "
         "by harel's MongoStore, a database of their own. The machine is shared: compare within one run.",
     ]
+
+
+def shares(share: dict[str, float]) -> str:
+    total = sum(share.values()) or 1.0
+    words = {"finished": "finished", "timer": "waiting on a timer", "failed": "FAILED", "outbox": "holding outbox work"}
+    return ", ".join(f"{100 * share[k] / total:g}% {words[k]}" for k in KINDS if share.get(k))
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
@@ -186,6 +196,20 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=120.0, help="seconds one call may take (default 120)")
     p.add_argument("--prune", type=int, default=5_000, help="executions one prune run removes at most (0: skip)")
     p.add_argument("--migrate", type=int, default=100_000, help="executions migrated at most per size (0: skip)")
+    default_shares = ",".join(f"{k}={v:g}" for k, v in SHARE.items())
+    p.add_argument(
+        "--shares",
+        default=default_shares,
+        help=f"the roots' kinds, as weights (default {default_shares}): finished, waiting on a timer, FAILED, "
+        "holding unrelayed outbox work",
+    )
+    p.add_argument(
+        "--wait-days",
+        type=float,
+        default=float(SPAN_DAYS),
+        help=f"how many days ahead the waiting executions' timers are, and over how many their last updates "
+        f"spread (default {SPAN_DAYS})",
+    )
     p.add_argument("--url", default=os.environ.get("MONGODB_URL"), help="also run on this server ($MONGODB_URL)")
     p.add_argument(
         "--storage",
@@ -200,6 +224,12 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     if a.no_url:
         a.url = None
     a.sizes = sorted(int(s.replace("_", "")) for s in a.sizes.split(",") if s)
+    try:
+        a.shares = parse_shares(a.shares)
+    except ValueError as exc:
+        p.error(str(exc))
+    if not a.wait_days >= 1:
+        p.error("--wait-days must be 1 or more")
     if a.no_embedded and not a.url:
         p.error("--no-embedded needs --url or MONGODB_URL")
     return a

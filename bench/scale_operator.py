@@ -1,8 +1,8 @@
 """The scale benchmark's operator-side measurements: every dashboard route as a browser or a
 scraper asks for it (the real `harel-beanie dashboard` command, a child process, over HTTP),
-`harel-beanie status` (the real command line), and the first page of each listing and search
+`harel-beanie status` (the real command line), the first page of each listing and search
 through the typed queries API (`harel_beanie.queries`), as an application embedding them
-calls it."""
+calls it, and the documents the backlog, the failed page and `/metrics` read."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import httpx
+import pymongo
+from pymongo import monitoring
 from scale_store import median_ms
 
 from harel_beanie import AsyncMongoStore
@@ -25,6 +27,7 @@ from harel_beanie.deploy.embedded import free_port
 from harel_beanie.queries import ExecutionFilter, executions_page, status_counts
 
 CLI = [sys.executable, "-m", "harel_beanie"]  # the command line, as `harel-beanie` runs it
+EXECUTIONS = "harel_executions"
 
 
 def routes(prefix: str, parent: str, one: str, now: float) -> dict[str, str]:
@@ -222,3 +225,74 @@ def rss_mb(pid: Optional[int]) -> Optional[tuple[float, float]]:
         return float(fields.get(key, "0 kB").split()[0]) / 1024
 
     return mb("VmRSS"), mb("VmHWM")
+
+
+# --- what the operator's views read ------------------------------------------------------------
+
+
+class _Reads(monitoring.CommandListener):
+    """The filter of every read sent to the executions (a find's, an aggregate's first
+    `$match`): what the embedded server reads for it is the documents it matches."""
+
+    def __init__(self) -> None:
+        self.filters: list[dict[str, Any]] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        cmd = event.command
+        if event.command_name == "find" and cmd["find"] == EXECUTIONS:
+            self.filters.append(dict(cmd.get("filter") or {}))
+        elif event.command_name == "aggregate" and cmd["aggregate"] == EXECUTIONS:
+            self.filters.append(dict(((cmd.get("pipeline") or [{}])[0]).get("$match") or {}))
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+#: the views whose reads are counted, as each calls the queries (status: `backlog()` with its
+#: default `--show`; `/metrics` without a sample, as its first scrape reads)
+VIEWS_READ = ("`harel-beanie status` / `GET /backlog`: `backlog()`", "`GET /failed`", "`GET /metrics`")
+
+
+def views_read(url: str, db: str) -> dict[str, int]:
+    """The documents each view's reads match (each view read twice first, as a running
+    dashboard has): the structural figure behind its time, counted as
+    tests/queries/test_stuck.py counts it."""
+    return asyncio.run(_views_read(url, db))
+
+
+async def _views_read(url: str, db: str) -> dict[str, int]:
+    from harel_beanie import queries
+    from harel_beanie.core.documents import ExecutionDocument
+    from harel_beanie.dashboard import views
+    from harel_beanie.telemetry.metrics import StoreMetrics, new_registry
+
+    reads = _Reads()
+    store = AsyncMongoStore(pymongo.AsyncMongoClient(url, event_listeners=[reads]), db, create_schema=False)
+    await store.init()
+    counter: pymongo.MongoClient[Any] = pymongo.MongoClient(url)
+    metrics = StoreMetrics(new_registry())
+    jobs = dict(
+        zip(
+            VIEWS_READ,
+            (
+                lambda: queries.backlog(show=10),
+                lambda: views.failed_view(after=None, limit=50, stuck_after=300.0, doc=ExecutionDocument),
+                lambda: metrics.refresh(),
+            ),
+        )
+    )
+    out = {}
+    try:
+        for name, job in jobs.items():
+            for _ in range(2):
+                await job()
+            reads.filters.clear()
+            await job()
+            out[name] = sum(counter[db][EXECUTIONS].count_documents(f) for f in reads.filters)
+    finally:
+        await store.close()
+        counter.close()
+    return out

@@ -28,6 +28,7 @@ class Figures:
     prune: dict[int, Rates] = field(default_factory=dict)
     migrate: dict[int, tuple[int, Rates, float]] = field(default_factory=dict)  # size -> (executions, rates, s)
     load: list[tuple[float, float, float]] = field(default_factory=list)
+    reads: dict[str, dict[int, int]] = field(default_factory=dict)  # view -> size -> documents read
 
     def put(self, op: str, n: int, ms: float, harel: Optional[float] = None) -> None:
         self.ms.setdefault(op, {})[n] = ms
@@ -107,6 +108,16 @@ def upkeep_table(figs: Figures) -> list[str]:
     return out
 
 
+def reads_table(figs: Figures) -> list[str]:
+    """The documents each operator view reads (its reads' filters' matches), by size."""
+    sizes = figs.sizes
+    head = " | ".join(f"{n:,}" for n in sizes)
+    out = [f"| view (documents read) | {head} |", "|---|" + "---:|" * len(sizes)]
+    for view, per in figs.reads.items():
+        out.append(f"| {view} | " + " | ".join("-" if per.get(n) is None else f"{per[n]:,}" for n in sizes) + " |")
+    return out
+
+
 def section(runs: list[Figures], header: list[str], chart: Optional[str]) -> str:
     out = ["## Scale: time against the number of stored executions", "", *header]
     for figs in runs:
@@ -120,6 +131,9 @@ def section(runs: list[Figures], header: list[str], chart: Optional[str]) -> str
             out += ["", "#### The store's operations beside harel's MongoStore (same executions, its layout)", ""]
             out += harel_table(figs)
         out += ["", "#### Seeding, memory, prune, migrate", ""] + upkeep_table(figs)
+        if figs.reads:
+            out += ["", "#### What the operator's views read (documents their reads match, after two reads)", ""]
+            out += reads_table(figs)
     if chart:
         # named, not embedded: the manual includes this file from another folder, where a
         # relative image link would not resolve; the manual's pages show the chart

@@ -23,9 +23,18 @@ clone. What the store would write differently for the clone is set per variant: 
 (`part_of` of the clone's id, shared by the family), the times (created, updated, finished
 and `finished_on` moved into one of BUCKETS slices of the last SPAN_DAYS days, in the
 snapshot too: 15-minute slices, so that a time search meets what production holds, executions
-spread over the day, not a few thousand updated at one instant), the timers (fire times in the coming week, none due) and, for outbox work,
-fresh outbox seqs above any the store mints. Roots are chosen so that about 90% are
-finished, 8% wait on a timer, 1% FAILED and 1% hold outbox work, spread over the models.
+spread over the day, not a few thousand updated at one instant), the timers and, for outbox
+work, fresh outbox seqs above any the store mints. Roots are chosen so that about 90% are
+finished, 8% wait on a timer, 1% FAILED and 1% hold outbox work (`SHARE`; bench/scale.py's
+`--shares` sets others), spread over the models.
+
+The shape is what a statechart store holds in real life: the executions waiting on a timer
+wait long (an order for its delivery, a payment to retry), their timers 1 to `waits` days
+ahead (30 unless set) and their last update spread over as many days, so most RUNNING
+executions have been silent for days and are not stuck; the finished and FAILED ones are
+spread over the last SPAN_DAYS days, the outbox work over the last week, none of it relayed.
+Each clone arrives as a fold of the counts leaves it (counted, and `quiet` where it waits on
+nothing: `harel_beanie.core.stuck`).
 """
 
 from __future__ import annotations
@@ -52,11 +61,13 @@ from harel.spec.states import Event
 from harel_beanie import MongoStore
 from harel_beanie.core.counting import COUNTED, COUNTED_SEQ, DIRTY, state_of
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
+from harel_beanie.core.stuck import QUIET, quiet_of
 
 EXECUTIONS = "harel_executions"
 SHOP_MODELS = Path(__file__).resolve().parents[1] / "src" / "harel_beanie" / "demo" / "shop_models"
 KINDS = ("finished", "timer", "failed", "outbox")
 SHARE = {"finished": 90, "timer": 8, "failed": 1, "outbox": 1}  # of every 100 roots
+DAY = 86_400.0
 SPAN_DAYS, BUCKETS, WEEK = 30, 30 * 96, 7 * 86_400.0
 #: the variants kept encoded at once: with 2,880 slices most clones are a variant of their own
 #: at a million, and every one kept would hold gigabytes in this process
@@ -209,8 +220,18 @@ class Cloner:
     """Clones of the template families for one layout ("beanie" or "harel"), as raw BSON made
     once per family, time slice and partition, and a byte replace of the root id per clone."""
 
-    def __init__(self, families: list[Family], layout: str, now: float, seed: int = 7) -> None:
+    def __init__(
+        self,
+        families: list[Family],
+        layout: str,
+        now: float,
+        seed: int = 7,
+        share: dict[str, float] = SHARE,
+        waits: float = SPAN_DAYS,
+    ) -> None:
         self.families = {k: [f for f in families if f.kind == k] for k in KINDS}
+        self.share = {k: float(share.get(k, 0)) for k in KINDS}
+        self.waits = waits  # days: how far ahead the timers are, and how long ago their last update
         self.layout = layout
         self.now = now
         self.rng = random.Random(seed)
@@ -224,10 +245,14 @@ class Cloner:
     def _variant(self, fam: Family, bucket: int, part: int) -> list[bytes]:
         key = (fam.root, bucket, part)
         if key not in self.cache:
-            span = SPAN_DAYS * 86_400.0 if fam.kind in ("finished", "failed") else WEEK
+            waits = self.waits * DAY
+            span = {"finished": SPAN_DAYS * DAY, "failed": SPAN_DAYS * DAY, "timer": waits}.get(fam.kind, WEEK)
             top = max(d["updated_at"] if "updated_at" in d else 0.0 for d in fam.docs)
             delta = self.now - span * (bucket + 0.5) / BUCKETS - top
-            fire = self.now + 60.0 + WEEK * (bucket + 0.5) / BUCKETS
+            # a long wait's timer: 1 day to `waits` ahead, in an order of its own (a timer
+            # armed long ago may fire soon, one armed yesterday in weeks)
+            ahead = ((bucket * 7 + 3) % BUCKETS + 0.5) / BUCKETS
+            fire = self.now + (DAY + max(0.0, waits - DAY) * ahead if fam.kind == "timer" else 60.0 + WEEK * ahead)
             docs = fam.docs if self.layout == "beanie" else fam.harel
             shaped = [_shifted(d, delta, fire, self.now) for d in docs]
             if self.layout == "beanie":
@@ -241,7 +266,8 @@ class Cloner:
 
     def _kind(self) -> str:
         """The kind furthest below its share of the documents cloned so far."""
-        return max(KINDS, key=lambda k: SHARE[k] * (self.n + 1) / 100 - self.made[k])
+        total = sum(self.share.values()) or 1.0
+        return max(KINDS, key=lambda k: self.share[k] * (self.n + 1) / total - self.made[k])
 
     def family(self) -> Iterator[Any]:
         """The documents of one new family (root id: its definition's letter, then hex)."""
@@ -307,8 +333,27 @@ def grow(coll: Any, cloner: Cloner, target: int, say: Callable[[str], None], rei
 
 def _counted(doc: dict[str, Any]) -> dict[str, Any]:
     """`doc` as a fold leaves it: counted under its state, no longer marked dirty."""
-    out = {k: v for k, v in doc.items() if k != DIRTY}
+    out = {k: v for k, v in doc.items() if k not in (DIRTY, QUIET)}
     state = state_of(out)
     if state is not None:
         out[COUNTED], out[COUNTED_SEQ] = state, 0
+    quiet = quiet_of(out)
+    if quiet is not None:
+        out[QUIET] = quiet
+    return out
+
+
+def parse_shares(text: str) -> dict[str, float]:
+    """`--shares`: `kind=n,...` over the kinds (finished, timer, failed, outbox); a kind left
+    out has none. The numbers are weights: they need not add up to 100."""
+    out = dict.fromkeys(KINDS, 0.0)
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        kind, _, n = part.partition("=")
+        if kind not in KINDS:
+            raise ValueError(f"--shares: {kind!r} is not one of {', '.join(KINDS)}")
+        out[kind] = float(n)
+        if not out[kind] >= 0:
+            raise ValueError(f"--shares: {part!r} is not a weight of 0 or more")
+    if not sum(out.values()) > 0:
+        raise ValueError("--shares: at least one kind needs a weight above 0")
     return out

@@ -1040,21 +1040,21 @@ TIMER_SWEEPS = [
         "a stale bound (its timer was cancelled) is raised",
         False,
         [timer_doc("a", {"t2": 500.0}, next_fire=80.0)],
-        [repair("a", 80.0, {"$set": {"next_fire": 500.0}})],
+        [repair("a", 80.0, {"$set": {"cdirty": True, "next_fire": 500.0}})],
         [],
     ),
     (
         "a bound with no timer left is dropped",
         False,
         [timer_doc("a", {}, next_fire=80.0)],
-        [repair("a", 80.0, {"$unset": {"next_fire": ""}})],
+        [repair("a", 80.0, {"$set": {"cdirty": True}, "$unset": {"next_fire": ""}})],
         [],
     ),
     (
         "compat: a missing bound is set",
         True,
         [timer_doc("h", {"t2": 500.0})],
-        [repair("h", None, {"$set": {"next_fire": 500.0}})],
+        [repair("h", None, {"$set": {"cdirty": True, "next_fire": 500.0}})],
         [],
     ),
     (
@@ -1118,7 +1118,8 @@ PULL_PIPELINE = [
                     True,
                     "$$REMOVE",
                 ]
-            }
+            },
+            "cdirty": True,  # marked for the fold, which decides its `quiet` (core.stuck)
         }
     },
 ]
@@ -1223,7 +1224,12 @@ def test_purge_in_memory_pulls_without_the_pipeline() -> None:
     """mongomock evaluates the pipeline wrongly: a plain `$pull` (the flag may stay set)."""
     st = state(lease=False)
     st.in_memory = True
-    pull = on(UpdateMany, "executions", filter=PULL_FILTER, update={"$pull": {"outbox": {"target_id": ID}}})
+    pull = on(
+        UpdateMany,
+        "executions",
+        filter=PULL_FILTER,
+        update={"$pull": {"outbox": {"target_id": ID}}, "$set": {"cdirty": True}},
+    )
     assert run(flows.purge(st, ID, 3), (PURGE_READ, None), (HOLDERS, HOLDER_DOCS), (pull, 2)) is False
 
 

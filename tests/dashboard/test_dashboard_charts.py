@@ -7,7 +7,8 @@ draws samples it writes itself; here the samples are the dashboard's own):
 - the charts are the differences between consecutive minutes: events handled (commits),
   executions started, finished and failed per minute; the levels as sampled; a minute with
   no sample is a gap, and a total that went down (a prune) is drawn as 0;
-- a running dashboard's sampler makes the samples' expiry index and takes this minute's sample.
+- a running dashboard's sampler makes the samples' expiry index and takes this minute's sample;
+- `/metrics` serves the pending entries from a sample at most a minute old, reading none.
 """
 
 from __future__ import annotations
@@ -17,12 +18,24 @@ import datetime
 import time
 from typing import Any
 
+import pymongo
 from harel.engine.execution import Execution, Status
 from harel.engine.store.base import TimerOp
+from harel.spec.states import Event
+from pymongo import monitoring
 
 from harel_beanie import AsyncMongoStore
 from harel_beanie.core.documents import bind
-from harel_beanie.dashboard.charts import KEEP_SECONDS, SPAN, Sampler, charts, samples_name, take_sample
+from harel_beanie.dashboard.charts import (
+    KEEP_SECONDS,
+    SPAN,
+    Sampler,
+    charts,
+    latest_sample,
+    samples_name,
+    take_sample,
+)
+from harel_beanie.telemetry.metrics import StoreMetrics, new_registry
 
 
 def _collections(store: AsyncMongoStore) -> tuple[Any, Any]:
@@ -96,3 +109,52 @@ async def test_a_running_dashboards_sampler_keeps_the_samples(astore: AsyncMongo
     finally:
         assert sampler._task is not None
         sampler._task.cancel()
+
+
+class _PendingReads(monitoring.CommandListener):
+    """The reads of the documents holding pending entries (an aggregate led by `pending`)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name == "aggregate" and "pending" in (
+            (event.command.get("pipeline") or [{}])[0].get("$match") or {}
+        ):
+            self.n += 1
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+async def test_metrics_serve_the_pending_entries_from_a_sample_at_most_a_minute_old(
+    mongo_url: str, db_name: str
+) -> None:
+    """A scrape read every document holding a pending entry (10,000 at a million seeded
+    executions): with a sample the dashboard took at most a minute ago, it reads none, and
+    serves the sample's figures, the oldest entry's age grown by the sample's age."""
+    watched = _PendingReads()
+    astore = AsyncMongoStore(pymongo.AsyncMongoClient(mongo_url, event_listeners=[watched]), db_name)
+    await astore.init()
+    doc, samples = _collections(astore)
+    now = time.time()
+    busy = Execution(id="busy", definition_id="Order", status=Status.RUNNING, updated_at=now)
+    await astore.commit(busy, [("busy", Event(kind="Ping"))], spawns=(("busy:X:0", "X", {}),))
+    metrics = StoreMetrics(new_registry())
+    assert await latest_sample(samples, now=now) is None
+    watched.n = 0
+    await metrics.refresh(doc=doc, now=now, sampled=None)  # no sample: read at the scrape
+    assert watched.n == 1 and metrics.pending.labels("outbox")._value.get() == 1
+    await take_sample(doc, samples, now=now)
+    kept = await latest_sample(samples, now=now + 30)
+    assert kept is not None and (kept["pending_outbox"], kept["pending_spawns"]) == (1, 1)
+    watched.n = 0
+    await metrics.refresh(doc=doc, now=now + 30, sampled=kept)
+    assert watched.n == 0  # served from the sample
+    assert metrics.pending.labels("outbox")._value.get() == 1 and metrics.pending.labels("spawn")._value.get() == 1
+    assert metrics.oldest_pending.labels("outbox")._value.get() >= 30  # its age, 30 s on
+    assert await latest_sample(samples, now=now + 120) is None  # older than a minute: read again
+    await astore.close()

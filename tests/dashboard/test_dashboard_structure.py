@@ -63,8 +63,16 @@ def _first_stage(name: str, cmd: dict[str, Any]) -> dict[str, Any]:
 
 
 #: the shapes SecantusDB reads as one range of an index: an equality on its leading field and
-#: a range (or equality) on the next
-BOUNDED = [{"status", "_id"}, {"definition_id", "_id"}, {"parent_id", "_id"}, {"status", "updated_at"}]
+#: a range (or equality) on the next, or a range of a single-field partial index (the stuck
+#: list's: `hb_quiet`, and the timers long overdue on `hb_timer_pending`)
+BOUNDED = [
+    {"status", "_id"},
+    {"definition_id", "_id"},
+    {"parent_id", "_id"},
+    {"status", "updated_at"},
+    {"quiet"},
+    {"next_fire"},
+]
 
 
 def _read_by_secantus(db: Any, label: str, reads: list[tuple[str, dict[str, Any]]]) -> int:

@@ -31,6 +31,7 @@ from harel_beanie.dashboard import DashboardActions, dashboard_router, no_auth
 from harel_beanie.queries.lowest import lowest
 from harel_beanie.queries.rows import ExecutionRow
 from harel_beanie.queries.single import stuck_filter
+from harel_beanie.queries.stuck import stuck
 from tests.dashboard.test_dashboard_app import FakeRunner
 
 OP = {"$gt": ""}
@@ -86,6 +87,14 @@ CALLS: list[tuple[str, str, Callable[[], Any]]] = [
     ("status_counts", "hint", lambda: queries.status_counts(hint="yes")),  # type: ignore[arg-type]
     ("lowest", "n", lambda: lowest(ExecutionDocument, {}, "updated_at", True, ExecutionRow)),
     ("stuck_filter", "older_than", lambda: stuck_filter(-1.0)),
+    ("stuck", "after", lambda: stuck(after=math.nan)),
+    ("stuck", "after", lambda: stuck(after="300")),  # type: ignore[arg-type]
+    ("stuck", "now", lambda: stuck(now={"$gt": 0})),  # type: ignore[arg-type]
+    ("stuck", "show", lambda: stuck(show=True)),
+    ("stuck", "show", lambda: stuck(show=10**9)),
+    ("stuck", "doc", lambda: stuck(doc=Customer)),  # type: ignore[arg-type]
+    ("backlog", "timers", lambda: queries.backlog(timers=-1)),
+    ("backlog", "timers", lambda: queries.backlog(timers="1")),  # type: ignore[arg-type]
 ]
 
 

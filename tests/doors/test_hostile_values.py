@@ -92,6 +92,9 @@ OVERRIDES: dict[tuple[str, str], tuple[str, Any]] = {
     ("due_timers", "now"): ("time-or-inf", NOW),
     ("list_executions", "limit"): ("count", 100),
     ("next_timer", "after"): ("time", NOW),
+    ("stuck", "after"): ("seconds", 300.0),  # the threshold, not a cursor
+    ("backlog", "timers"): ("count0", 10),  # the next timers listed (None: as many as `show`)
+    ("backlog", "entries"): ("bool", True),
 }
 #: store methods that only open or close it
 LIFECYCLE = {"init", "close"}

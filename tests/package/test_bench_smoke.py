@@ -170,12 +170,15 @@ def test_a_rewrite_of_the_results_keeps_the_marked_sections(tmp_path: Path) -> N
 def test_bench_scale_writes_its_section_and_chart(tmp_path: Path) -> None:
     """`bench/scale.py` at two tiny sizes, end to end on its own embedded server: every
     operation has a figure at both sizes (the dashboard's routes, status, the queries, the
-    store beside harel's, the claim), prune and migrate report rates, the section lands
-    between its markers with the rest of the file kept, and the chart is a PNG. Shapes only."""
+    store beside harel's, the claim), prune and migrate report rates, the documents the
+    operator's views read are counted, the data's shape follows `--shares` and `--wait-days`,
+    the section lands between its markers with the rest of the file kept, and the chart is a
+    PNG. Shapes only."""
     out, chart = tmp_path / "RESULTS.md", tmp_path / "scale.png"
     out.write_text("# Benchmark results\n\nthe main report\n")
     argv = [sys.executable, str(ROOT / "bench" / "scale.py"), "--sizes", "150,300", "--reps", "1", "--budget", "1"]
     argv += ["--prune", "100", "--migrate", "300", "--no-url", "--out", str(out), "--chart", str(chart)]
+    argv += ["--shares", "finished=90,timer=7,failed=2,outbox=1", "--wait-days", "20"]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-4000:]
     text = out.read_text()
@@ -183,6 +186,15 @@ def test_bench_scale_writes_its_section_and_chart(tmp_path: Path) -> None:
     assert text.count("<!-- section scale: begin -->") == 1 == text.count("<!-- section scale: end -->")
     assert "SecantusDB" in text and "scale.png" in text
     assert chart.read_bytes().startswith(b"\x89PNG")
+    assert "90% finished, 7% waiting on a timer, 2% FAILED, 1% holding outbox work" in text  # --shares
+    assert "1 to 20 days ahead" in text  # --wait-days
+    # the documents each operator view reads, at both sizes
+    reads = text[text.index("#### What the operator's views read") :]
+    read_rows = [ln for ln in reads.splitlines() if ln.startswith("| `")]
+    assert len(read_rows) == 3, read_rows
+    for ln in read_rows:
+        cells = [c.strip() for c in ln.strip().strip("|").split("|")]
+        assert all(c.replace(",", "").isdigit() for c in cells[1:3]), ln
     times = text[text.index("#### Time per operation") : text.index("#### The store's operations beside")]
     rows = {ln.split("|")[1].strip(): ln for ln in times.splitlines() if ln.startswith("| ") and "---" not in ln}
     for name in ("GET / (front page)", "GET /metrics", "GET /?status=FAILED", "GET /backlog", "store: `load`"):

@@ -96,6 +96,7 @@ PUBLIC: dict[str, set[str]] = {
         "executions_page",
         "failed_since",
         "status_counts",
+        "stuck",
         "stuck_running",
         "waiting_on_timer",
     },

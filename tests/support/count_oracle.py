@@ -8,7 +8,8 @@ from the documents alone, and compared after every step:
 - exact: the counters plus the dirty documents (Rule 4, `combine`) equal an independent count
   of the documents, at every step; and each clean document is counted, and marked (`cc`), as
   what it is (Rule 4 corrects only the dirty ones, and from `cc` once the last batch is
-  another: a clean one marked wrong is counted wrong from its next change);
+  another: a clean one marked wrong is counted wrong from its next change), and carries the
+  `quiet` its state calls for (`core.stuck`: what the backlog lists as stuck);
 - nothing deleted while counted: a document that disappears in a step was counted as nothing
   by the counters just before it (what Rule 4 says they hold for it);
 - at quiescence, after a settling fold run alone: no document is left dirty, and the counters
@@ -26,6 +27,7 @@ from harel.engine.schema import DEFAULT_PREFIX
 from harel_beanie.core.calls import Flow
 from harel_beanie.core.count_documents import counts_collection
 from harel_beanie.core.counting import Counts, combine, effective_cc, state_of
+from harel_beanie.core.stuck import QUIET, quiet_of
 
 EXES = f"{DEFAULT_PREFIX}_executions"
 Tally = tuple[dict[str, dict[str, int]], int, int]
@@ -98,6 +100,9 @@ class CountsOracle:
                 # and its own mark says so: the next change corrects from `cc` once its batch
                 # is no longer the last
                 assert doc.get("cc") == now, f"clean {doc['_id']!r} is marked {doc.get('cc')}, it is {now}"
+                # and the fold's other mark, what `/backlog` lists as stuck (core.stuck)
+                quiet = quiet_of(doc)
+                assert doc.get(QUIET) == quiet, f"clean {doc['_id']!r} has quiet {doc.get(QUIET)}, it should be {quiet}"
         if self._before is not None:
             old_docs, old_counters = self._before
             for gone in old_docs.keys() - docs.keys():

@@ -95,11 +95,13 @@ def transport(p: argparse.ArgumentParser, *, idle_wait: bool = True) -> None:
 
 
 def stuck_after(p: argparse.ArgumentParser, called: str) -> None:
-    """How long a RUNNING execution may go without an update before it is `called` so."""
+    """How long a RUNNING execution may go silent with nothing to wake it, or hold an overdue
+    timer, before it is `called` so (`harel_beanie.core.stuck`)."""
     p.add_argument(
         "--stuck-after",
         type=seconds(3650 * DAY),
         default=300.0,
         metavar="SECONDS",
-        help=f"a RUNNING execution not updated for this long is {called} (default 300)",
+        help=f"a RUNNING execution silent this long with no timer ahead and nothing pending, or holding a timer "
+        f"overdue this long, is {called} (default 300)",
     )

@@ -3,7 +3,7 @@
 Why this module exists: an operator asks "is anything stuck, and how much is waiting?"
 This answers from the store's indexed fields (`harel_beanie.queries.backlog`: executions by
 definition and status, the pending outbox and the age of its oldest entry, pending spawns,
-due and next timers, RUNNING executions silent for longer than `--stuck-after`) plus the
+due and next timers, the stuck executions: `harel_beanie.core.stuck`) plus the
 queue of harel's Mongo transport (events queued, executions leased by a worker). `--json`
 prints the same figures for scripts and monitoring; times are epoch seconds, ages seconds.
 
@@ -37,7 +37,8 @@ NAME = "status"
 HELP = "backlog and health: counts, pending work, timers, stuck executions"
 DESCRIPTION = (
     "What is pending and what is stuck: executions by definition and status, pending outbox and spawns, due "
-    "and next timers, RUNNING executions silent for longer than --stuck-after."
+    "and next timers, RUNNING executions silent for longer than --stuck-after with no timer ahead and nothing "
+    "pending, or holding a timer overdue by as long (waiting on a timer or on pending work is not stuck)."
 )
 WHERE = "embedded"
 
@@ -142,7 +143,8 @@ def render(console: Console, data: dict[str, Any]) -> None:
     if data["stuck"]:
         t = Table(
             box=box.SIMPLE_HEAD,
-            title=f"Stuck: RUNNING, not updated for more than {human_duration(stuck_after)}",
+            title=f"Stuck: RUNNING, silent for more than {human_duration(stuck_after)} with nothing to wake it, "
+            "or a timer overdue by as long",
             title_justify="left",
             title_style="bold red",
         )
@@ -158,7 +160,10 @@ def render(console: Console, data: dict[str, Any]) -> None:
             )
         console.print(t)
     else:
-        console.print(f"Nothing stuck: no RUNNING execution silent for more than {human_duration(stuck_after)}.")
+        console.print(
+            f"Nothing stuck: no RUNNING execution silent for more than {human_duration(stuck_after)} with nothing "
+            "to wake it, and no timer overdue by as long (waiting on a timer or pending work is not stuck)."
+        )
 
 
 def main(args: Any, target: Target) -> int:

@@ -38,6 +38,7 @@ from harel_beanie.core.arguments import require_str
 from harel_beanie.core.counting import DIRTY, LEAVING
 from harel_beanie.core.keys import encode_path, timer_field
 from harel_beanie.core.sizes import DEFAULT_TRACE_STEP_BYTES, dedupe_key, ring_length, strict_json, trace_item
+from harel_beanie.core.stuck import QUIET
 
 DEFAULT_DEDUPE_WINDOW = 1000
 """How many of the most recent event ids an execution remembers as processed (docs/design.md, "The dedupe window")."""
@@ -282,7 +283,8 @@ def _cas_update(exe: Execution, c: _CommitParts, dedupe_window: int) -> tuple[di
     set_ops: dict[str, Any] = {"data": c.data, "version": c.new_version, **c.promoted, DIRTY: True}
     if c.outbox or c.spawns:
         set_ops["pending"] = True  # cleared by the write that removes the last entry
-    unset_ops: dict[str, str] = {LEAVING: ""}
+    # no longer silent: the fold gives it its `quiet` again if it waits on nothing (core.stuck)
+    unset_ops: dict[str, str] = {LEAVING: "", QUIET: ""}
     for path, at in c.timer_ops.items():
         if at is None:
             unset_ops[timer_field(path)] = ""

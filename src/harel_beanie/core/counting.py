@@ -15,7 +15,9 @@ Rule 1. An execution document holds `cc`, what the counters count it as: `{d, s,
         nothing.
 Rule 2. Every write that creates a document or changes what it is counted as (a commit, the
         creation over a tombstone, a purge, prune's `leaving` mark) also sets `cdirty`, in
-        the same update. The partial index `hb_part_cdirty` holds only those documents.
+        the same update, as does every write that may make an execution wait on nothing
+        (an ack, a timer's removal or the repair of its bound: the fold decides its `quiet`,
+        `core.stuck`). The partial index `hb_part_cdirty` holds only those documents.
         A purge and a creation over a tombstone carry `cc` and `cseq` on to the document
         that replaces the old one (guarded on them), so what the counters count an id as
         moves with it; together they form the id's counted lineage, which ends only when
@@ -25,13 +27,14 @@ Rule 3. A fold applies the deltas (`state_of` less what the counters count it as
         which the update raises and which records the batch (`last`: each id, what it is
         now counted as, and what pins the state read and the lineage): two folders cannot
         both apply a batch. Then it marks each document of the batch (`cc` and `cseq` set;
-        `cdirty` cleared only if the document is still as read, so a commit in between
-        leaves it dirty). A mark carries its batch's seq and lands only on a document of
-        the lineage read (`lineage`: the incarnation read, or one a purge or a creation over
-        a tombstone carried on from it) last marked by an earlier batch or never (`cseq`
-        below it or absent): a late folder cannot undo a later batch's mark, nor mark an
-        id created again after prune deleted it. A fold that died between the two finds
-        `last` unmarked and marks it first, before it reads the dirty documents.
+        `quiet` set or cleared and `cdirty` cleared only if the document is still as read,
+        its pending flag and timer bound too, so a commit, an ack or a timer's removal in
+        between leaves it dirty). A mark carries its batch's seq and lands only on a
+        document of the lineage read (`lineage`: the incarnation read, or one a purge or a
+        creation over a tombstone carried on from it) last marked by an earlier batch or
+        never (`cseq` below it or absent): a late folder cannot undo a later batch's mark,
+        nor mark an id created again after prune deleted it. A fold that died between the
+        two finds `last` unmarked and marks it first, before it reads the dirty documents.
 Rule 4. Exact counts at any moment are the counter documents plus, for each dirty document,
         its `state_of` less what the counters hold for it: while its batch is the last one
         and not yet marked on it, that batch's entry, else its `cc` (`effective_cc`). A
@@ -61,6 +64,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 from urllib.parse import unquote
 
+from harel_beanie.core.stuck import QUIET, quiet_expression, quiet_of
+
 #: the fields each execution document carries for the counts (Rule 1, 2, 3, 5)
 DIRTY = "cdirty"
 COUNTED = "cc"
@@ -85,6 +90,10 @@ DIRTY_PROJECTION = {
     LEAVING: 1,
     COUNTED: 1,
     COUNTED_SEQ: 1,
+    # what `quiet` is computed from (core.stuck), and what pins it (`unchanged`)
+    "updated_at": 1,
+    "pending": 1,
+    "next_fire": 1,
 }
 
 
@@ -160,6 +169,9 @@ def entry_of(doc: Mapping[str, Any]) -> dict[str, Any]:
             entry["k"] = buried[-1]
     else:
         entry.update(v=doc.get("version"), b=doc.get("born"), l=bool(doc.get(LEAVING)))
+        # what the mark sets `quiet` to, and what it was computed from: an ack or a timer's
+        # removal changes these without a new version (core.stuck)
+        entry.update(q=quiet_of(doc), p=bool(doc.get("pending")), f=doc.get("next_fire"))
     return entry
 
 
@@ -192,12 +204,25 @@ def unchanged(entry: Mapping[str, Any]) -> dict[str, Any]:
     """The filter matching the document only while it is as the fold read it (Rule 3)."""
     if "at" in entry:
         return {"tomb.at": entry["at"]}
-    return {
+    out = {
         "version": entry.get("v"),
         "born": entry.get("b"),
         "tomb": {"$exists": False},
         LEAVING: True if entry.get("l") else {"$exists": False},
     }
+    if "p" in entry:  # an entry of a batch folded before `quiet` pins neither
+        out["pending"] = True if entry["p"] else {"$exists": False}
+        out["next_fire"] = entry["f"] if entry.get("f") is not None else {"$exists": False}
+    return out
+
+
+def marked(entry: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """What the mark of an unchanged document sets and unsets beside its count (Rule 3):
+    its `quiet` (core.stuck), and the dirty mark cleared."""
+    unset = {DIRTY: ""}
+    if entry.get("q") is not None:
+        return {QUIET: entry["q"]}, unset
+    return {}, {**unset, QUIET: ""}
 
 
 def plan_fold(docs: list[Mapping[str, Any]], counter: Mapping[str, Any]) -> tuple[dict[str, int], list[dict[str, Any]]]:
@@ -289,7 +314,7 @@ def build_pipeline() -> list[dict[str, Any]]:
             {"$cond": [{"$eq": [{"$type": "$tomb"}, "object"]}, {"t": 1}, live]},
         ]
     }
-    return [{"$set": {COUNTED: state, COUNTED_SEQ: 0}}]
+    return [{"$set": {COUNTED: state, COUNTED_SEQ: 0, QUIET: quiet_expression()}}]
 
 
 def build_sums(parts: list[int]) -> list[dict[str, Any]]:

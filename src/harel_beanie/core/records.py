@@ -14,6 +14,7 @@ from harel.engine.execution import Execution, ExecutionSummary
 from harel.engine.store.base import OutboxEntry, SpawnEntry
 from harel.spec.states import Event
 
+from harel_beanie.core.counting import DIRTY
 from harel_beanie.core.keys import decode_path
 
 
@@ -83,7 +84,12 @@ def due_timers(
             # nothing due: the bound is stale (its timer was cancelled) or missing (a document
             # harel's store wrote): set it to the earliest timer, or drop it if none is left
             guard = {"_id": doc["_id"], "version": doc.get("version"), "next_fire": bound}
-            fix = {"$set": {"next_fire": earliest}} if earliest is not None else {"$unset": {"next_fire": ""}}
+            # (marked for the fold: without the bound, it may wait on nothing; core.stuck)
+            fix: dict[str, Any] = {"$set": {DIRTY: True}}
+            if earliest is not None:
+                fix["$set"]["next_fire"] = earliest
+            else:
+                fix["$unset"] = {"next_fire": ""}
             repairs.append({"filter": guard, "update": fix})
     due.sort(key=lambda t: t[2])
     return due, repairs

@@ -61,7 +61,8 @@ def samples_name(prefix: str) -> str:
 async def take_sample(doc: Any, samples: Any, now: Optional[float] = None) -> None:
     """This minute's sample, unless another dashboard took it already."""
     now = time.time() if now is None else now
-    b = await queries.backlog(doc=doc, now=now, show=200)
+    # the counts, the pending work's age and the soonest timer: no stuck list, one timer
+    b = await queries.backlog(doc=doc, now=now, show=0, timers=1)
     totals: dict[str, int] = {}
     for per in b.counts.values():
         for status, n in per.items():
@@ -76,8 +77,33 @@ async def take_sample(doc: Any, samples: Any, now: Optional[float] = None) -> No
         "failed": totals.get("FAILED", 0),
         "outbox_age": b.oldest_outbox_age or 0.0,
         "timer_lag": max(late, default=0.0),
+        # what `/metrics` serves from the newest sample instead of reading every document
+        # holding a pending entry on each scrape (`latest_sample`)
+        "pending_outbox": b.pending_outbox,
+        "pending_spawns": b.pending_spawns,
+        "spawn_age": b.oldest_spawn_age or 0.0,
     }
     await samples.update_one({"_id": minute}, {"$setOnInsert": sample}, upsert=True)
+
+
+async def latest_sample(
+    samples: Any, now: Optional[float] = None, within: float = MINUTE + 5.0
+) -> Optional[dict[str, Any]]:
+    """The newest sample if it was taken at most `within` seconds ago (the sampler takes one
+    a minute), with when it was (`taken`, epoch seconds), else None: what `/metrics` serves
+    the pending entries from. One read of at most two documents (this minute's and the
+    last, by `_id`)."""
+    now = time.time() if now is None else now
+    minute = now - now % MINUTE
+    docs = await samples.find({"_id": {"$gte": minute - MINUTE, "$lte": minute}}).to_list(None)
+    if not docs:
+        return None
+    newest = max(docs, key=lambda d: float(d["_id"]))
+    at = newest.get("at")
+    taken = at.replace(tzinfo=datetime.timezone.utc).timestamp() if isinstance(at, datetime.datetime) else None
+    if taken is None or not now - within <= taken <= now + 1.0 or "pending_outbox" not in newest:
+        return None  # too old, from a clock ahead of ours, or from a release that did not keep these
+    return {**newest, "taken": taken}
 
 
 #: seconds the first sample waits after the dashboard's first page: it reads what `status`

@@ -20,8 +20,7 @@ from harel_beanie.core.documents import ExecutionDocument
 from harel_beanie.core.keys import decode_path
 from harel_beanie.core.seqs import minted_at
 from harel_beanie.dashboard import statechart
-from harel_beanie.queries.lowest import lowest
-from harel_beanie.queries.single import stuck_filter
+from harel_beanie.queries.stuck import stuck
 
 Doc = type[ExecutionDocument]
 
@@ -131,6 +130,7 @@ class SilentOut(BaseModel):
     definition_id: str
     active_path: Optional[str] = None
     silent_for: float
+    overdue_for: Optional[float] = None  # how long its earliest timer has been due (core.stuck)
 
 
 class FailedView(BaseModel):
@@ -349,15 +349,9 @@ async def failed_view(
     page = await queries.executions_page(
         queries.ExecutionFilter(status="FAILED"), after=after, limit=limit, doc=doc, hint=hint
     )
-    # the counters (exact, a few reads), and the longest silent read as the backlog reads them
+    # the counters (exact, a few reads), and the stuck as the backlog reads them (core.stuck)
     total = (await queries.status_counts(doc=doc, hint=hint)).get("FAILED", 0)
-    stuck = await lowest(doc, stuck_filter(stuck_after, now=now), "updated_at", limit, queries.ExecutionRow)
-    silent = [
-        SilentOut(
-            id=r.id, definition_id=r.definition_id, active_path=r.active_path, silent_for=now - (r.updated_at or now)
-        )
-        for r in stuck
-    ]
+    silent = _silent(await stuck(after=stuck_after, now=now, show=limit, doc=doc))
     return FailedView(
         now=now,
         failed=[ExecutionOut.of(r) for r in page.rows],

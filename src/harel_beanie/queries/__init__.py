@@ -10,7 +10,9 @@ explain). Run it with `await q.to_list()`, refine it with `.limit(n)`, or page i
 
 `backlog()` gathers what `harel-beanie status` shows: executions by definition and status,
 the purged executions' tombstones, the pending outbox and its oldest entry, pending spawns,
-due and next timers, and executions running but silent for longer than a threshold.
+due and next timers, and the stuck executions: `stuck()`, RUNNING and silent for longer than a
+threshold with nothing to wake them, or holding a timer overdue by as long (waiting on a timer
+or on pending work is not stuck: `harel_beanie.core.stuck`).
 `execution_counts()` reads the executions by definition and status from the counters the
 store keeps up to date (exact, in a few commands whatever the collection holds).
 `executions_page` and `status_counts` list executions matching an `ExecutionFilter`, a page at
@@ -50,6 +52,7 @@ from harel_beanie.queries.single import (
     stuck_running,
     waiting_on_timer,
 )
+from harel_beanie.queries.stuck import stuck
 from harel_beanie.queries.timed import SPAN_COUNT_CAP
 
 __all__ = [
@@ -75,6 +78,7 @@ __all__ = [
     "failed_since",
     "purged",
     "status_counts",
+    "stuck",
     "stuck_running",
     "waiting_on_timer",
 ]

@@ -3,8 +3,8 @@ show, read at one moment.
 
 Why this module exists: those three views must agree, so the figures are gathered once here:
 executions by definition and status, purged executions' tombstones, the pending outbox and
-its oldest entry, pending spawns, due and next timers, and executions running but silent for
-longer than a threshold.
+its oldest entry, pending spawns, due and next timers, and the stuck executions (stuck, not
+waiting: `harel_beanie.core.stuck`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from harel.engine.schema import Names
 
-from harel_beanie.core.arguments import require_int, require_seconds, require_time
+from harel_beanie.core.arguments import require_bool, require_int, require_seconds, require_time
 from harel_beanie.core.counting import LEAVING, UNKNOWN
 from harel_beanie.core.documents import PENDING, SCHEMA_MARKER_ID, ExecutionDocument
 from harel_beanie.core.keys import ANY_TIME, decode_path
@@ -24,10 +24,10 @@ from harel_beanie.core.names import prefix_of
 from harel_beanie.core.seqs import minted_at
 from harel_beanie.queries.counts import execution_counts
 from harel_beanie.queries.lowest import lowest
-from harel_beanie.queries.rows import ExecutionRow, Executions, TimerRow, checked_doc
-from harel_beanie.queries.single import stuck_filter
+from harel_beanie.queries.rows import Executions, TimerRow, checked_doc
+from harel_beanie.queries.stuck import stuck as stuck_list
 
-#: the most rows `show` may ask for (the next timers, the silent executions)
+#: the most rows `show` may ask for (the next timers, the stuck executions)
 MAX_SHOW = 10_000
 
 
@@ -53,18 +53,30 @@ class Backlog:
 
 
 async def backlog(
-    *, doc: Executions = ExecutionDocument, stuck_after: float = 300.0, now: Optional[float] = None, show: int = 10
+    *,
+    doc: Executions = ExecutionDocument,
+    stuck_after: float = 300.0,
+    now: Optional[float] = None,
+    show: int = 10,
+    timers: Optional[int] = None,
+    entries: bool = True,
 ) -> Backlog:
     """Everything `harel-beanie status` reports. The counts are the counters kept up to date
     (`queries.counts`: O(partitions + executions written since the last fold)), or one pass
     over the collection where they cannot answer; every other figure reads only the
-    documents that hold pending work, through their indexes. On a database still in harel's
-    layout (before `migrate up`) the statuses and the pending work are read from every
-    document instead, as the store itself does there."""
+    documents that hold pending work, through their indexes, and the stuck list reads only
+    candidates (`queries.stuck`), never the executions waiting on a timer. `show` bounds the
+    stuck executions and (unless `timers` is given) the next timers listed. `entries` False
+    leaves the pending entries' counts and ages out (0 and None), for a caller that keeps
+    them from a recent sample (`/metrics`): they read every document holding one. On a database
+    still in harel's layout (before `migrate up`) the statuses and the pending work are read
+    from every document instead, as the store itself does there."""
     doc = checked_doc(doc)
     stuck_after = require_seconds("stuck_after", stuck_after)
     now = time.time() if now is None else require_time("now", now)
     show = require_int("show", show, low=0, high=MAX_SHOW)
+    timers = show if timers is None else require_int("timers", timers, low=0, high=MAX_SHOW)
+    entries = require_bool("entries", entries)
     out = Backlog(now=now, stuck_after=stuck_after)
     coll = doc.get_pymongo_collection()
     counted = await execution_counts(doc=doc)
@@ -74,19 +86,11 @@ async def backlog(
         await _counted_whole(coll, out)
     if await _in_harel_layout(coll):
         await _statuses_from_data(coll, out)
-        await _pending_scanned(coll, out, show)
+        await _pending_scanned(coll, out, timers)
     else:
-        await _pending_indexed(doc, out, show)
-    stuck = await lowest(doc, stuck_filter(stuck_after, now=now), "updated_at", show, ExecutionRow) if show else []
-    out.stuck = [
-        {
-            "id": r.id,
-            "definition_id": r.definition_id,
-            "active_path": r.active_path,
-            "silent_for": now - (r.updated_at or now),
-        }
-        for r in stuck
-    ]
+        await _pending_indexed(doc, out, timers, entries)
+    # stuck, not waiting (core.stuck): read through indexes holding only candidates
+    out.stuck = await stuck_list(after=stuck_after, now=now, show=show, doc=doc)
     return out
 
 
@@ -150,9 +154,16 @@ async def _statuses_from_data(coll: Any, out: Backlog) -> None:
                 del per[UNKNOWN]
 
 
-async def _pending_indexed(doc: Executions, out: Backlog, show: int) -> None:
+async def _pending_indexed(doc: Executions, out: Backlog, show: int, entries: bool = True) -> None:
     """The pending work of a database in this store's layout: only the documents holding
-    some are read, through the partial indexes."""
+    some are read, through the partial indexes (the entries' unless `entries` is False)."""
+    if entries:
+        await _entries_indexed(doc, out)
+    await _timers_indexed(doc, out, show)
+
+
+async def _entries_indexed(doc: Executions, out: Backlog) -> None:
+    """The pending entries' counts and the oldest's age: one pass over the documents holding any."""
     coll, now = doc.get_pymongo_collection(), out.now
     arrays = {"outbox": ("pending_outbox", "oldest_outbox_age"), "spawns": ("pending_spawns", "oldest_spawn_age")}
     # one pass over the pending documents for both arrays: each document is read once (on
@@ -176,6 +187,11 @@ async def _pending_indexed(doc: Executions, out: Backlog, show: int) -> None:
             setattr(out, count_attr, rows[0][f"{array}_n"])
             low = rows[0][f"{array}_low"]
             setattr(out, age_attr, _age(low, now) if isinstance(low, int) else None)
+
+
+async def _timers_indexed(doc: Executions, out: Backlog, show: int) -> None:
+    """The due timers' count and the next `show` timers, through the timer index."""
+    now = out.now
     out.due_timers = await doc.find({"next_fire": {**ANY_TIME, "$lte": now}}).count()
     # the bound may be stale (a cancelled timer): report the real timers
     # show=0 lists none (a limit of 0 would mean no limit at all)

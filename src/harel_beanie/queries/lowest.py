@@ -22,7 +22,7 @@ from beanie import SortDirection
 
 from harel_beanie.core.arguments import require_int
 from harel_beanie.core.start_documents import start_key
-from harel_beanie.core.windows import UpwardWalk
+from harel_beanie.core.windows import SHRINK, UpwardWalk
 from harel_beanie.queries.server import server_of
 from harel_beanie.queries.starts import keep, recall
 
@@ -36,17 +36,22 @@ _KEPT: dict[tuple[str, str, str], float] = {}
 _REMEMBERED = 1_000
 
 
-async def lowest(doc: Any, query: dict[str, Any], field: str, n: int, model: type[Row]) -> list[Row]:
+async def lowest(doc: Any, query: dict[str, Any], field: str, n: int, model: type[Row], *, kind: str = "") -> list[Row]:
     """The first `n` documents matching `query` in ascending `field` order, projected to
     `model`. `query` may bound `field` itself ($gte, $gt, $lt, $lte); every match must
-    have `field` as a number (the partial indexes behind these reads hold only those)."""
+    have `field` as a number (the partial indexes behind these reads hold only those).
+    `kind` keeps the start of reads of the same field and filter apart where they want
+    different stretches of it (the soonest timers, and the timers long overdue), as `n`
+    does for reads of different lengths."""
     n = require_int("n", n, low=1)
     coll = doc.get_pymongo_collection()
     if (await server_of(coll)).limit_bounds_work:
         return await _find(doc, query, n, field, model)
     own = dict(query.get(field, {}))
     rest = {k: v for k, v in query.items() if k != field}
-    key = (coll.full_name, field, repr(sorted((k, repr(v)) for k, v in rest.items())))
+    # a start and a width per number of rows wanted too: a width learnt for one row, kept
+    # for a read of twenty, doubles across every gap in the field before it fills
+    key = (coll.full_name, field, repr(sorted((k, repr(v)) for k, v in rest.items())) + f"{kind} n={n}")
     if key not in _START:
         await _recall(coll, key)
     if key not in _START:
@@ -63,9 +68,18 @@ async def lowest(doc: Any, query: dict[str, Any], field: str, n: int, model: typ
         bounds = {**own, "$gte": max(own.get("$gte", start), window.low or start)}
         if window.high is not None:
             bounds["$lt"] = _lesser(own.get("$lt"), window.high)
-        got = await _find(doc, {**rest, field: bounds}, n - len(rows), field, model)
+        want = n - len(rows)
+        got = await _find(doc, {**rest, field: bounds}, want, field, model)
         walk.saw(len(got))
         rows += got
+        if got and len(got) == want:
+            # a full window may have held far more than it returned (the server read them
+            # all; the limit hid how many): the next read's width is the stretch that held
+            # these rows and a little more, so that it reads about `n` again (a width learnt
+            # on fewer documents would otherwise stay, and read ever more of them)
+            span = float(getattr(rows[-1], field)) - float(getattr(rows[0], field))
+            narrower = span * (1 + 2 / len(rows)) if span > 0 else walk.width / SHRINK
+            walk.width = max(min(walk.width, narrower), math.ulp(float(getattr(rows[0], field))) * 4)
     await _keep(coll, key, rows, field, walk.width)
     return rows
 

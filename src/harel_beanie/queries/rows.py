@@ -40,6 +40,16 @@ class TimerRow(BaseModel):
     timers: dict[str, float] = {}
 
 
+class StuckRow(ExecutionRow):
+    """A candidate of the stuck list: its row and what decides whether it is stuck or only
+    waiting (`harel_beanie.core.stuck.is_stuck`)."""
+
+    next_fire: Optional[float] = None
+    timers: dict[str, float] = {}
+    pending: Optional[bool] = None
+    quiet: Optional[float] = None
+
+
 class ExecutionDetail(ExecutionRow):
     """One execution as its page shows it: its row, the snapshot and its pending work (the
     entries as stored, whichever store wrote them). Leaves out the dedupe window and the

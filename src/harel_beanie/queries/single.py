@@ -53,8 +53,10 @@ def failed_since(
 def stuck_running(
     older_than: float, *, now: Optional[float] = None, doc: Executions = ExecutionDocument
 ) -> FindMany[ExecutionRow]:
-    """RUNNING executions not updated for more than `older_than` seconds, most silent first.
-    Index: hb_status_updated (status, updated_at)."""
+    """RUNNING executions not updated for more than `older_than` seconds, most silent first,
+    those waiting on a timer or on pending work included: the stuck ones are `stuck()`
+    (`harel_beanie.queries.stuck`), which the views list. Index: hb_status_updated (status,
+    updated_at); on a server whose `limit` bounds nothing it reads every match."""
     doc = checked_doc(doc)
     query = stuck_filter(older_than, now=now)
     return doc.find(query, projection_model=ExecutionRow).sort([("updated_at", SortDirection.ASCENDING)])

@@ -15,7 +15,7 @@ about what `harel-beanie status` costs, not a pass over every document's data.
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -44,13 +44,15 @@ class StoreMetrics:
         )
         self.pending = Gauge(
             "harel_pending_entries",
-            "Pending work not yet relayed: outbox entries (events) and spawns (children)",
+            "Pending work not yet relayed: outbox entries (events) and spawns (children); from the dashboard's "
+            "per-minute sample when one at most a minute old is kept, else read at the scrape",
             ["kind"],
             registry=registry,
         )
         self.oldest_pending = Gauge(
             "harel_pending_oldest_age_seconds",
-            "Age of the oldest pending entry, by kind (0 when none)",
+            "Age of the oldest pending entry, by kind (0 when none); from the dashboard's per-minute sample when "
+            "one at most a minute old is kept (then up to a minute behind), else read at the scrape",
             ["kind"],
             registry=registry,
         )
@@ -62,7 +64,9 @@ class StoreMetrics:
         )
         self.stuck = Gauge(
             "harel_executions_silent",
-            "RUNNING executions not updated for longer than the stuck threshold (up to 1000)",
+            "Stuck RUNNING executions (up to 1000): silent for longer than the stuck threshold with no timer "
+            "armed and nothing pending, or holding a timer due for longer than it; those waiting on a timer "
+            "or on pending work are not counted",
             registry=registry,
         )
         self.commit_conflicts = Counter(
@@ -91,10 +95,25 @@ class StoreMetrics:
         doc: type[ExecutionDocument] = ExecutionDocument,
         stuck_after: float = 300.0,
         now: Optional[float] = None,
+        sampled: Optional[Mapping[str, Any]] = None,
     ) -> queries.Backlog:
-        """Read the stored figures (see `queries.backlog`) and set the gauges from them."""
+        """Read the stored figures (see `queries.backlog`) and set the gauges from them. With
+        `sampled` (a recent sample of the pending entries: the dashboard's charts keep one a
+        minute), the entries' counts and ages come from it instead of a read of every
+        document holding one."""
         now = time.time() if now is None else now
-        b = await queries.backlog(doc=doc, stuck_after=stuck_after, now=now, show=1000)
+        # the lateness needs the soonest timer only; the stuck are counted up to 1000, each
+        # read through an index holding only candidates (core.stuck)
+        b = await queries.backlog(
+            doc=doc, stuck_after=stuck_after, now=now, show=1000, timers=1, entries=sampled is None
+        )
+        if sampled is not None:
+            taken = float(sampled.get("taken") or now)
+            b.pending_outbox = int(sampled.get("pending_outbox") or 0)
+            b.pending_spawns = int(sampled.get("pending_spawns") or 0)
+            # an age read a while ago is that much older now
+            b.oldest_outbox_age = float(sampled["outbox_age"]) + max(0.0, now - taken) if b.pending_outbox else None
+            b.oldest_spawn_age = float(sampled["spawn_age"]) + max(0.0, now - taken) if b.pending_spawns else None
         # a definition/status pair that no longer exists must disappear, not keep its last value
         self.executions.clear()
         for definition, per in b.counts.items():

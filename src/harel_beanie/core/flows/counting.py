@@ -25,6 +25,7 @@ from harel_beanie.core.counting import (
     combine,
     fold_low,
     lineage,
+    marked,
     plan_fold,
     sums_by_part,
     unchanged,
@@ -111,7 +112,10 @@ def _mark(part: int, seq: int, entries: list[dict[str, Any]]) -> Flow[None]:
     for entry in entries:
         base = {"_id": entry["_id"], PART: part, COUNTED_SEQ: {"$not": {"$gte": seq}}}
         counted = {COUNTED: entry["cc"], COUNTED_SEQ: seq}
-        if not (yield UpdateOne("executions", {**base, **unchanged(entry)}, {"$set": counted, "$unset": {DIRTY: ""}})):
+        sets, unsets = marked(entry)
+        if not (
+            yield UpdateOne("executions", {**base, **unchanged(entry)}, {"$set": {**counted, **sets}, "$unset": unsets})
+        ):
             # changed since: stays dirty, and counted as the batch says while it is of the
             # lineage read (an id prune deleted and created again is not: Rule 3)
             for form in lineage(entry):

@@ -38,6 +38,7 @@ from harel_beanie.core import records
 from harel_beanie.core.arguments import require_int, require_str, require_time
 from harel_beanie.core.calls import Find, Flow, UpdateMany, UpdateOne
 from harel_beanie.core.commit import point
+from harel_beanie.core.counting import DIRTY
 from harel_beanie.core.documents import PENDING, OutboxView, PendingView, SpawnView, TimerView, projection
 from harel_beanie.core.flows.state import StoreState
 from harel_beanie.core.keys import ANY_SEQ, ANY_TIME, timer_field
@@ -223,14 +224,15 @@ def remove_entries(
     only costs a look at a document with nothing left, never a missed entry)."""
     update: Any
     if st.in_memory:
-        update = {"$pull": {array: match}}
+        update = {"$pull": {array: match}, "$set": {DIRTY: True}}
     else:
         # `$literal`: inside an expression a string starting with `$` would be a field path
         # (an execution id may be "$a"), never the value itself
         keep = {"$or": [{"$ne": [f"$$this.{k}", {"$literal": v}]} for k, v in match.items()]}
         update = [
             {"$set": {array: {"$filter": {"input": {"$ifNull": [f"${array}", []]}, "cond": keep}}}},
-            {"$set": {"pending": {"$cond": [_HOLDS_ENTRIES, True, "$$REMOVE"]}}},
+            # the last entry gone, the execution may wait on nothing: the fold decides (core.stuck)
+            {"$set": {"pending": {"$cond": [_HOLDS_ENTRIES, True, "$$REMOVE"]}, DIRTY: True}},
         ]
     if many:
         yield UpdateMany("executions", query, update)
@@ -277,10 +279,11 @@ def delete_timer(st: StoreState, execution_id: str, path: str, fire_at: float) -
     if st.in_memory:
         # mongomock evaluates this pipeline wrongly: remove the timer alone, and the bound,
         # left too low, is raised by the next sweep (as after a cancel)
-        yield UpdateOne("executions", guard, {"$unset": {key: ""}})
+        yield UpdateOne("executions", guard, {"$unset": {key: ""}, "$set": {DIRTY: True}})
         return
     earliest: dict[str, Any] = {
         "$min": {"$map": {"input": {"$objectToArray": {"$ifNull": ["$timers", {}]}}, "in": "$$this.v"}}
     }
     earliest = {"$ifNull": [earliest, "$$REMOVE"]}  # none left: no bound at all, never a null one
-    yield UpdateOne("executions", guard, [{"$project": {key: 0}}, {"$set": {"next_fire": earliest}}])
+    # the last timer gone, the execution may wait on nothing: the fold decides (core.stuck)
+    yield UpdateOne("executions", guard, [{"$project": {key: 0}}, {"$set": {"next_fire": earliest, DIRTY: True}}])
