@@ -102,8 +102,13 @@ _REFUSALS = [
     (["status", "--stuck-after", "inf"], "must be a finite number"),
     (["status", "--stuck-after", "1e309"], "must be a finite number"),
     (["status", "--show", "true"], "expected a whole number"),
-    (["prune", "--url", "{url}", "--finished-before", "@nan"], "finished_before must be a finite number"),
-    (["prune", "--url", "{url}", "--finished-before", "99999999999999999999999999999999d"], "age must be"),
+    (["prune", "--url", "{url}", "--finished-before", "@nan"], "--finished-before must be a finite number"),
+    (
+        ["prune", "--url", "{url}", "--finished-before", "99999999999999999999999999999999d"],
+        "--finished-before must be",
+    ),
+    (["prune", "--url", "{url}", "--finished-before", "30x"], "--finished-before '30x': expected an age"),
+    (["prune", "--url", "{url}", "--ttl", "5q"], "--ttl is not an age: '5q'"),
     (["migrate", "up", "--url", "{url}", "--batch-size", "0"], "must be from 1 to"),
     (
         [
@@ -117,7 +122,7 @@ _REFUSALS = [
             "--connect-timeout",
             "0.2",
         ],
-        "did not answer a ping after 1 attempts",
+        "did not answer a ping after 1 attempt over ",
     ),
     (["status", "--url", "not-a-url"], "not-a-url (from --url) is not a MongoDB URL"),
     (["status", "--url", "mongodb://h:notaport"], "cannot use mongodb://h:notaport"),
@@ -128,7 +133,8 @@ _REFUSALS = [
     (["worker", "--url", "{url}", "--definitions", "{tmp}"], "no machines in"),
     (["monitor", "--url", "{url}", "--definitions", "{tmp}/nope"], "no definitions directory at"),
     (["monitor", "--url", "{dead}", "--connect-attempts", "1", "--connect-timeout", "0.2"], "did not answer"),
-    (["demo", "--url", "{url}", "--models", "{tmp}/nope"], "no models directory at"),
+    (["demo", "--url", "{url}", "--models", "{tmp}/nope"], "--models: no models directory at"),
+    (["demo", "--url", "{url}", "--models", "{tmp}"], "--models: no *.stm models in"),
 ]
 
 
@@ -148,6 +154,75 @@ def test_each_refusal_is_one_line_and_exit_2(args, expected, tmp_path, mongo_url
     assert cli.main([a.format(**values) for a in args]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and expected in err[0] and err[0].startswith("harel-beanie"), err
+
+
+_EARLY = [
+    (["demo", "--models", "typo"], "--models: no models directory at typo"),
+    (["prune"], "say what to remove: --finished-before"),
+    (["prune", "--finished-before", "30x"], "--finished-before '30x'"),
+    (["prune", "--ttl", "soon"], "--ttl is not an age"),
+    (["prune", "--finished-before", "1d", "--archive", "a.jsonl", "--archive-collection", "c"], "choose one"),
+    (["dashboard", "--allow", "send"], "--allow needs --definitions DIR"),
+    (["dashboard", "--allow", "fly", "--definitions", "{models}"], "--allow: unknown action(s) fly"),
+    (["dashboard", "--definitions", "typo"], "--definitions: no definitions directory at typo"),
+    (["monitor", "--definitions", "typo"], "--definitions: no definitions directory at typo"),
+]
+
+
+@pytest.mark.parametrize("args,expected", _EARLY, ids=[" ".join(a[:2]) for a, _ in _EARLY])
+def test_a_wrong_flag_is_refused_before_the_embedded_server_starts(args, expected, tmp_path, monkeypatch, capsys):
+    """No URL: the embedded server would start on ./harel-beanie-data; a flag the command
+    refuses is refused first, naming the flag, and no data folder is made (`demo --models
+    typo` used to start the server and spend 16 s before saying so)."""
+    for var in _SCRUB:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main([a.format(models=MODELS) for a in args]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and expected in err[0], err
+    assert not (tmp_path / "harel-beanie-data").exists()
+
+
+def test_the_monitor_without_its_extra_is_refused_before_the_embedded_server_starts(tmp_path, monkeypatch, capsys):
+    for var in _SCRUB:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "harel.tui.app", None)  # what a missing extra looks like to import
+    assert cli.main(["monitor"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "pip install 'harel-beanie[tui]'" in err, err
+    assert not (tmp_path / "harel-beanie-data").exists()
+
+
+def test_an_unreachable_server_is_reported_with_the_attempts_made_and_the_time_taken(tmp_path):
+    """ "1 attempt" (not "1 attempts"), and the seconds the attempts took, pings' waits
+    included (it used to say "over about 2s" after 8.4 s)."""
+    import re
+
+    dead = f"mongodb://127.0.0.1:{free_port()}"
+    for attempts, said in ((1, "1 attempt"), (2, "2 attempts")):
+        line = one_line_error(
+            run_cli(
+                "status",
+                "--url",
+                dead,
+                "--connect-attempts",
+                str(attempts),
+                "--connect-timeout",
+                "0.3",
+                cwd=tmp_path,
+            )
+        )
+        m = re.search(rf"did not answer a ping after {said} over (\d+\.\d)s: ", line)
+        assert m, line
+
+
+def test_version_names_the_package_and_harel(tmp_path):
+    from importlib.metadata import version
+
+    proc = run_cli("--version", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"harel-beanie {version('harel-beanie')} (harel {version('harel')})"
 
 
 def test_a_malformed_harel_variable_is_one_line(tmp_path, mongo_url, monkeypatch, capsys):

@@ -49,7 +49,9 @@ PROG = "harel-beanie"
 
 #: Every command, in the order `--help` lists them. Each module holds `NAME`, `HELP`,
 #: `DESCRIPTION`, `WHERE` ("embedded": a URL, else the embedded server; "url": a URL only;
-#: "offline": local files only), `add_arguments(parser)` and `main`.
+#: "offline": local files only), `add_arguments(parser)` and `main`, and may hold
+#: `check(args)`: what its flags can be refused for, run before any server is started or
+#: reached, so a typo costs no wait.
 COMMANDS: tuple[ModuleType, ...] = (
     demo,
     worker,
@@ -80,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Run harel statecharts on MongoDB with harel-beanie's store, watch them, query them.",
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for command in COMMANDS:
         p = sub.add_parser(command.NAME, help=command.HELP, description=command.DESCRIPTION)
@@ -90,15 +93,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    """This package's version, and harel's beside it (the engine it runs)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "unknown"
+
+    return f"{of('harel-beanie')} (harel {of('harel')})"
+
+
 def _handler(command: ModuleType) -> Callable[[Any], int]:
     """How `command` runs: an offline one on its arguments alone; any other on the target its
     flags resolve to (the embedded server only where it may use one; what is said about that
     goes to stdout for a command whose report it belongs to, else to stderr)."""
+    check = getattr(command, "check", lambda args: None)
     if command.WHERE == "offline":
-        return lambda args: int(command.main(args))
+
+        def offline(args: Any) -> int:
+            check(args)
+            return int(command.main(args))
+
+        return offline
     notes = _stdout if getattr(command, "NOTES_ON_STDOUT", False) else _stderr
 
     def run(args: Any) -> int:
+        check(args)
         with resolve(
             url=args.url,
             db=args.db,

@@ -55,14 +55,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     flags.transport(p, idle_wait=False)
 
 
+def check(args: Any) -> None:
+    """`--models`, refused before the embedded server starts (it takes seconds)."""
+    if args.models is not None:
+        models = Path(args.models)
+        if not models.is_dir():
+            raise ConfigError(f"--models: no models directory at {models}")
+        if not any(models.glob("*.stm")):
+            raise ConfigError(f"--models: no *.stm models in {models}")
+
+
 def main(args: Any, target: Target) -> int:
     """Run the demo against `target` (see `harel_beanie.commands.cli` for the flags)."""
+    check(args)
     console = Console(highlight=False)
     if not console.is_terminal:  # piped or captured: room for the tables, unwrapped
         console.width = max(console.width, 110)
     models = Path(args.models) if args.models else default_models_dir()
-    if not models.is_dir():
-        raise ConfigError(f"no models directory at {models} (pass --models DIR)")
     kind = args.transport or os.environ.get("HAREL_BEANIE_TRANSPORT") or TRANSPORTS[0]
     demo = Demo(
         target,

@@ -153,6 +153,16 @@ def settings(args: Any) -> dict[str, Any]:
     }
 
 
+def check(args: Any) -> None:
+    """The settings and the definitions' folder, refused before any server is reached (the
+    machines are loaded once, by `main`)."""
+    opts = settings(args)
+    if opts["concurrency"] < 1:
+        raise ConfigError(f"concurrency must be at least 1, got {opts['concurrency']}")
+    if not Path(opts["definitions_dir"]).is_dir():
+        raise ConfigError(f"no definitions directory at {opts['definitions_dir']}")
+
+
 def main(args: Any, target: Target) -> int:
     opts = settings(args)
     if opts["concurrency"] < 1:
