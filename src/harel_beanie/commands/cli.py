@@ -1,7 +1,7 @@
 """The `harel-beanie` command line (also `python -m harel_beanie`).
 
 Why this module exists: one entry point for running statechart workloads on the store
-(`demo`, `worker`), watching them (`status`, `monitor`, `dashboard`), removing finished ones
+(`demo`, `worker`), serving the embedded server to your own code (`server`), watching them (`status`, `monitor`, `dashboard`), removing finished ones
 (`prune`), evolving the schema (`migrate`, `migrate-transport`), sharding it on a cluster
 (`shard`) and judging a fault run's recorded history (`check-history`, the one command that
 needs no database). This module only lists the commands: each lives in its own module of
@@ -31,6 +31,7 @@ from harel_beanie.commands import (
     migrate_transport,
     monitor,
     prune,
+    server,
     shard,
     status,
     worker,
@@ -54,6 +55,7 @@ PROG = "harel-beanie"
 #: reached, so a typo costs no wait.
 COMMANDS: tuple[ModuleType, ...] = (
     demo,
+    server,
     worker,
     status,
     monitor,

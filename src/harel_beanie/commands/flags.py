@@ -56,7 +56,13 @@ def seconds(high: float) -> Callable[[str], float]:
     return checked(lambda what, text: require_seconds(what, parse_number(what, text), positive=True, high=high))
 
 
+def _port(what: str, text: str) -> int:
+    return require_int(what, _whole(what, text), low=1, high=65535)
+
+
 positive_int = checked(_whole)
+#: a TCP port
+port = checked(_port)
 positive_float = seconds(DAY)
 #: a ping's wait, as `RetryPolicy` bounds it
 ping = seconds(60.0)
