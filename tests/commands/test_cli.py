@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+import pymongo
 import pytest
 from harel.engine.execution import Execution, Status
 from harel.engine.store.base import TimerOp
@@ -350,9 +351,10 @@ async def test_status_reports_the_backlog_that_is_there(astore, mongo_url, db_na
 
 
 def test_status_on_an_empty_database_says_so(mongo_url, db_name, tmp_path):
-    proc = run_cli("status", "--url", mongo_url, "--db", db_name, cwd=tmp_path)
+    proc = run_cli("status", "--url", mongo_url, "--db", db_name, "--prefix", "nobodyuses", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "No executions in harel_executions" in proc.stdout
+    assert f"No executions in database {db_name}, collection nobodyuses_executions" in proc.stdout
+    assert "harel-beanie demo" in proc.stdout or "elsewhere" in proc.stdout
     assert "Nothing stuck" in proc.stdout
 
 
@@ -409,6 +411,7 @@ def test_commands_without_a_url_use_the_embedded_data_folder(tmp_path, command):
     """No URL anywhere: `status` starts the embedded server on ./harel-beanie-data (and says
     so on stderr, so --json stays parseable); `monitor` refuses a bad flag before starting it."""
     if command == "status":
+        (tmp_path / "harel-beanie-data").mkdir()  # a folder a demo or a server made
         proc = run_cli("status", "--json", cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["executions"] == 0
@@ -419,6 +422,34 @@ def test_commands_without_a_url_use_the_embedded_data_folder(tmp_path, command):
         line = one_line_error(run_cli("monitor", "--interval", "0", cwd=tmp_path))
         assert "must be more than 0" in line
         assert not (tmp_path / "harel-beanie-data").exists()
+
+
+@pytest.mark.parametrize(
+    "args", [["status"], ["prune", "--finished-before", "7d"], ["dashboard"], ["status", "--data", "typo"]]
+)
+def test_a_reading_command_in_an_empty_folder_says_what_to_run_and_makes_no_folder(tmp_path, args):
+    """No URL and no data folder: nothing to read. The command says so and names the
+    commands that make data or name a server, instead of starting the embedded server on a
+    new empty folder (`status` used to make ./harel-beanie-data and print only "No executions")."""
+    line = one_line_error(run_cli(*args, cwd=tmp_path, timeout=60))
+    folder = args[-1] if "--data" in args else "harel-beanie-data"
+    assert f"no data folder {folder}/ here" in line, line
+    assert "harel-beanie demo" in line and "harel-beanie server" in line and "--url" in line
+    assert ("check --data" in line) == ("--data" in args)
+    assert not (tmp_path / folder).exists()
+
+
+async def test_status_on_a_mistyped_database_names_where_the_executions_are(astore, mongo_url, db_name, tmp_path):
+    await astore.save(Execution(id="kept-1", definition_id="Order", status=Status.RUNNING, updated_at=time.time()))
+    typo = db_name + "x"
+    proc = run_cli("status", "--url", mongo_url, "--db", typo, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"No executions in database {typo}, collection harel_executions." in proc.stdout
+    assert f"harel-beanie status --db {db_name} --prefix harel" in proc.stdout.split("elsewhere:")[1].splitlines()[1]
+    data = json.loads(run_cli("status", "--json", "--url", mongo_url, "--db", typo, cwd=tmp_path).stdout)
+    assert data["elsewhere"][0] == {"db": db_name, "prefix": "harel", "executions": 1}
+    with pymongo.MongoClient(mongo_url) as client:  # status only read: the typo made no database
+        assert typo not in client.list_database_names()
 
 
 def test_the_embedded_server_is_joined_taken_over_or_refused_to_a_second_demo(tmp_path):

@@ -52,7 +52,8 @@ PROG = "harel-beanie"
 #: `DESCRIPTION`, `WHERE` ("embedded": a URL, else the embedded server; "url": a URL only;
 #: "offline": local files only), `add_arguments(parser)` and `main`, and may hold
 #: `check(args)`: what its flags can be refused for, run before any server is started or
-#: reached, so a typo costs no wait.
+#: reached, so a typo costs no wait, and `MAKES_DATA` (True: with no URL, it may start the
+#: embedded server on a data folder that does not exist yet; the others only read one).
 COMMANDS: tuple[ModuleType, ...] = (
     demo,
     server,
@@ -134,6 +135,7 @@ def _handler(command: ModuleType) -> Callable[[Any], int]:
             embedded_ok=command.WHERE == "embedded",
             say=notes,
             command=args.command,
+            makes_data=getattr(command, "MAKES_DATA", False),
         ) as target:
             return int(command.main(args, target))
 

@@ -29,6 +29,8 @@ DESCRIPTION = (
     "data stays in ./harel-beanie-data."
 )
 WHERE = "embedded"
+#: with no URL it starts the embedded server on a new data folder: the run is what fills it
+MAKES_DATA = True
 #: what it says about the embedded server belongs in its report, on stdout
 NOTES_ON_STDOUT = True
 
