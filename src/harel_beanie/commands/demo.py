@@ -25,7 +25,8 @@ NAME = "demo"
 HELP = "run the shop models shipped in the package through harel's engine on the store"
 DESCRIPTION = (
     "Run the shop's statechart workloads (orders, payments, pickers; shipped in the package) through harel's "
-    "AsyncWorker and Mongo transport on the store, then summarise. With no URL, starts an embedded server whose "
+    "AsyncWorker and this package's transport (--transport harel: harel's Mongo transport) on the store, then "
+    "summarise. With no URL, starts an embedded server whose "
     "data stays in ./harel-beanie-data."
 )
 WHERE = "embedded"
@@ -70,9 +71,8 @@ def check(args: Any) -> None:
 def main(args: Any, target: Target) -> int:
     """Run the demo against `target` (see `harel_beanie.commands.cli` for the flags)."""
     check(args)
+    # piped or captured, rich would use 80 columns too: the tables are made to fit them
     console = Console(highlight=False)
-    if not console.is_terminal:  # piped or captured: room for the tables, unwrapped
-        console.width = max(console.width, 110)
     models = Path(args.models) if args.models else default_models_dir()
     kind = args.transport or os.environ.get("HAREL_BEANIE_TRANSPORT") or TRANSPORTS[0]
     demo = Demo(
@@ -85,11 +85,12 @@ def main(args: Any, target: Target) -> int:
         trace=not args.no_trace,
         transport=kind,
     )
-    console.print(
-        f"[bold]harel-beanie demo[/] {demo.run_id}: about {demo.planned} executions of the shop models in {_short(models)}"
-    )
+    shop = models.resolve() == default_models_dir().resolve()
+    what = "the shop's models" if shop else f"the models in {escape(_short(models))}"
+    console.print(f"[bold]harel-beanie demo[/] {demo.run_id}: about {demo.planned} executions of {what}")
     on = "this package's transport" if kind == "beanie" else "harel's Mongo transport"
-    console.print(f"  on {escape(target.masked_url)}, database {target.db}; harel's AsyncWorker and {on}")
+    console.print(f"  on {escape(target.masked_url)}, database {target.db}")
+    console.print(f"  harel's AsyncWorker on {on}")
     result = asyncio.run(demo.run())
     report(console, target, result, args.workers, args.concurrency, models)
     return 0 if all(ok for *_, ok in result.endings) else 1

@@ -140,6 +140,11 @@ def render(console: Console, data: dict[str, Any]) -> None:
         t.add_section()
         t.add_row("all", *[str(data["totals"].get(s, "")) for s in seen], str(data["executions"]), style="bold")
         console.print(t)
+        console.print(
+            "Counted by status, where each execution is in its life (FAILED: stopped on an error, to redrive). "
+            "Its outcome (success, failed, ...: what its model's final state says, once DONE) is another word: "
+            "an order whose card was declined is DONE, outcome failed (the dashboard shows both)."
+        )
     if data["purged"]:
         console.print(f"{data['purged']} purged execution id(s) hold a tombstone (kept so the id is never reused).")
 

@@ -68,8 +68,9 @@ from harel_beanie.transport.settings import MAX_VISIBILITY
 NAME = "worker"
 HELP = "a long-running harel AsyncWorker on the store"
 DESCRIPTION = (
-    "Claim and process the events queued on harel's Mongo transport, with the store on the same server, until "
-    "SIGINT or SIGTERM (in-flight events finish first). Flags override harel's HAREL_* variables."
+    "Claim and process the events queued on this package's transport (--transport harel: harel's Mongo "
+    "transport), with the store on the same server, until SIGINT or SIGTERM (in-flight events finish first). "
+    "Flags override harel's HAREL_* variables."
 )
 #: a worker serves a deployment's database: never the embedded server
 WHERE = "url"

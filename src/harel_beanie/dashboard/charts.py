@@ -17,7 +17,6 @@ FAILED) is drawn as 0 for that minute.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import time
 from typing import Any, Optional
 
@@ -25,15 +24,15 @@ from pydantic import BaseModel
 from pymongo import ASCENDING, IndexModel
 from pymongo.errors import InvalidOperation, PyMongoError
 
-from harel_beanie import queries
+from harel_beanie.queries.samples import FINISHED, MINUTE, samples_name, take_sample
 from harel_beanie.queries.server import server_of
 
-MINUTE = 60.0
+__all__ = ["FINISHED", "MINUTE", "SPAN", "KEEP_SECONDS", "Sampler", "charts", "samples_name", "take_sample"]
+
 #: the charts' span, in minutes
 SPAN = 60
 #: how long a sample is kept (the charts read the last hour)
 KEEP_SECONDS = 3 * 3600
-FINISHED = ("DONE", "CANCELLED")
 
 
 class Series(BaseModel):
@@ -52,32 +51,6 @@ class ChartsOut(BaseModel):
     minutes: list[float]  # the minutes the points are for (epoch seconds, oldest first)
     series: list[Series]
     samples: int  # samples found in the span
-
-
-def samples_name(prefix: str) -> str:
-    return f"{prefix}_hb_samples"
-
-
-async def take_sample(doc: Any, samples: Any, now: Optional[float] = None) -> None:
-    """This minute's sample, unless another dashboard took it already."""
-    now = time.time() if now is None else now
-    b = await queries.backlog(doc=doc, now=now, show=200)
-    totals: dict[str, int] = {}
-    for per in b.counts.values():
-        for status, n in per.items():
-            totals[status] = totals.get(status, 0) + n
-    late = [now - t["fire_at"] for t in b.next_timers if t["fire_at"] <= now]
-    minute = now - now % MINUTE
-    sample = {
-        "at": datetime.datetime.fromtimestamp(now, datetime.timezone.utc),
-        "executions": sum(totals.values()) + b.purged,
-        "commits": b.commits,
-        "finished": sum(totals.get(s, 0) for s in FINISHED),
-        "failed": totals.get("FAILED", 0),
-        "outbox_age": b.oldest_outbox_age or 0.0,
-        "timer_lag": max(late, default=0.0),
-    }
-    await samples.update_one({"_id": minute}, {"$setOnInsert": sample}, upsert=True)
 
 
 #: seconds the first sample waits after the dashboard's first page: it reads what `status`

@@ -24,9 +24,14 @@ from harel.spec.states import Event
 
 DAY = 86_400.0
 # the simulated windows: payments (retries, budget), cooling-off and picking, then a week
-# and a day for the lost parcels' timers
-PAY_WINDOW, FULFIL_WINDOW, LOST_WINDOW = 300.0, 3_600.0, 8 * DAY
-SPAN = PAY_WINDOW + FULFIL_WINDOW + LOST_WINDOW
+# and an hour for the lost parcels' 7-day timers
+PAY_WINDOW, FULFIL_WINDOW, LOST_WINDOW = 300.0, 3_600.0, 7 * DAY + 3_600.0
+#: one batch of orders from creation to delivery
+STORY = PAY_WINDOW + FULFIL_WINDOW
+#: the shop time a run replays, ending at the real time it started: the orders whose parcels
+#: get lost a week before (they need the week), then every other order in the last `STORY`
+#: seconds, so a run's executions are the last hour's when it ends
+SPAN = STORY + LOST_WINDOW + STORY
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,11 @@ class Scenario:
     seal: bool = False  # the packing bench reports the parcel sealed
     deliver: bool = False  # carrier scans and delivery
     expect: str = ""
+
+    @property
+    def waits_a_week(self) -> bool:
+        """Sealed and never delivered: it ends only when its 7-day timer fires."""
+        return self.seal and not self.deliver
 
     @property
     def executions(self) -> int:

@@ -13,8 +13,13 @@ the tally it hands to the report.
 
 Timers: the run's clock is simulated — a `ManualClock` shared by the runner, the workers
 and the transport, advanced by the demo to each next timer once the work before it is done.
-It replays about eight days of shop time (the mix's windows), ending at the real time now,
-so a 15-minute or a 7-day timer fires at once and the timestamps stored are plausible.
+It replays about a week of shop time (the mix's windows) ending at the real time the run
+started: the orders whose parcels get lost are created a week and two hours back (their
+7-day timer must fire), every other order in the last hour. So a 15-minute or a 7-day timer
+fires at once, and right after a run its executions are the last hour's: a time search for
+the last hour finds them, `prune --finished-before 1d` leaves them, and the dashboard's
+last-hour charts draw them (the demo takes the charts' per-minute samples at the minutes of
+its clock, as a dashboard running through that hour would have).
 
 With no URL (`--url`, `HAREL_MONGO_URL`, `MONGODB_URL`) it starts the embedded server on
 `./harel-beanie-data` (see `harel_beanie.deploy.where`), so a second run finds the first run's
@@ -28,15 +33,16 @@ import secrets
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from harel.engine.aio.distributed import AsyncDistributedRunner
 from harel.engine.schema import Names
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from harel_beanie.core.documents import bind
 from harel_beanie.core.errors import ConfigError
-from harel_beanie.demo.mix import FULFIL_WINDOW, LOST_WINDOW, PAY_WINDOW, SPAN, Scenario, plan, root_id
+from harel_beanie.demo.mix import FULFIL_WINDOW, LOST_WINDOW, PAY_WINDOW, SPAN, STORY, Scenario, plan, root_id
 from harel_beanie.demo.report import Result
 from harel_beanie.deploy.loader import load_models
 from harel_beanie.deploy.relay import sweep
@@ -52,6 +58,7 @@ from harel_beanie.deploy.stack import (
 )
 from harel_beanie.deploy.where import Target
 from harel_beanie.harness.drivers import ManualClock, next_fire
+from harel_beanie.queries.samples import MINUTE, samples_name, take_sample
 from harel_beanie.store.async_store import AsyncMongoStore
 
 FINISHED = ("DONE", "FAILED", "CANCELLED")
@@ -85,6 +92,8 @@ class Demo:
         self.trace = trace
         self.run_id = f"demo-{secrets.token_hex(3)}"
         self.clock = ManualClock(start=time.time() - SPAN)
+        self.sampling = False  # the charts' samples: taken in the last hour of shop time only
+        self.sampled: set[float] = set()
         self.store_counter = CommandCounter()
         self.transport_counter = CommandCounter()
         self.roots = [(root_id(self.run_id, i, s), s) for i, s in enumerate(self.scenarios)]
@@ -164,6 +173,7 @@ class Demo:
             MofNCompleteColumn(),
             TextColumn("executions done · {task.fields[events]} events"),
             console=self.console,
+            disable=not self.console.is_terminal,  # piped: a line a phase instead (`_phase`)
         )
         LABEL.set("driver")
         try:
@@ -186,6 +196,23 @@ class Demo:
         return await self._result(elapsed, earlier, earlier_runs)
 
     async def _script(self, sender: AsyncDistributedRunner) -> None:
+        start = self.clock()
+        week = [r for r in self.roots if r[1].waits_a_week]
+        if week:
+            await self._story(sender, week, "a week ago: ")
+            self._phase("a week later: lost parcels")
+            await self.timers(LOST_WINDOW)
+        self._move_clock(start + STORY + LOST_WINDOW)  # the last hour, ending now
+        self.sampling = True
+        await self._sample()  # where the hour starts from: the week's orders, ended
+        await self._story(sender, [r for r in self.roots if not r[1].waits_a_week], "")
+        self._phase("done")
+        # to the real time now: the run took real seconds, and the minutes since are this state's
+        await self._sample(until=time.time())
+
+    async def _story(self, sender: AsyncDistributedRunner, roots: list[tuple[str, Scenario]], when: str) -> None:
+        """One batch of orders from creation to delivery (`STORY` seconds of shop time).
+        Kept whole: it reads as the script of the shop's hour."""
         gate = asyncio.Semaphore(16)
 
         async def each(items: list[tuple[str, Scenario]], fn: Any) -> None:
@@ -205,31 +232,49 @@ class Demo:
             for event in s.delivery(eid):
                 await sender.send(eid, event)
 
-        async def cancel(eid: str, s: Scenario) -> None:
-            await sender.cancel(eid)
-
-        self._phase("creating orders")
-        await each(self.roots, create)
-        self._phase("paying (retries on timers)")
+        self._phase(when + "creating orders")
+        await each(roots, create)
+        self._phase(when + "paying (retries on timers)")
         await self.timers(PAY_WINDOW)
-        self._phase("cancelling some")
-        for eid, s in self.roots:  # one at a time: a cancel relays inline, on this runner
-            if s.cancel:
-                await cancel(eid, s)
-        self._phase("cooling off, picking")
+        if any(s.cancel for _, s in roots):
+            self._phase(when + "cancelling some")
+            for eid, s in roots:  # one at a time: a cancel relays inline, on this runner
+                if s.cancel:
+                    await sender.cancel(eid)
+        self._phase(when + "cooling off, picking")
         await self.timers(FULFIL_WINDOW)
-        self._phase("packing")
-        await each([r for r in self.roots if r[1].seal], seal)
+        self._phase(when + "packing")
+        await each([r for r in roots if r[1].seal], seal)
         await self.settle()
-        self._phase("shipping, delivering")
-        await each([r for r in self.roots if r[1].deliver], deliver)
-        await self.settle()
-        self._phase("a week later: lost parcels")
-        await self.timers(LOST_WINDOW)
-        self._phase("done")
+        if any(s.deliver for _, s in roots):
+            self._phase(when + "shipping, delivering")
+            await each([r for r in roots if r[1].deliver], deliver)
+            await self.settle()
+
+    async def _sample(self, until: Optional[float] = None) -> None:
+        """The dashboard's per-minute samples, in the last hour only (the charts draw that
+        hour): the clock's minute, and every minute up to `until` (the clock is about to jump
+        over them: nothing happens in them). Its reads are counted apart from the work's."""
+        now = self.clock()
+        minute = now - now % MINUTE
+        if not self.sampling or (minute in self.sampled and until is None):
+            return
+        self.sampled.add(minute)
+        token = LABEL.set("sample")
+        try:
+            doc = bind(self.target.prefix)[0]
+            samples = self.executions.database[samples_name(self.target.prefix)]
+            await take_sample(doc, samples, now=now, through=until)
+        finally:
+            LABEL.reset(token)
 
     def _phase(self, text: str) -> None:
         self.progress.update(self.bar, description=text)
+        if not self.console.is_terminal:  # piped: no bar is drawn, so a line a phase
+            task = next(t for t in self.progress.tasks if t.id == self.bar)
+            at = time.strftime("%a %H:%M", time.localtime(self.clock()))
+            done = f"{int(task.completed)}/{int(task.total or 0)} done"
+            self.console.print(f"  {at}  {text:<40} {done}", highlight=False, markup=False)
 
     async def timers(self, within: float) -> None:
         """Let `within` seconds of shop time pass: settle, jump the clock to the next armed
@@ -238,6 +283,7 @@ class Demo:
         while True:
             await self.settle()
             ahead = next_fire(await self.poll.due_timers(horizon), self.clock())
+            await self._sample(until=horizon if ahead is None else ahead)
             if ahead is None:
                 self._move_clock(horizon)
                 await self.settle()
@@ -324,14 +370,15 @@ class Demo:
         for w in self.workers:
             events.update(w.events)
         per_model: dict[str, dict[str, Any]] = defaultdict(
-            lambda: {"executions": 0, "statuses": Counter(), "events": 0, "rt": 0}
+            lambda: {"executions": 0, "statuses": Counter(), "outcomes": Counter(), "events": 0, "rt": 0}
         )
         for d in docs:
             row = per_model[d["definition_id"]]
             row["executions"] += 1
             status = d.get("status") or "?"
-            label = d["outcome"] if status == "DONE" and d.get("outcome") else status.lower()
-            row["statuses"][label] += 1
+            row["statuses"][status] += 1
+            if status == "DONE":
+                row["outcomes"][d.get("outcome") or "none"] += 1
         for eid, n in events.items():
             per_model[model_of.get(eid, "?")]["events"] += n
         rt_events = 0
