@@ -30,7 +30,14 @@ import os
 import uuid
 from typing import Any, AsyncIterator, Iterator
 
-import pytest
+try:
+    import pytest
+except ImportError as exc:  # an app's test code without the extra: say which one
+    raise ImportError(
+        "harel_beanie.testing is a pytest plugin: install its extra, pip install 'harel-beanie[testing]' "
+        "(pytest, mongomock, mongomock-motor)",
+        name=exc.name,
+    ) from exc
 
 from harel_beanie.store.async_store import AsyncMongoStore
 from harel_beanie.store.sync_store import MongoStore
@@ -41,16 +48,26 @@ CHOICES = ("memory", "server")
 
 def memory_store(db_name: str = "harel", **options: Any) -> MongoStore:
     """A store on a new mongomock client (needs `mongomock`)."""
-    import mongomock
+    mongomock = _extra("mongomock")
 
     return MongoStore(mongomock.MongoClient(), db_name, **options)
 
 
 def memory_async_store(db_name: str = "harel", **options: Any) -> AsyncMongoStore:
     """An async store on a new mongomock-motor client (needs `mongomock-motor`)."""
-    from mongomock_motor import AsyncMongoMockClient
+    return AsyncMongoStore(_extra("mongomock_motor").AsyncMongoMockClient(), db_name, **options)
 
-    return AsyncMongoStore(AsyncMongoMockClient(), db_name, **options)
+
+def _extra(module: str) -> Any:
+    """`module`, one of the `testing` extra's, or an ImportError naming the extra."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(
+            f"{module} is missing: install the testing extra, pip install 'harel-beanie[testing]'", name=exc.name
+        ) from exc
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

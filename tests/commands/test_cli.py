@@ -348,6 +348,8 @@ async def test_status_reports_the_backlog_that_is_there(astore, mongo_url, db_na
         "60m",
     ):
         assert text in out, (text, out)
+    # the word the counts use (status) told apart from the model's verdict (outcome)
+    assert "an order whose card was declined is DONE, outcome failed" in " ".join(out.split())
 
 
 def test_status_on_an_empty_database_says_so(mongo_url, db_name, tmp_path):
