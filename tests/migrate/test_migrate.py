@@ -588,8 +588,13 @@ def test_this_store_finishes_a_database_migrated_under_another_prefix(
 
 
 def test_every_step_has_its_migration_file() -> None:
-    files = sorted(p.stem for p in (ROOT / "migrations").glob("[!_]*.py"))
+    """In the package (a pip user's Beanie CLI is given `BEANIE_MIGRATIONS`), and at the top
+    of a clone (`migrations/`, a link to it)."""
+    from harel_beanie.migrate import BEANIE_MIGRATIONS
+
+    files = sorted(p.stem for p in BEANIE_MIGRATIONS.glob("[!_]*.py"))
     assert files == [STEPS[v].name for v in sorted(STEPS)]
+    assert (ROOT / "migrations").resolve() == BEANIE_MIGRATIONS.resolve()
 
 
 def test_layout_1_with_pending_work_goes_up_to_2(
