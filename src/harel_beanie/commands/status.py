@@ -122,29 +122,7 @@ def render(console: Console, data: dict[str, Any]) -> None:
         f"[bold]harel-beanie status[/]: {escape(w['url'])} database {w['db']} prefix {w['prefix']}, "
         f"at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))}"
     )
-    if not data["executions"]:
-        console.print(f"No executions in database {w['db']}, collection {w['prefix']}_executions.")
-        for line in empty_hint(data.get("elsewhere") or []):
-            console.print(Text(line))
-    else:
-        # ids, definitions and paths below are data: shown as `Text`, never read as rich markup
-        seen = [s for s in STATUSES if s in data["totals"]] + sorted(set(data["totals"]) - set(STATUSES))
-        t = Table(box=box.SIMPLE_HEAD, title="Executions", title_justify="left")
-        t.add_column("definition")
-        for s in seen:
-            t.add_column(s, justify="right")
-        t.add_column("total", justify="right")
-        for d in sorted(data["counts"]):
-            per = data["counts"][d]
-            t.add_row(Text(d), *[str(per.get(s, "")) for s in seen], str(sum(per.values())))
-        t.add_section()
-        t.add_row("all", *[str(data["totals"].get(s, "")) for s in seen], str(data["executions"]), style="bold")
-        console.print(t)
-        console.print(
-            "Counted by status, where each execution is in its life (FAILED: stopped on an error, to redrive). "
-            "Its outcome (success, failed, ...: what its model's final state says, once DONE) is another word: "
-            "an order whose card was declined is DONE, outcome failed (the dashboard shows both)."
-        )
+    _executions(console, data)
     if data["purged"]:
         console.print(f"{data['purged']} purged execution id(s) hold a tombstone (kept so the id is never reused).")
 
@@ -212,6 +190,34 @@ def empty_hint(found: list[dict[str, Any]]) -> list[str]:
         "Nothing here yet: `harel-beanie demo` runs the shop's models on this database; a worker "
         "(`harel-beanie worker --definitions DIR`) runs yours. If executions were expected, check --db and --prefix."
     ]
+
+
+def _executions(console: Console, data: dict[str, Any]) -> None:
+    """The executions by definition and status, or what to run when there are none."""
+    w = data["where"]
+    if not data["executions"]:
+        console.print(f"No executions in database {w['db']}, collection {w['prefix']}_executions.")
+        for line in empty_hint(data.get("elsewhere") or []):
+            console.print(Text(line))
+    else:
+        # ids, definitions and paths below are data: shown as `Text`, never read as rich markup
+        seen = [s for s in STATUSES if s in data["totals"]] + sorted(set(data["totals"]) - set(STATUSES))
+        t = Table(box=box.SIMPLE_HEAD, title="Executions", title_justify="left")
+        t.add_column("definition")
+        for s in seen:
+            t.add_column(s, justify="right")
+        t.add_column("total", justify="right")
+        for d in sorted(data["counts"]):
+            per = data["counts"][d]
+            t.add_row(Text(d), *[str(per.get(s, "")) for s in seen], str(sum(per.values())))
+        t.add_section()
+        t.add_row("all", *[str(data["totals"].get(s, "")) for s in seen], str(data["executions"]), style="bold")
+        console.print(t)
+        console.print(
+            "Counted by status, where each execution is in its life (FAILED: stopped on an error, to redrive). "
+            "Its outcome (success, failed, ...: what its model's final state says, once DONE) is another word: "
+            "an order whose card was declined is DONE, outcome failed (the dashboard shows both)."
+        )
 
 
 def main(args: Any, target: Target) -> int:

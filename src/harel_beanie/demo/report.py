@@ -68,31 +68,7 @@ def report(console: Console, target: Target, result: Result, workers: int, concu
     console.print()
     console.print(table)
 
-    # two words that answer different questions, kept apart: an execution's status (is it
-    # still going, did it stop on an error?) and its outcome (what its model's final state
-    # says of the business). A declined card is an order DONE with outcome failed.
-    ended = Table(box=box.SIMPLE_HEAD, title="Status and outcome, by model", title_justify="left")
-    ended.add_column("model")
-    ended.add_column("status")
-    ended.add_column("outcome (once DONE)")
-    for model in order:
-        m = r.per_model[model]
-        ended.add_row(model, _counted(m["statuses"]), _counted(m["outcomes"]))
-    console.print(ended)
-    console.print(
-        "  status: where an execution is in its life (RUNNING, DONE, FAILED: stopped on an error, to redrive; "
-        "CANCELLED). outcome: what its model's final state says of the business. `harel-beanie status` and "
-        "the dashboard count statuses: an outcome failed is a DONE execution, not a FAILED one."
-    )
-
-    ends = Table(box=box.SIMPLE_HEAD, title="How the orders and payments ended", title_justify="left")
-    ends.add_column("scenario")
-    ends.add_column("n", justify="right")
-    ends.add_column("final state")
-    ends.add_column("as the model says?")
-    for name, expect, got, n, ok in r.endings:
-        ends.add_row(name, str(n), got, "[green]yes[/]" if ok else f"[red]no, expected {expect}[/]")
-    console.print(ends)
+    endings(console, r, order)
 
     per_event = f"{r.transport_rt / r.events:.1f} per event" if r.events else ""
     console.print("[bold]Round trips[/] (commands sent to the server)")
@@ -129,6 +105,35 @@ def report(console: Console, target: Target, result: Result, workers: int, concu
     console.print("[bold]Look at them[/]")
     for line in look_at_them(target, models):
         console.print(line, markup=False, soft_wrap=True)  # a command to copy: never wrapped
+
+
+def endings(console: Console, r: Result, order: list[str]) -> None:
+    """How the executions ended, by model (status and outcome), and the scenarios' final states."""
+    # two words that answer different questions, kept apart: an execution's status (is it
+    # still going, did it stop on an error?) and its outcome (what its model's final state
+    # says of the business). A declined card is an order DONE with outcome failed.
+    ended = Table(box=box.SIMPLE_HEAD, title="Status and outcome, by model", title_justify="left")
+    ended.add_column("model")
+    ended.add_column("status")
+    ended.add_column("outcome (once DONE)")
+    for model in order:
+        m = r.per_model[model]
+        ended.add_row(model, _counted(m["statuses"]), _counted(m["outcomes"]))
+    console.print(ended)
+    console.print(
+        "  status: where an execution is in its life (RUNNING, DONE, FAILED: stopped on an error, to redrive; "
+        "CANCELLED). outcome: what its model's final state says of the business. `harel-beanie status` and "
+        "the dashboard count statuses: an outcome failed is a DONE execution, not a FAILED one."
+    )
+
+    ends = Table(box=box.SIMPLE_HEAD, title="How the orders and payments ended", title_justify="left")
+    ends.add_column("scenario")
+    ends.add_column("n", justify="right")
+    ends.add_column("final state")
+    ends.add_column("as the model says?")
+    for name, expect, got, n, ok in r.endings:
+        ends.add_row(name, str(n), got, "[green]yes[/]" if ok else f"[red]no, expected {expect}[/]")
+    console.print(ends)
 
 
 def _counted(counts: Counter[str]) -> str:

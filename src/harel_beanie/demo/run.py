@@ -33,15 +33,15 @@ import secrets
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from harel.engine.aio.distributed import AsyncDistributedRunner
 from harel.engine.schema import Names
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from harel_beanie.core.documents import bind
 from harel_beanie.core.errors import ConfigError
+from harel_beanie.demo.charts import DemoSamples
 from harel_beanie.demo.mix import FULFIL_WINDOW, LOST_WINDOW, PAY_WINDOW, SPAN, STORY, Scenario, plan, root_id
 from harel_beanie.demo.report import Result
 from harel_beanie.deploy.loader import load_models
@@ -58,7 +58,6 @@ from harel_beanie.deploy.stack import (
 )
 from harel_beanie.deploy.where import Target
 from harel_beanie.harness.drivers import ManualClock, next_fire
-from harel_beanie.queries.samples import MINUTE, samples_name, take_sample
 from harel_beanie.store.async_store import AsyncMongoStore
 
 FINISHED = ("DONE", "FAILED", "CANCELLED")
@@ -92,8 +91,6 @@ class Demo:
         self.trace = trace
         self.run_id = f"demo-{secrets.token_hex(3)}"
         self.clock = ManualClock(start=time.time() - SPAN)
-        self.sampling = False  # the charts' samples: taken in the last hour of shop time only
-        self.sampled: set[float] = set()
         self.store_counter = CommandCounter()
         self.transport_counter = CommandCounter()
         self.roots = [(root_id(self.run_id, i, s), s) for i, s in enumerate(self.scenarios)]
@@ -141,6 +138,7 @@ class Demo:
         script of the demo."""
         db = self.client[self.target.db]
         self.executions = db[Names(self.target.prefix).executions]
+        self.samples = DemoSamples(db, self.target.prefix, self.clock)
         self.transport = transport
         self.poll = poll
         earlier = await self.executions.count_documents({})
@@ -203,12 +201,12 @@ class Demo:
             self._phase("a week later: lost parcels")
             await self.timers(LOST_WINDOW)
         self._move_clock(start + STORY + LOST_WINDOW)  # the last hour, ending now
-        self.sampling = True
-        await self._sample()  # where the hour starts from: the week's orders, ended
+        self.samples.on = True  # the charts' samples: the last hour of shop time only
+        await self.samples.take()  # where the hour starts from: the week's orders, ended
         await self._story(sender, [r for r in self.roots if not r[1].waits_a_week], "")
         self._phase("done")
         # to the real time now: the run took real seconds, and the minutes since are this state's
-        await self._sample(until=time.time())
+        await self.samples.take(until=time.time())
 
     async def _story(self, sender: AsyncDistributedRunner, roots: list[tuple[str, Scenario]], when: str) -> None:
         """One batch of orders from creation to delivery (`STORY` seconds of shop time).
@@ -251,23 +249,6 @@ class Demo:
             await each([r for r in roots if r[1].deliver], deliver)
             await self.settle()
 
-    async def _sample(self, until: Optional[float] = None) -> None:
-        """The dashboard's per-minute samples, in the last hour only (the charts draw that
-        hour): the clock's minute, and every minute up to `until` (the clock is about to jump
-        over them: nothing happens in them). Its reads are counted apart from the work's."""
-        now = self.clock()
-        minute = now - now % MINUTE
-        if not self.sampling or (minute in self.sampled and until is None):
-            return
-        self.sampled.add(minute)
-        token = LABEL.set("sample")
-        try:
-            doc = bind(self.target.prefix)[0]
-            samples = self.executions.database[samples_name(self.target.prefix)]
-            await take_sample(doc, samples, now=now, through=until)
-        finally:
-            LABEL.reset(token)
-
     def _phase(self, text: str) -> None:
         self.progress.update(self.bar, description=text)
         if not self.console.is_terminal:  # piped: no bar is drawn, so a line a phase
@@ -283,7 +264,7 @@ class Demo:
         while True:
             await self.settle()
             ahead = next_fire(await self.poll.due_timers(horizon), self.clock())
-            await self._sample(until=horizon if ahead is None else ahead)
+            await self.samples.take(until=horizon if ahead is None else ahead)
             if ahead is None:
                 self._move_clock(horizon)
                 await self.settle()
