@@ -48,26 +48,28 @@ CHOICES = ("memory", "server")
 
 def memory_store(db_name: str = "harel", **options: Any) -> MongoStore:
     """A store on a new mongomock client (needs `mongomock`)."""
-    mongomock = _extra("mongomock")
+    try:
+        import mongomock
+    except ImportError as exc:
+        raise _missing(exc) from exc
 
     return MongoStore(mongomock.MongoClient(), db_name, **options)
 
 
 def memory_async_store(db_name: str = "harel", **options: Any) -> AsyncMongoStore:
     """An async store on a new mongomock-motor client (needs `mongomock-motor`)."""
-    return AsyncMongoStore(_extra("mongomock_motor").AsyncMongoMockClient(), db_name, **options)
-
-
-def _extra(module: str) -> Any:
-    """`module`, one of the `testing` extra's, or an ImportError naming the extra."""
-    import importlib
-
     try:
-        return importlib.import_module(module)
+        from mongomock_motor import AsyncMongoMockClient
     except ImportError as exc:
-        raise ImportError(
-            f"{module} is missing: install the testing extra, pip install 'harel-beanie[testing]'", name=exc.name
-        ) from exc
+        raise _missing(exc) from exc
+    return AsyncMongoStore(AsyncMongoMockClient(), db_name, **options)
+
+
+def _missing(exc: ImportError) -> ImportError:
+    """What a memory store says when the `testing` extra is not installed: which to install."""
+    return ImportError(
+        f"{exc.name} is missing: install the testing extra, pip install 'harel-beanie[testing]'", name=exc.name
+    )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
