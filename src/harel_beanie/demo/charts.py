@@ -15,24 +15,35 @@ from harel_beanie.core.documents import bind
 from harel_beanie.deploy.stack import LABEL
 from harel_beanie.queries.samples import MINUTE, samples_name, take_sample
 
+#: the charts' span, in minutes (`harel_beanie.dashboard.charts`, a layer the demo does not import)
+SPAN = 60
+
+
+#: what the charts draw: the last hour (and the minute before it, a rate's first difference)
+HOUR = SPAN * MINUTE + MINUTE
+
 
 class DemoSamples:
-    """Samples of one database under `prefix`, on `clock`, once `on` is set (the last hour)."""
+    """Samples of one database under `prefix`, on `clock`, in the hour before `end` (when
+    the clock stops) only: the charts draw that hour, and the clock jumps over a week."""
 
-    def __init__(self, database: Any, prefix: str, clock: Callable[[], float]) -> None:
+    def __init__(self, database: Any, prefix: str, clock: Callable[[], float], end: float) -> None:
         self.samples = database[samples_name(prefix)]
         self.prefix = prefix
         self.clock = clock
-        self.on = False
+        self.first = end - HOUR
         self.taken: set[float] = set()
 
     async def take(self, until: Optional[float] = None) -> None:
         """The clock's minute's sample, and the same for every minute up to `until` (the
-        clock is about to jump over them: nothing happens in them). Its reads are labelled
-        apart from the work's round trips."""
+        clock is about to jump over them: nothing happens in them), those in the last hour.
+        Its reads are labelled apart from the work's round trips."""
         now = self.clock()
+        if max(now, until or now) < self.first:
+            return
+        now = max(now, self.first)  # the state of a jumped-over minute is the one before it
         minute = now - now % MINUTE
-        if not self.on or (minute in self.taken and until is None):
+        if minute in self.taken and until is None:
             return
         self.taken.add(minute)
         token = LABEL.set("sample")

@@ -81,7 +81,7 @@ def report(console: Console, target: Target, result: Result, workers: int, concu
     console.print(
         f"Worked by {workers} harel AsyncWorker loop(s), up to {concurrency} events in flight each; timers fired "
         "on a simulated clock (a week of shop time ending now: the lost parcels' orders a week back, the rest "
-        "in the last hour). Children started inside their parent's "
+        "in the last 25 minutes). Children started inside their parent's "
         "relay (pickers, most payments) count their round trips under the parent."
     )
     console.print()

@@ -14,12 +14,13 @@ the tally it hands to the report.
 Timers: the run's clock is simulated — a `ManualClock` shared by the runner, the workers
 and the transport, advanced by the demo to each next timer once the work before it is done.
 It replays about a week of shop time (the mix's windows) ending at the real time the run
-started: the orders whose parcels get lost are created a week and two hours back (their
-7-day timer must fire), every other order in the last hour. So a 15-minute or a 7-day timer
-fires at once, and right after a run its executions are the last hour's: a time search for
-the last hour finds them, `prune --finished-before 1d` leaves them, and the dashboard's
-last-hour charts draw them (the demo takes the charts' per-minute samples at the minutes of
-its clock, as a dashboard running through that hour would have).
+started: the orders whose parcels get lost are created a week back (their 7-day timer must
+fire, which it does 35 minutes before the end), every other order in the last 25 minutes. So
+a 15-minute or a 7-day timer fires at once, and right after a run its executions, but for
+the lost orders' children (finished a week back), are the last hour's: a time search for the
+last hour finds them, `prune --finished-before 1d` leaves them, and the dashboard's last-hour
+charts draw them (the demo takes the charts' per-minute samples at the minutes of its clock
+in that hour, as a dashboard running through it would have).
 
 With no URL (`--url`, `HAREL_MONGO_URL`, `MONGODB_URL`) it starts the embedded server on
 `./harel-beanie-data` (see `harel_beanie.deploy.where`), so a second run finds the first run's
@@ -90,7 +91,8 @@ class Demo:
         self.console = console
         self.trace = trace
         self.run_id = f"demo-{secrets.token_hex(3)}"
-        self.clock = ManualClock(start=time.time() - SPAN)
+        self.end = time.time()  # where the run's clock stops: the real time it started
+        self.clock = ManualClock(start=self.end - SPAN)
         self.store_counter = CommandCounter()
         self.transport_counter = CommandCounter()
         self.roots = [(root_id(self.run_id, i, s), s) for i, s in enumerate(self.scenarios)]
@@ -138,7 +140,7 @@ class Demo:
         script of the demo."""
         db = self.client[self.target.db]
         self.executions = db[Names(self.target.prefix).executions]
-        self.samples = DemoSamples(db, self.target.prefix, self.clock)
+        self.samples = DemoSamples(db, self.target.prefix, self.clock, end=self.end)
         self.transport = transport
         self.poll = poll
         earlier = await self.executions.count_documents({})
@@ -200,9 +202,8 @@ class Demo:
             await self._story(sender, week, "a week ago: ")
             self._phase("a week later: lost parcels")
             await self.timers(LOST_WINDOW)
-        self._move_clock(start + STORY + LOST_WINDOW)  # the last hour, ending now
-        self.samples.on = True  # the charts' samples: the last hour of shop time only
-        await self.samples.take()  # where the hour starts from: the week's orders, ended
+        self._move_clock(start + STORY + LOST_WINDOW)  # the last `STORY`, ending now
+        await self.samples.take()
         await self._story(sender, [r for r in self.roots if not r[1].waits_a_week], "")
         self._phase("done")
         # to the real time now: the run took real seconds, and the minutes since are this state's
