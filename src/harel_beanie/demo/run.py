@@ -205,6 +205,7 @@ class Demo:
         self._move_clock(start + STORY + LOST_WINDOW)  # the last `STORY`, ending now
         await self.samples.take()
         await self._story(sender, [r for r in self.roots if not r[1].waits_a_week], "")
+        await self._refresh()  # the counts the last line shows
         self._phase("done")
         # to the real time now: the run took real seconds, and the minutes since are this state's
         await self.samples.take(until=time.time())
