@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup docs demo test test-sharded soak reliability reliability-soak bench typecheck clean browser netfaults screenshots format bench-partitions bench-scale
+.PHONY: setup docs demo dist test test-sharded soak reliability reliability-soak bench typecheck clean browser netfaults screenshots format bench-partitions bench-scale
 
 # what `make test` checks first: the formatter and the linter (ruff), applied
 format: $(STAMP)
@@ -27,9 +27,24 @@ docs: $(STAMP)
 	$(MKDOCS) serve
 
 # the main job: run the statechart workloads in models/ on the store (embedded server
-# unless MONGODB_URL is set)
-demo: $(STAMP)
+# unless MONGODB_URL is set). It installs only what the demo and the dashboard need (the
+# package with its server and dashboard extras), not the test tools; `make test` adds them.
+DEMO_STAMP := $(VENV)/.installed-demo
+$(DEMO_STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[server,dashboard]"
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/harel-beanie demo
+
+# the wheel a pip user installs until a release is published: dist/harel_beanie-*.whl, then
+#   pip install 'dist/harel_beanie-<version>-py3-none-any.whl[server,dashboard]'
+dist:
+	rm -rf dist
+	$(PY) -m pip wheel -q --no-deps -w dist .
+	@ls dist/*.whl
 
 # the browser tests drive Debian's chromium through chromedriver; no browser is downloaded by a
 # tool. Installed with apt-get when missing (sudo when not root).
@@ -113,4 +128,4 @@ bench-scale: $(STAMP)
 	rm -rf $(SCALE_DATA)
 
 clean:
-	rm -rf $(VENV) harel-beanie-data
+	rm -rf $(VENV) harel-beanie-data dist

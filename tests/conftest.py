@@ -34,6 +34,7 @@ SERIAL = (
     "tests/package/test_bench_smoke.py",
     "tests/store/test_harel_suite.py",
     "tests/package/test_pip_path.py",
+    "tests/package/test_manual_as_written.py",
 )
 
 

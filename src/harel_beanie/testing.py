@@ -30,7 +30,14 @@ import os
 import uuid
 from typing import Any, AsyncIterator, Iterator
 
-import pytest
+try:
+    import pytest
+except ImportError as exc:  # an app's test code without the extra: say which one
+    raise ImportError(
+        "harel_beanie.testing is a pytest plugin: install its extra, pip install 'harel-beanie[testing]' "
+        "(pytest, mongomock, mongomock-motor)",
+        name=exc.name,
+    ) from exc
 
 from harel_beanie.store.async_store import AsyncMongoStore
 from harel_beanie.store.sync_store import MongoStore
@@ -41,16 +48,28 @@ CHOICES = ("memory", "server")
 
 def memory_store(db_name: str = "harel", **options: Any) -> MongoStore:
     """A store on a new mongomock client (needs `mongomock`)."""
-    import mongomock
+    try:
+        import mongomock
+    except ImportError as exc:
+        raise _missing(exc) from exc
 
     return MongoStore(mongomock.MongoClient(), db_name, **options)
 
 
 def memory_async_store(db_name: str = "harel", **options: Any) -> AsyncMongoStore:
     """An async store on a new mongomock-motor client (needs `mongomock-motor`)."""
-    from mongomock_motor import AsyncMongoMockClient
-
+    try:
+        from mongomock_motor import AsyncMongoMockClient
+    except ImportError as exc:
+        raise _missing(exc) from exc
     return AsyncMongoStore(AsyncMongoMockClient(), db_name, **options)
+
+
+def _missing(exc: ImportError) -> ImportError:
+    """What a memory store says when the `testing` extra is not installed: which to install."""
+    return ImportError(
+        f"{exc.name} is missing: install the testing extra, pip install 'harel-beanie[testing]'", name=exc.name
+    )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

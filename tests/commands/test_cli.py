@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+import pymongo
 import pytest
 from harel.engine.execution import Execution, Status
 from harel.engine.store.base import TimerOp
@@ -102,8 +103,13 @@ _REFUSALS = [
     (["status", "--stuck-after", "inf"], "must be a finite number"),
     (["status", "--stuck-after", "1e309"], "must be a finite number"),
     (["status", "--show", "true"], "expected a whole number"),
-    (["prune", "--url", "{url}", "--finished-before", "@nan"], "finished_before must be a finite number"),
-    (["prune", "--url", "{url}", "--finished-before", "99999999999999999999999999999999d"], "age must be"),
+    (["prune", "--url", "{url}", "--finished-before", "@nan"], "--finished-before must be a finite number"),
+    (
+        ["prune", "--url", "{url}", "--finished-before", "99999999999999999999999999999999d"],
+        "--finished-before must be",
+    ),
+    (["prune", "--url", "{url}", "--finished-before", "30x"], "--finished-before '30x': expected an age"),
+    (["prune", "--url", "{url}", "--ttl", "5q"], "--ttl is not an age: '5q'"),
     (["migrate", "up", "--url", "{url}", "--batch-size", "0"], "must be from 1 to"),
     (
         [
@@ -117,7 +123,7 @@ _REFUSALS = [
             "--connect-timeout",
             "0.2",
         ],
-        "did not answer a ping after 1 attempts",
+        "did not answer a ping after 1 attempt over ",
     ),
     (["status", "--url", "not-a-url"], "not-a-url (from --url) is not a MongoDB URL"),
     (["status", "--url", "mongodb://h:notaport"], "cannot use mongodb://h:notaport"),
@@ -128,7 +134,8 @@ _REFUSALS = [
     (["worker", "--url", "{url}", "--definitions", "{tmp}"], "no machines in"),
     (["monitor", "--url", "{url}", "--definitions", "{tmp}/nope"], "no definitions directory at"),
     (["monitor", "--url", "{dead}", "--connect-attempts", "1", "--connect-timeout", "0.2"], "did not answer"),
-    (["demo", "--url", "{url}", "--models", "{tmp}/nope"], "no models directory at"),
+    (["demo", "--url", "{url}", "--models", "{tmp}/nope"], "--models: no models directory at"),
+    (["demo", "--url", "{url}", "--models", "{tmp}"], "--models: no *.stm models in"),
 ]
 
 
@@ -148,6 +155,75 @@ def test_each_refusal_is_one_line_and_exit_2(args, expected, tmp_path, mongo_url
     assert cli.main([a.format(**values) for a in args]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and expected in err[0] and err[0].startswith("harel-beanie"), err
+
+
+_EARLY = [
+    (["demo", "--models", "typo"], "--models: no models directory at typo"),
+    (["prune"], "say what to remove: --finished-before"),
+    (["prune", "--finished-before", "30x"], "--finished-before '30x'"),
+    (["prune", "--ttl", "soon"], "--ttl is not an age"),
+    (["prune", "--finished-before", "1d", "--archive", "a.jsonl", "--archive-collection", "c"], "choose one"),
+    (["dashboard", "--allow", "send"], "--allow needs --definitions DIR"),
+    (["dashboard", "--allow", "fly", "--definitions", "{models}"], "--allow: unknown action(s) fly"),
+    (["dashboard", "--definitions", "typo"], "--definitions: no definitions directory at typo"),
+    (["monitor", "--definitions", "typo"], "--definitions: no definitions directory at typo"),
+]
+
+
+@pytest.mark.parametrize("args,expected", _EARLY, ids=[" ".join(a[:2]) for a, _ in _EARLY])
+def test_a_wrong_flag_is_refused_before_the_embedded_server_starts(args, expected, tmp_path, monkeypatch, capsys):
+    """No URL: the embedded server would start on ./harel-beanie-data; a flag the command
+    refuses is refused first, naming the flag, and no data folder is made (`demo --models
+    typo` used to start the server and spend 16 s before saying so)."""
+    for var in _SCRUB:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main([a.format(models=MODELS) for a in args]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and expected in err[0], err
+    assert not (tmp_path / "harel-beanie-data").exists()
+
+
+def test_the_monitor_without_its_extra_is_refused_before_the_embedded_server_starts(tmp_path, monkeypatch, capsys):
+    for var in _SCRUB:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "harel.tui.app", None)  # what a missing extra looks like to import
+    assert cli.main(["monitor"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "pip install 'harel-beanie[tui]'" in err, err
+    assert not (tmp_path / "harel-beanie-data").exists()
+
+
+def test_an_unreachable_server_is_reported_with_the_attempts_made_and_the_time_taken(tmp_path):
+    """ "1 attempt" (not "1 attempts"), and the seconds the attempts took, pings' waits
+    included (it used to say "over about 2s" after 8.4 s)."""
+    import re
+
+    dead = f"mongodb://127.0.0.1:{free_port()}"
+    for attempts, said in ((1, "1 attempt"), (2, "2 attempts")):
+        line = one_line_error(
+            run_cli(
+                "status",
+                "--url",
+                dead,
+                "--connect-attempts",
+                str(attempts),
+                "--connect-timeout",
+                "0.3",
+                cwd=tmp_path,
+            )
+        )
+        m = re.search(rf"did not answer a ping after {said} over (\d+\.\d)s: ", line)
+        assert m, line
+
+
+def test_version_names_the_package_and_harel(tmp_path):
+    from importlib.metadata import version
+
+    proc = run_cli("--version", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"harel-beanie {version('harel-beanie')} (harel {version('harel')})"
 
 
 def test_a_malformed_harel_variable_is_one_line(tmp_path, mongo_url, monkeypatch, capsys):
@@ -272,12 +348,15 @@ async def test_status_reports_the_backlog_that_is_there(astore, mongo_url, db_na
         "60m",
     ):
         assert text in out, (text, out)
+    # the word the counts use (status) told apart from the model's verdict (outcome)
+    assert "an order whose card was declined is DONE, outcome failed" in " ".join(out.split())
 
 
 def test_status_on_an_empty_database_says_so(mongo_url, db_name, tmp_path):
-    proc = run_cli("status", "--url", mongo_url, "--db", db_name, cwd=tmp_path)
+    proc = run_cli("status", "--url", mongo_url, "--db", db_name, "--prefix", "nobodyuses", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "No executions in harel_executions" in proc.stdout
+    assert f"No executions in database {db_name}, collection nobodyuses_executions" in proc.stdout
+    assert "harel-beanie demo" in proc.stdout or "elsewhere" in proc.stdout
     assert "Nothing stuck" in proc.stdout
 
 
@@ -334,6 +413,7 @@ def test_commands_without_a_url_use_the_embedded_data_folder(tmp_path, command):
     """No URL anywhere: `status` starts the embedded server on ./harel-beanie-data (and says
     so on stderr, so --json stays parseable); `monitor` refuses a bad flag before starting it."""
     if command == "status":
+        (tmp_path / "harel-beanie-data").mkdir()  # a folder a demo or a server made
         proc = run_cli("status", "--json", cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["executions"] == 0
@@ -344,6 +424,34 @@ def test_commands_without_a_url_use_the_embedded_data_folder(tmp_path, command):
         line = one_line_error(run_cli("monitor", "--interval", "0", cwd=tmp_path))
         assert "must be more than 0" in line
         assert not (tmp_path / "harel-beanie-data").exists()
+
+
+@pytest.mark.parametrize(
+    "args", [["status"], ["prune", "--finished-before", "7d"], ["dashboard"], ["status", "--data", "typo"]]
+)
+def test_a_reading_command_in_an_empty_folder_says_what_to_run_and_makes_no_folder(tmp_path, args):
+    """No URL and no data folder: nothing to read. The command says so and names the
+    commands that make data or name a server, instead of starting the embedded server on a
+    new empty folder (`status` used to make ./harel-beanie-data and print only "No executions")."""
+    line = one_line_error(run_cli(*args, cwd=tmp_path, timeout=60))
+    folder = args[-1] if "--data" in args else "harel-beanie-data"
+    assert f"no data folder {folder}/ here" in line, line
+    assert "harel-beanie demo" in line and "harel-beanie server" in line and "--url" in line
+    assert ("check --data" in line) == ("--data" in args)
+    assert not (tmp_path / folder).exists()
+
+
+async def test_status_on_a_mistyped_database_names_where_the_executions_are(astore, mongo_url, db_name, tmp_path):
+    await astore.save(Execution(id="kept-1", definition_id="Order", status=Status.RUNNING, updated_at=time.time()))
+    typo = db_name + "x"
+    proc = run_cli("status", "--url", mongo_url, "--db", typo, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"No executions in database {typo}, collection harel_executions." in proc.stdout
+    assert f"harel-beanie status --db {db_name} --prefix harel" in proc.stdout.split("elsewhere:")[1].splitlines()[1]
+    data = json.loads(run_cli("status", "--json", "--url", mongo_url, "--db", typo, cwd=tmp_path).stdout)
+    assert data["elsewhere"][0] == {"db": db_name, "prefix": "harel", "executions": 1}
+    with pymongo.MongoClient(mongo_url) as client:  # status only read: the typo made no database
+        assert typo not in client.list_database_names()
 
 
 def test_the_embedded_server_is_joined_taken_over_or_refused_to_a_second_demo(tmp_path):

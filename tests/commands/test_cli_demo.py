@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import re
 import shlex
+import time
 from pathlib import Path
+from typing import Any
 
 import pymongo
 
@@ -14,6 +16,7 @@ from tests.commands.test_cli import run_cli
 
 
 def test_demo_runs_the_models_on_a_given_server_and_summarises(tmp_path, mongo_url, db_name):
+    began = time.time()
     proc = run_cli("demo", "-n", "27", "--url", mongo_url, "--db", db_name, cwd=tmp_path)
     out = proc.stdout
     # the whole report on failure: which scenario ended otherwise is in its endings table
@@ -39,6 +42,8 @@ def test_demo_runs_the_models_on_a_given_server_and_summarises(tmp_path, mongo_u
     assert "no, expected" not in out
     for ending in ("Completed", "PaymentFailed", "Unfulfilled", "Cancelled", "Lost", "GaveUp"):
         assert ending in out
+    _reads_in_80_columns_with_a_line_a_phase(out)
+    _keeps_status_and_outcome_apart(out)
     assert "embedded" not in out  # it used the URL it was given
     _names_the_views(out, tmp_path, f" --url {shlex.quote(mask_url(mongo_url))} --db {db_name}")
     # what it reports is what the store holds
@@ -48,8 +53,51 @@ def test_demo_runs_the_models_on_a_given_server_and_summarises(tmp_path, mongo_u
         assert client[db_name].harel_executions.count_documents(mine) == int(run_id.group(2))
         assert client[db_name].harel_executions.count_documents({**mine, "status": "RUNNING"}) == 0
         assert client[db_name].harel_transport_messages.count_documents({}) == 0
+        _ends_now(client[db_name], run_id.group(1), began)
     finally:
         client.close()
+
+
+def _reads_in_80_columns_with_a_line_a_phase(out: str) -> None:
+    """Piped, as here: a line for each phase as it starts (no bar is drawn; it used to print
+    nothing until the end), and every line but the commands to copy fits 80 columns (the
+    tables used to be 106 wide and wrapped on an 80-column terminal)."""
+    phases = [
+        m.group(1)
+        for m in (re.fullmatch(r"  \w{3} \d\d:\d\d  (.+?)\s+\d+/\d+ done", line) for line in out.splitlines())
+        if m
+    ]
+    for phase in ("a week ago: creating orders", "a week later: lost parcels", "creating orders", "packing", "done"):
+        assert phase in phases, (phase, phases)
+    report = out[: out.index("Look at them")]
+    wide = [line for line in report.splitlines() if len(line) > 80]
+    assert not wide, wide
+
+
+def _keeps_status_and_outcome_apart(out: str) -> None:
+    """An execution's status (DONE, FAILED, ...) and its outcome (success, failed, ...) in
+    columns of their own, with the difference said: the report used to print "Order 24
+    failed" where `status` and the dashboard showed every execution DONE."""
+    table = out[out.index("Status and outcome, by model") : out.index("How the orders and payments ended")]
+    order = next(line for line in table.splitlines() if line.strip().startswith("Order "))
+    status, outcome = re.match(r"\s*Order\s+(\d+ DONE)\s+(.*\S)\s*$", order).groups()  # type: ignore[union-attr]
+    assert "failed" in outcome and "success" in outcome, order
+    assert "an outcome failed is a DONE execution, not a FAILED one" in " ".join(table.split())
+
+
+def _ends_now(db: Any, run_id: str, began: float) -> None:
+    """The run's clock ends when it started: every execution but a lost parcel's order's
+    children (finished a week back) was last written in the hour before, none later than now,
+    and the dashboard's last-hour charts have a sample for every minute of that hour (the
+    demo takes them at its clock's minutes). It used to end 1 to 8 days back: the charts and a
+    search of the last hour found nothing after a fresh run."""
+    now = time.time()
+    docs = list(db.harel_executions.find({"_id": {"$regex": f"^{run_id}-"}}, {"updated_at": 1}))
+    recent = [d for d in docs if d["updated_at"] >= began - 3600]
+    assert all(d["updated_at"] <= now for d in docs)
+    assert len(recent) >= 0.8 * len(docs), (len(recent), len(docs))
+    hour = db.harel_hb_samples.count_documents({"_id": {"$gte": now - 3600, "$lte": now}})
+    assert hour >= 59, hour
 
 
 def _names_the_views(out: str, cwd: Path, flags: str) -> None:

@@ -172,6 +172,37 @@ async def test_actions_are_off_by_default_and_each_needs_a_confirmation(astore) 
     assert runner.calls == [("cancel", "x-1"), ("redrive", "x-1", "Paying")]
 
 
+async def test_an_action_on_the_empty_id_is_confirmed_as_its_page_asks(astore) -> None:
+    """The empty id is an id harel allows: its page offers the actions, and a confirmation
+    typed as its placeholder says (`""`) runs them on it."""
+    await astore.save(Execution(id="", definition_id="Order", status=Status.RUNNING, active_path="Paying"))
+    runner = FakeRunner()
+    app = FastAPI()
+    app.include_router(dashboard_router(astore, auth=no_auth, actions=DashboardActions(runner, cancel=True)))
+    async with client_for(app) as http:
+        page = (await http.get("/execution?id=")).text
+        assert 'placeholder="&#34;&#34;"' in page or 'placeholder="&quot;&quot;"' in page, page
+        r = await http.post("/execution/cancel?id=", data={"confirm": '""', "csrf": _csrf(page, "cancel")})
+        assert r.status_code == 303 and r.headers["location"].endswith("/execution?id=&done=cancel"), (
+            r.status_code,
+            r.text[:300],
+        )
+    assert runner.calls == [("cancel", "")]
+
+
+async def test_the_executions_page_tells_status_and_outcome_apart(astore) -> None:
+    """A declined card is an execution DONE with outcome failed: the page says what each
+    word means, beside the table that shows both (the demo's report and `status` too)."""
+    await astore.save(Execution(id="o-1", definition_id="Order", status=Status.DONE, outcome="failed"))
+    app = FastAPI()
+    app.include_router(dashboard_router(astore, auth=no_auth))
+    async with client_for(app) as http:
+        page = (await http.get("/")).text
+    note = page[page.index('id="status-outcome"') :].split("</p>", 1)[0]
+    assert "FAILED (stopped on an error, to redrive)" in note and "a declined card ends DONE, outcome failed" in note
+    assert 'title="where the execution is in its life' in page
+
+
 async def test_the_apps_own_guard_runs_before_every_route(astore) -> None:
     def staff_only(x_staff: str = Header("")) -> None:
         if x_staff != "yes":

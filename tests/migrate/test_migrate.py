@@ -323,6 +323,7 @@ def test_up_then_this_store_finishes_what_harels_store_left(world: World, refere
 
 def test_down_leaves_a_database_harels_store_finishes(world: World, reference: dict[str, Any]) -> None:
     populate(world, world.harel())
+    harels_fields = {key for doc in world.executions.find() for key in doc}  # harel's own layout
     world.migrate("up")
     advance(world, world.ours())  # leaves entries in this store's forms, with its seqs
     left = pending(world.ours())
@@ -344,6 +345,9 @@ def test_down_leaves_a_database_harels_store_finishes(world: World, reference: d
     assert {ix["name"] for ix in world.executions.list_indexes()} == {"_id_"}
     for doc in world.executions.find():
         assert not set(ADDED_FIELDS) & set(doc), doc["_id"]
+        # exactly harel's layout: no field of this store's left (`cdirty` on a document
+        # written and not yet counted was)
+        assert set(doc) <= harels_fields, (doc["_id"], set(doc) - harels_fields)
         assert all(isinstance(s["context"], dict) for s in doc.get("spawns", []))
         assert all(isinstance(step.get("index"), int) for step in doc.get("trace", []))
     # harel's counters now hand out seqs above every pending one
@@ -584,8 +588,13 @@ def test_this_store_finishes_a_database_migrated_under_another_prefix(
 
 
 def test_every_step_has_its_migration_file() -> None:
-    files = sorted(p.stem for p in (ROOT / "migrations").glob("[!_]*.py"))
+    """In the package (a pip user's Beanie CLI is given `BEANIE_MIGRATIONS`), and at the top
+    of a clone (`migrations/`, a link to it)."""
+    from harel_beanie.migrate import BEANIE_MIGRATIONS
+
+    files = sorted(p.stem for p in BEANIE_MIGRATIONS.glob("[!_]*.py"))
     assert files == [STEPS[v].name for v in sorted(STEPS)]
+    assert (ROOT / "migrations").resolve() == BEANIE_MIGRATIONS.resolve()
 
 
 def test_layout_1_with_pending_work_goes_up_to_2(

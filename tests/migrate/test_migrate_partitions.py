@@ -294,7 +294,12 @@ def test_down_then_up_again_round_trips(db: Db) -> None:
     assert not set(PARTITION_INDEXES) & {ix["name"] for ix in db.exes.list_indexes()}
     assert not set(QUEUE_INDEXES) & {ix["name"] for ix in db.queues.list_indexes()}
 
+    # what each execution is counted as goes with the counts (layout 2 has none), `cdirty`
+    # included: the first fold after `up` counts every document anew
+    counting = ("cc", "cseq", "cdirty", "leaving")
+    assert not any(f in d for d in db.exes.find() for f in counting)
     db.migrate("up")
+    written["executions"] = [{k: v for k, v in d.items() if k not in counting} for d in written["executions"]]
     assert _raw(db) == written
     db.assert_found_by_owners(DEFAULT_PARTITIONS)
 

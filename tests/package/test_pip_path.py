@@ -69,6 +69,9 @@ def test_the_wheel_and_the_sdist_carry_what_a_user_needs(dist: dict[str, Path]) 
         "harel_beanie/dashboard/static/dashboard.js",
         "harel_beanie/dashboard/static/mermaid.min.js",
         "harel_beanie/dashboard/static/mermaid.LICENSE",
+        # what Beanie's CLI is given (docs/switching.md): a pip user has no clone
+        "harel_beanie/migrate/beanie_migrations/0001_adopt_harel_mongostore.py",
+        "harel_beanie/migrate/beanie_migrations/0003_partitions.py",
     ):
         assert needed in names, needed
     with tarfile.open(dist["sdist"]) as sdist:
@@ -207,8 +210,8 @@ def test_the_quick_start_runs_from_the_wheel_alone(dist: dict[str, Path], tmp_pa
             done = run(*args, *url)
             assert done.returncode == 0, (args, done.stderr[-2000:])
         pruned = run(
-            "prune", "--finished-before", "1d", "--archive", "pruned.jsonl", *url
-        )  # the demo's clock is days back
+            "prune", "--finished-before", "1s", "--archive", "pruned.jsonl", *url
+        )  # the demo's last hour ends when it started
         assert pruned.returncode == 0 and " removed of " in pruned.stdout, pruned.stdout + pruned.stderr[-2000:]
         assert (run.project / "pruned.jsonl").stat().st_size > 0
         HarelMongoStore(pymongo.MongoClient(mongo_url), db + "_harel").save(

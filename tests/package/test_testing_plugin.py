@@ -105,3 +105,21 @@ def test_the_option_chooses_the_store(app: pytest.Pytester, monkeypatch: pytest.
     monkeypatch.delenv("HAREL_BEANIE_TEST_STORE", raising=False)
     result = app.runpytest_subprocess("-p", "no:cacheprovider", "--harel-store=server", "-k", "own")
     result.assert_outcomes(passed=1, deselected=2)
+
+
+@pytest.mark.parametrize("missing", ["pytest", "mongomock"])
+def test_the_plugin_without_its_extra_names_the_extra(missing: str, tmp_path) -> None:
+    """`import harel_beanie.testing` (or its memory store) where the `testing` extra is not
+    installed: an ImportError naming the extra to install, not a bare `No module named pytest`."""
+    import subprocess
+    import sys
+
+    # a module of that name that cannot be imported, first on the path: the extra missing
+    (tmp_path / f"{missing}.py").write_text("raise ImportError('not installed', name=__name__)\n")
+    code = "import harel_beanie.testing as t; t.memory_store()"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)}, capture_output=True, text=True
+    )
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError:") and "pip install 'harel-beanie[testing]'" in last, done.stderr

@@ -1,7 +1,7 @@
 """The `harel-beanie` command line (also `python -m harel_beanie`).
 
 Why this module exists: one entry point for running statechart workloads on the store
-(`demo`, `worker`), watching them (`status`, `monitor`, `dashboard`), removing finished ones
+(`demo`, `worker`), serving the embedded server to your own code (`server`), watching them (`status`, `monitor`, `dashboard`), removing finished ones
 (`prune`), evolving the schema (`migrate`, `migrate-transport`), sharding it on a cluster
 (`shard`) and judging a fault run's recorded history (`check-history`, the one command that
 needs no database). This module only lists the commands: each lives in its own module of
@@ -31,6 +31,7 @@ from harel_beanie.commands import (
     migrate_transport,
     monitor,
     prune,
+    server,
     shard,
     status,
     worker,
@@ -49,9 +50,13 @@ PROG = "harel-beanie"
 
 #: Every command, in the order `--help` lists them. Each module holds `NAME`, `HELP`,
 #: `DESCRIPTION`, `WHERE` ("embedded": a URL, else the embedded server; "url": a URL only;
-#: "offline": local files only), `add_arguments(parser)` and `main`.
+#: "offline": local files only), `add_arguments(parser)` and `main`, and may hold
+#: `check(args)`: what its flags can be refused for, run before any server is started or
+#: reached, so a typo costs no wait, and `MAKES_DATA` (True: with no URL, it may start the
+#: embedded server on a data folder that does not exist yet; the others only read one).
 COMMANDS: tuple[ModuleType, ...] = (
     demo,
+    server,
     worker,
     status,
     monitor,
@@ -80,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Run harel statecharts on MongoDB with harel-beanie's store, watch them, query them.",
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for command in COMMANDS:
         p = sub.add_parser(command.NAME, help=command.HELP, description=command.DESCRIPTION)
@@ -90,15 +96,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    """This package's version, and harel's beside it (the engine it runs)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "unknown"
+
+    return f"{of('harel-beanie')} (harel {of('harel')})"
+
+
 def _handler(command: ModuleType) -> Callable[[Any], int]:
     """How `command` runs: an offline one on its arguments alone; any other on the target its
     flags resolve to (the embedded server only where it may use one; what is said about that
     goes to stdout for a command whose report it belongs to, else to stderr)."""
+    check = getattr(command, "check", lambda args: None)
     if command.WHERE == "offline":
-        return lambda args: int(command.main(args))
+
+        def offline(args: Any) -> int:
+            check(args)
+            return int(command.main(args))
+
+        return offline
     notes = _stdout if getattr(command, "NOTES_ON_STDOUT", False) else _stderr
 
     def run(args: Any) -> int:
+        check(args)
         with resolve(
             url=args.url,
             db=args.db,
@@ -109,6 +135,7 @@ def _handler(command: ModuleType) -> Callable[[Any], int]:
             embedded_ok=command.WHERE == "embedded",
             say=notes,
             command=args.command,
+            makes_data=getattr(command, "MAKES_DATA", False),
         ) as target:
             return int(command.main(args, target))
 

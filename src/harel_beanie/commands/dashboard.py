@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+from pathlib import Path
 from typing import Any
 
 from harel_beanie.commands import flags
@@ -45,13 +46,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     flags.stuck_after(p, "silent")
 
 
-def main(args: Any, target: Target) -> int:
-    try:  # the web stack is an extra: without it, one line saying how to get it
+def check(args: Any) -> None:
+    """The extra, `--allow` and `--definitions`, refused before any server starts."""
+    _web()
+    from harel_beanie.dashboard.serve import parse_allow
+
+    if parse_allow(args.allow) and not args.definitions:
+        raise ConfigError("--allow needs --definitions DIR: harel's runner needs the machines to act on executions")
+    if args.definitions and not Path(args.definitions).is_dir():
+        raise ConfigError(f"--definitions: no definitions directory at {args.definitions}")
+
+
+def _web() -> Any:
+    """uvicorn, or one line saying how to get the web stack (an extra)."""
+    try:
         import uvicorn
 
-        from harel_beanie.dashboard.serve import build_app, parse_allow
+        import harel_beanie.dashboard.serve  # noqa: F401
     except ImportError as exc:
         raise ConfigError(f"the dashboard needs its extra: pip install 'harel-beanie[dashboard]' ({exc})") from None
+    return uvicorn
+
+
+def main(args: Any, target: Target) -> int:
+    uvicorn = _web()
+    from harel_beanie.dashboard.serve import build_app, parse_allow
+
     say = print
     token = args.token or os.environ.get("HAREL_DASHBOARD_TOKEN") or secrets.token_urlsafe(18)
     app = build_app(

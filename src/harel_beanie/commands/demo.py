@@ -25,10 +25,13 @@ NAME = "demo"
 HELP = "run the shop models shipped in the package through harel's engine on the store"
 DESCRIPTION = (
     "Run the shop's statechart workloads (orders, payments, pickers; shipped in the package) through harel's "
-    "AsyncWorker and Mongo transport on the store, then summarise. With no URL, starts an embedded server whose "
+    "AsyncWorker and this package's transport (--transport harel: harel's Mongo transport) on the store, then "
+    "summarise. With no URL, starts an embedded server whose "
     "data stays in ./harel-beanie-data."
 )
 WHERE = "embedded"
+#: with no URL it starts the embedded server on a new data folder: the run is what fills it
+MAKES_DATA = True
 #: what it says about the embedded server belongs in its report, on stdout
 NOTES_ON_STDOUT = True
 
@@ -55,14 +58,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     flags.transport(p, idle_wait=False)
 
 
+def check(args: Any) -> None:
+    """`--models`, refused before the embedded server starts (it takes seconds)."""
+    if args.models is not None:
+        models = Path(args.models)
+        if not models.is_dir():
+            raise ConfigError(f"--models: no models directory at {models}")
+        if not any(models.glob("*.stm")):
+            raise ConfigError(f"--models: no *.stm models in {models}")
+
+
 def main(args: Any, target: Target) -> int:
     """Run the demo against `target` (see `harel_beanie.commands.cli` for the flags)."""
+    check(args)
+    # piped or captured, rich would use 80 columns too: the tables are made to fit them
     console = Console(highlight=False)
-    if not console.is_terminal:  # piped or captured: room for the tables, unwrapped
-        console.width = max(console.width, 110)
     models = Path(args.models) if args.models else default_models_dir()
-    if not models.is_dir():
-        raise ConfigError(f"no models directory at {models} (pass --models DIR)")
     kind = args.transport or os.environ.get("HAREL_BEANIE_TRANSPORT") or TRANSPORTS[0]
     demo = Demo(
         target,
@@ -74,11 +85,12 @@ def main(args: Any, target: Target) -> int:
         trace=not args.no_trace,
         transport=kind,
     )
-    console.print(
-        f"[bold]harel-beanie demo[/] {demo.run_id}: about {demo.planned} executions of the shop models in {_short(models)}"
-    )
+    shop = models.resolve() == default_models_dir().resolve()
+    what = "the shop's models" if shop else f"the models in {escape(_short(models))}"
+    console.print(f"[bold]harel-beanie demo[/] {demo.run_id}: about {demo.planned} executions of {what}")
     on = "this package's transport" if kind == "beanie" else "harel's Mongo transport"
-    console.print(f"  on {escape(target.masked_url)}, database {target.db}; harel's AsyncWorker and {on}")
+    console.print(f"  on {escape(target.masked_url)}, database {target.db}")
+    console.print(f"  harel's AsyncWorker on {on}")
     result = asyncio.run(demo.run())
     report(console, target, result, args.workers, args.concurrency, models)
     return 0 if all(ok for *_, ok in result.endings) else 1

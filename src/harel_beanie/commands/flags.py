@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, Callable
 
-from harel_beanie.core.arguments import parse_number, require_int, require_seconds
+from harel_beanie.core.arguments import BadArgument, parse_number, require_int, require_seconds
+from harel_beanie.core.errors import ConfigError
 from harel_beanie.transport.settings import MAX_IDLE_WAIT
 
 #: A day, in seconds: the bound of most waits a flag sets.
@@ -31,6 +32,17 @@ def checked(check: Callable[[str, str], Any]) -> Callable[[str], Any]:
     return parse
 
 
+def value_of(flag: str, parse: Callable[[str], Any], text: str) -> Any:
+    """`parse(text)`, its refusal re-worded to name `flag` as the user typed it (a parser
+    of the library names its own parameter: `finished_before`, `age`)."""
+    try:
+        return parse(text)
+    except BadArgument as exc:
+        raise ConfigError(f"{flag} {str(exc).removeprefix(exc.argument + ' ')}") from None
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{flag}: {exc}") from None
+
+
 def _whole(what: str, text: str) -> int:
     try:
         value = int(text)
@@ -44,7 +56,13 @@ def seconds(high: float) -> Callable[[str], float]:
     return checked(lambda what, text: require_seconds(what, parse_number(what, text), positive=True, high=high))
 
 
+def _port(what: str, text: str) -> int:
+    return require_int(what, _whole(what, text), low=1, high=65535)
+
+
 positive_int = checked(_whole)
+#: a TCP port
+port = checked(_port)
 positive_float = seconds(DAY)
 #: a ping's wait, as `RetryPolicy` bounds it
 ping = seconds(60.0)

@@ -67,13 +67,10 @@ def build_app(
     target: Target, definitions: Optional[str] = None, interval: Optional[float] = None, theme: Optional[str] = None
 ) -> Any:
     """harel's `MonitorApp` over our `MongoStore` for `target`. Close `app.model` after use."""
-    try:
-        from harel.tui.app import MonitorApp
-        from harel.tui.model import MonitorModel
-    except ImportError as exc:
-        raise ConfigError(
-            f"the monitor needs harel's TUI ({exc.name} is missing): pip install 'harel-beanie[tui]'"
-        ) from None
+    _tui()
+    from harel.tui.app import MonitorApp
+    from harel.tui.model import MonitorModel
+
     cfg = Config.from_env()
     source = definition_source(definitions or cfg.definitions_dir)
     store = open_sync_store(target)
@@ -82,6 +79,22 @@ def build_app(
         interval=interval if interval is not None else cfg.tui_interval_ms / 1000.0,
         theme=theme or cfg.tui_theme,
     )
+
+
+def check(args: Any) -> None:
+    """harel's TUI and `--definitions`, refused before any server starts."""
+    _tui()
+    if args.definitions and not Path(args.definitions).is_dir():
+        raise ConfigError(f"--definitions: no definitions directory at {args.definitions}")
+
+
+def _tui() -> None:
+    try:
+        import harel.tui.app  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(
+            f"the monitor needs harel's TUI ({exc.name} is missing): pip install 'harel-beanie[tui]'"
+        ) from None
 
 
 def main(args: Any, target: Target) -> int:

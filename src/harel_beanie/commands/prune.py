@@ -49,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--ttl",
         metavar="AGE|off",
-        help="instead: create or change the TTL index on finished_at (the server expires finished executions by "
+        help="instead: create or change the TTL index on finished_on (the server expires finished executions by "
         "age alone), or drop it with 'off'",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -118,12 +118,22 @@ async def run(args: Any, target: Target, console: Console) -> retention.PruneRep
         await client.close()
 
 
-def main(args: Any, target: Target) -> int:
-    console = Console(highlight=False, stderr=bool(args.json))  # --json: stdout holds only the report
+def check(args: Any) -> None:
+    """The cut-off, the TTL and the archive, refused naming their flag before any server starts."""
     if args.ttl is None and not args.finished_before:
         raise ConfigError("say what to remove: --finished-before AGE|DATE (or --ttl AGE|off for the TTL index)")
     if args.archive and args.archive_collection:
         raise ConfigError("--archive and --archive-collection: choose one")
+    if args.ttl is not None:
+        if args.ttl != "off":
+            flags.value_of("--ttl", retention.parse_age, args.ttl)
+    else:
+        flags.value_of("--finished-before", retention.parse_before, args.finished_before)
+
+
+def main(args: Any, target: Target) -> int:
+    console = Console(highlight=False, stderr=bool(args.json))  # --json: stdout holds only the report
+    check(args)  # (the CLI ran it already; a caller of main may not have)
     try:
         out = asyncio.run(run(args, target, console))
     except ValueError as exc:

@@ -69,6 +69,8 @@ async def collect(target: Target, stuck_after: float, show: int) -> dict[str, An
         db = client[target.db]
         queued = await db[names.messages].count_documents({})
         leased = await db[names.transport_locks].count_documents({"token": {"$ne": None}})
+        # a new or mistyped database: where the server does keep executions
+        found = [] if sum(sum(per.values()) for per in b.counts.values()) else await elsewhere(client, target)
     finally:
         await store.close()
     out = b.as_dict()
@@ -80,7 +82,37 @@ async def collect(target: Target, stuck_after: float, show: int) -> dict[str, An
     out["executions"] = sum(totals.values())
     out["transport"] = {"queued": queued, "leased": leased}
     out["where"] = {"url": target.masked_url, "db": target.db, "prefix": target.prefix}
+    if not out["executions"]:
+        out["elsewhere"] = found
     return out
+
+
+#: the server's own databases: never an app's
+_SYSTEM_DBS = ("admin", "config", "local")
+
+
+async def elsewhere(client: Any, target: Target, limit: int = 5) -> list[dict[str, Any]]:
+    """The databases and prefixes on this server that hold executions, other than the
+    target's (`--db`, `--prefix` mistyped, or the data written under other names), the names
+    closest to the target's first (a typo's), then the most executions: what an empty answer
+    points at. Estimated counts: a look, not a scan."""
+    from difflib import SequenceMatcher
+
+    def likeness(f: dict[str, Any]) -> float:
+        return SequenceMatcher(None, f"{f['db']}/{f['prefix']}", f"{target.db}/{target.prefix}").ratio()
+
+    found = []
+    for name in await client.list_database_names():
+        if name in _SYSTEM_DBS:
+            continue
+        for coll in await client[name].list_collection_names():
+            prefix = coll.removesuffix("_executions")
+            if prefix == coll or (name, prefix) == (target.db, target.prefix):
+                continue
+            n = await client[name][coll].estimated_document_count()
+            if n:
+                found.append({"db": name, "prefix": prefix, "executions": n})
+    return sorted(found, key=lambda f: (-likeness(f), -f["executions"]))[:limit]
 
 
 def render(console: Console, data: dict[str, Any]) -> None:
@@ -91,22 +123,7 @@ def render(console: Console, data: dict[str, Any]) -> None:
         f"[bold]harel-beanie status[/]: {escape(w['url'])} database {w['db']} prefix {w['prefix']}, "
         f"at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))}"
     )
-    if not data["executions"]:
-        console.print(f"No executions in {w['prefix']}_executions.")
-    else:
-        # ids, definitions and paths below are data: shown as `Text`, never read as rich markup
-        seen = [s for s in STATUSES if s in data["totals"]] + sorted(set(data["totals"]) - set(STATUSES))
-        t = Table(box=box.SIMPLE_HEAD, title="Executions", title_justify="left")
-        t.add_column("definition")
-        for s in seen:
-            t.add_column(s, justify="right")
-        t.add_column("total", justify="right")
-        for d in sorted(data["counts"]):
-            per = data["counts"][d]
-            t.add_row(Text(d), *[str(per.get(s, "")) for s in seen], str(sum(per.values())))
-        t.add_section()
-        t.add_row("all", *[str(data["totals"].get(s, "")) for s in seen], str(data["executions"]), style="bold")
-        console.print(t)
+    _executions(console, data)
     if data["purged"]:
         console.print(f"{data['purged']} purged execution id(s) hold a tombstone (kept so the id is never reused).")
 
@@ -163,6 +180,48 @@ def render(console: Console, data: dict[str, Any]) -> None:
         console.print(
             f"Nothing stuck: no RUNNING execution silent for more than {human_duration(stuck_after)} with nothing "
             "to wake it, and no timer overdue by as long (waiting on a timer or pending work is not stuck)."
+        )
+
+
+def empty_hint(found: list[dict[str, Any]]) -> list[str]:
+    """What to run when the database holds no executions: the flags naming those the server
+    does hold, else the commands that make some."""
+    if found:
+        return ["This server holds executions elsewhere:"] + [
+            f"  harel-beanie status --db {f['db']} --prefix {f['prefix']}   ({f['executions']} execution(s))"
+            for f in found
+        ]
+    return [
+        "Nothing here yet: `harel-beanie demo` runs the shop's models on this database; a worker "
+        "(`harel-beanie worker --definitions DIR`) runs yours. If executions were expected, check --db and --prefix."
+    ]
+
+
+def _executions(console: Console, data: dict[str, Any]) -> None:
+    """The executions by definition and status, or what to run when there are none."""
+    w = data["where"]
+    if not data["executions"]:
+        console.print(f"No executions in database {w['db']}, collection {w['prefix']}_executions.")
+        for line in empty_hint(data.get("elsewhere") or []):
+            console.print(Text(line))
+    else:
+        # ids, definitions and paths below are data: shown as `Text`, never read as rich markup
+        seen = [s for s in STATUSES if s in data["totals"]] + sorted(set(data["totals"]) - set(STATUSES))
+        t = Table(box=box.SIMPLE_HEAD, title="Executions", title_justify="left")
+        t.add_column("definition")
+        for s in seen:
+            t.add_column(s, justify="right")
+        t.add_column("total", justify="right")
+        for d in sorted(data["counts"]):
+            per = data["counts"][d]
+            t.add_row(Text(d), *[str(per.get(s, "")) for s in seen], str(sum(per.values())))
+        t.add_section()
+        t.add_row("all", *[str(data["totals"].get(s, "")) for s in seen], str(data["executions"]), style="bold")
+        console.print(t)
+        console.print(
+            "Counted by status, where each execution is in its life (FAILED: stopped on an error, to redrive). "
+            "Its outcome (success, failed, ...: what its model's final state says, once DONE) is another word: "
+            "an order whose card was declined is DONE, outcome failed (the dashboard shows both)."
         )
 
 

@@ -69,8 +69,9 @@ from harel_beanie.transport.settings import MAX_VISIBILITY
 NAME = "worker"
 HELP = "a long-running harel AsyncWorker on the store"
 DESCRIPTION = (
-    "Claim and process the events queued on harel's Mongo transport, with the store on the same server, until "
-    "SIGINT or SIGTERM (in-flight events finish first). Flags override harel's HAREL_* variables."
+    "Claim and process the events queued on this package's transport (--transport harel: harel's Mongo "
+    "transport), with the store on the same server, until SIGINT or SIGTERM (in-flight events finish first). "
+    "Flags override harel's HAREL_* variables."
 )
 #: a worker serves a deployment's database: never the embedded server
 WHERE = "url"
@@ -155,6 +156,16 @@ def settings(args: Any) -> dict[str, Any]:
         # a test replaces to run a worker whose clock is skewed, see docs/production-stack.md)
         "clock": time.time,
     }
+
+
+def check(args: Any) -> None:
+    """The settings and the definitions' folder, refused before any server is reached (the
+    machines are loaded once, by `main`)."""
+    opts = settings(args)
+    if opts["concurrency"] < 1:
+        raise ConfigError(f"concurrency must be at least 1, got {opts['concurrency']}")
+    if not Path(opts["definitions_dir"]).is_dir():
+        raise ConfigError(f"no definitions directory at {opts['definitions_dir']}")
 
 
 def main(args: Any, target: Target) -> int:

@@ -17,7 +17,6 @@ FAILED) is drawn as 0 for that minute.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import time
 from typing import Any, Optional
 
@@ -25,15 +24,25 @@ from pydantic import BaseModel
 from pymongo import ASCENDING, IndexModel
 from pymongo.errors import InvalidOperation, PyMongoError
 
-from harel_beanie import queries
+from harel_beanie.queries.samples import FINISHED, MINUTE, latest_sample, samples_name, take_sample
 from harel_beanie.queries.server import server_of
 
-MINUTE = 60.0
+__all__ = [
+    "FINISHED",
+    "MINUTE",
+    "SPAN",
+    "KEEP_SECONDS",
+    "Sampler",
+    "charts",
+    "latest_sample",
+    "samples_name",
+    "take_sample",
+]
+
 #: the charts' span, in minutes
 SPAN = 60
 #: how long a sample is kept (the charts read the last hour)
 KEEP_SECONDS = 3 * 3600
-FINISHED = ("DONE", "CANCELLED")
 
 
 class Series(BaseModel):
@@ -52,58 +61,6 @@ class ChartsOut(BaseModel):
     minutes: list[float]  # the minutes the points are for (epoch seconds, oldest first)
     series: list[Series]
     samples: int  # samples found in the span
-
-
-def samples_name(prefix: str) -> str:
-    return f"{prefix}_hb_samples"
-
-
-async def take_sample(doc: Any, samples: Any, now: Optional[float] = None) -> None:
-    """This minute's sample, unless another dashboard took it already."""
-    now = time.time() if now is None else now
-    # the counts, the pending work's age and the soonest timer: no stuck list, one timer
-    b = await queries.backlog(doc=doc, now=now, show=0, timers=1)
-    totals: dict[str, int] = {}
-    for per in b.counts.values():
-        for status, n in per.items():
-            totals[status] = totals.get(status, 0) + n
-    late = [now - t["fire_at"] for t in b.next_timers if t["fire_at"] <= now]
-    minute = now - now % MINUTE
-    sample = {
-        "at": datetime.datetime.fromtimestamp(now, datetime.timezone.utc),
-        "executions": sum(totals.values()) + b.purged,
-        "commits": b.commits,
-        "finished": sum(totals.get(s, 0) for s in FINISHED),
-        "failed": totals.get("FAILED", 0),
-        "outbox_age": b.oldest_outbox_age or 0.0,
-        "timer_lag": max(late, default=0.0),
-        # what `/metrics` serves from the newest sample instead of reading every document
-        # holding a pending entry on each scrape (`latest_sample`)
-        "pending_outbox": b.pending_outbox,
-        "pending_spawns": b.pending_spawns,
-        "spawn_age": b.oldest_spawn_age or 0.0,
-    }
-    await samples.update_one({"_id": minute}, {"$setOnInsert": sample}, upsert=True)
-
-
-async def latest_sample(
-    samples: Any, now: Optional[float] = None, within: float = MINUTE + 5.0
-) -> Optional[dict[str, Any]]:
-    """The newest sample if it was taken at most `within` seconds ago (the sampler takes one
-    a minute), with when it was (`taken`, epoch seconds), else None: what `/metrics` serves
-    the pending entries from. One read of at most two documents (this minute's and the
-    last, by `_id`)."""
-    now = time.time() if now is None else now
-    minute = now - now % MINUTE
-    docs = await samples.find({"_id": {"$gte": minute - MINUTE, "$lte": minute}}).to_list(None)
-    if not docs:
-        return None
-    newest = max(docs, key=lambda d: float(d["_id"]))
-    at = newest.get("at")
-    taken = at.replace(tzinfo=datetime.timezone.utc).timestamp() if isinstance(at, datetime.datetime) else None
-    if taken is None or not now - within <= taken <= now + 1.0 or "pending_outbox" not in newest:
-        return None  # too old, from a clock ahead of ours, or from a release that did not keep these
-    return {**newest, "taken": taken}
 
 
 #: seconds the first sample waits after the dashboard's first page: it reads what `status`

@@ -23,10 +23,16 @@ from typing import Any
 from harel.spec.states import Event
 
 DAY = 86_400.0
-# the simulated windows: payments (retries, budget), cooling-off and picking, then a week
-# and a day for the lost parcels' timers
-PAY_WINDOW, FULFIL_WINDOW, LOST_WINDOW = 300.0, 3_600.0, 8 * DAY
-SPAN = PAY_WINDOW + FULFIL_WINDOW + LOST_WINDOW
+# the simulated windows: payments (retries, a 2-minute budget), the 15-minute cooling-off and
+# picking, then a week and ten minutes for the lost parcels' 7-day timers
+PAY_WINDOW, FULFIL_WINDOW, LOST_WINDOW = 300.0, 1_200.0, 7 * DAY + 600.0
+#: one batch of orders from creation to delivery
+STORY = PAY_WINDOW + FULFIL_WINDOW
+#: the shop time a run replays, ending at the real time it started: the orders whose parcels
+#: get lost a week before (they need the week; their timers fire ten minutes before the rest
+#: start), then every other order in the last `STORY` seconds, so that when a run ends all
+#: but the lost orders' children (finished a week back) were last written in the last hour
+SPAN = STORY + LOST_WINDOW + STORY
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,11 @@ class Scenario:
     seal: bool = False  # the packing bench reports the parcel sealed
     deliver: bool = False  # carrier scans and delivery
     expect: str = ""
+
+    @property
+    def waits_a_week(self) -> bool:
+        """Sealed and never delivered: it ends only when its 7-day timer fires."""
+        return self.seal and not self.deliver
 
     @property
     def executions(self) -> int:

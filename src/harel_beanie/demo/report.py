@@ -47,45 +47,28 @@ def report(console: Console, target: Target, result: Result, workers: int, concu
     Kept whole: it is the report's text in the order it is printed, a statement a line."""
     r = result
     secs = max(r.elapsed, 1e-9)
+    total = sum(m["executions"] for m in r.per_model.values())
+    order = sorted(r.per_model, key=lambda m: (-r.per_model[m]["executions"], m))
     table = Table(
-        box=box.SIMPLE_HEAD,
-        title=f"Run {r.run_id}: {sum(m['executions'] for m in r.per_model.values())} executions in {r.elapsed:.1f}s",
-        title_justify="left",
+        box=box.SIMPLE_HEAD, title=f"Run {r.run_id}: {total} executions in {r.elapsed:.1f}s", title_justify="left"
     )
     table.add_column("model")
     table.add_column("executions", justify="right")
-    table.add_column("ended")
     table.add_column("events", justify="right")
     table.add_column("events/s", justify="right")
     table.add_column("round trips/event", justify="right")
-    for model in sorted(r.per_model, key=lambda m: (-r.per_model[m]["executions"], m)):
+    for model in order:
         m = r.per_model[model]
-        statuses = ", ".join(f"{v} {k}" for k, v in sorted(m["statuses"].items(), key=lambda kv: -kv[1]))
         per_event = f"{m['rt'] / m['events']:.1f}" if m["events"] else "-"
         rate = f"{m['events'] / secs:.0f}" if m["events"] else "-"
-        table.add_row(model, str(m["executions"]), statuses, str(m["events"]), rate, per_event)
+        table.add_row(model, str(m["executions"]), str(m["events"]), rate, per_event)
     rt_per = f"{r.store_rt_events / r.events:.1f}" if r.events else "-"
     table.add_section()
-    table.add_row(
-        "all",
-        str(sum(m["executions"] for m in r.per_model.values())),
-        "",
-        str(r.events),
-        f"{r.events / secs:.0f}",
-        rt_per,
-        style="bold",
-    )
+    table.add_row("all", str(total), str(r.events), f"{r.events / secs:.0f}", rt_per, style="bold")
     console.print()
     console.print(table)
 
-    ends = Table(box=box.SIMPLE_HEAD, title="How the orders and payments ended", title_justify="left")
-    ends.add_column("scenario")
-    ends.add_column("n", justify="right")
-    ends.add_column("ended in")
-    ends.add_column("as the model says?")
-    for name, expect, got, n, ok in r.endings:
-        ends.add_row(name, str(n), got, "[green]yes[/]" if ok else f"[red]no, expected {expect}[/]")
-    console.print(ends)
+    endings(console, r, order)
 
     per_event = f"{r.transport_rt / r.events:.1f} per event" if r.events else ""
     console.print("[bold]Round trips[/] (commands sent to the server)")
@@ -97,7 +80,8 @@ def report(console: Console, target: Target, result: Result, workers: int, concu
     console.print(f"  the transport            {r.transport_rt:>7}   {per_event}: publish, claim, ack")
     console.print(
         f"Worked by {workers} harel AsyncWorker loop(s), up to {concurrency} events in flight each; timers fired "
-        "on a simulated clock (8 days of shop time, ending now). Children started inside their parent's "
+        "on a simulated clock (a week of shop time ending now: the lost parcels' orders a week back, the rest "
+        "in the last 25 minutes). Children started inside their parent's "
         "relay (pickers, most payments) count their round trips under the parent."
     )
     console.print()
@@ -123,6 +107,40 @@ def report(console: Console, target: Target, result: Result, workers: int, concu
         console.print(line, markup=False, soft_wrap=True)  # a command to copy: never wrapped
 
 
+def endings(console: Console, r: Result, order: list[str]) -> None:
+    """How the executions ended, by model (status and outcome), and the scenarios' final states."""
+    # two words that answer different questions, kept apart: an execution's status (is it
+    # still going, did it stop on an error?) and its outcome (what its model's final state
+    # says of the business). A declined card is an order DONE with outcome failed.
+    ended = Table(box=box.SIMPLE_HEAD, title="Status and outcome, by model", title_justify="left")
+    ended.add_column("model")
+    ended.add_column("status")
+    ended.add_column("outcome (once DONE)")
+    for model in order:
+        m = r.per_model[model]
+        ended.add_row(model, _counted(m["statuses"]), _counted(m["outcomes"]))
+    console.print(ended)
+    console.print(
+        "  status: where an execution is in its life (RUNNING, DONE, FAILED: stopped on an error, to redrive; "
+        "CANCELLED). outcome: what its model's final state says of the business. `harel-beanie status` and "
+        "the dashboard count statuses: an outcome failed is a DONE execution, not a FAILED one."
+    )
+
+    ends = Table(box=box.SIMPLE_HEAD, title="How the orders and payments ended", title_justify="left")
+    ends.add_column("scenario")
+    ends.add_column("n", justify="right")
+    ends.add_column("final state")
+    ends.add_column("as the model says?")
+    for name, expect, got, n, ok in r.endings:
+        ends.add_row(name, str(n), got, "[green]yes[/]" if ok else f"[red]no, expected {expect}[/]")
+    console.print(ends)
+
+
+def _counted(counts: Counter[str]) -> str:
+    """`27 DONE, 2 RUNNING`: most first."""
+    return ", ".join(f"{n} {what}" for what, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))) or "-"
+
+
 def look_at_them(target: Target, models: Path) -> list[str]:
     """The commands that show this run, each on a line of its own (to copy) with what it shows
     and the extra it needs on the next: the web dashboard first, the view most people want.
@@ -136,11 +154,11 @@ def look_at_them(target: Target, models: Path) -> list[str]:
     command = _command()
     return [
         f"  {command} dashboard{flags}{'' if shop else definitions}",
-        "      the web dashboard: prints a link to open in a browser (pip install 'harel-beanie[dashboard]')",
+        "      web pages: prints a link to open (pip install 'harel-beanie[dashboard]')",
         f"  {command} status{flags}",
         "      counts, pending work, timers and stuck executions, in the terminal",
         f"  {command} monitor{flags}{definitions}",
-        "      harel's terminal UI, statecharts included (pip install 'harel-beanie[tui]')",
+        "      harel's terminal UI, statecharts too (pip install 'harel-beanie[tui]')",
     ]
 
 

@@ -13,8 +13,14 @@ the tally it hands to the report.
 
 Timers: the run's clock is simulated — a `ManualClock` shared by the runner, the workers
 and the transport, advanced by the demo to each next timer once the work before it is done.
-It replays about eight days of shop time (the mix's windows), ending at the real time now,
-so a 15-minute or a 7-day timer fires at once and the timestamps stored are plausible.
+It replays about a week of shop time (the mix's windows) ending at the real time the run
+started: the orders whose parcels get lost are created a week back (their 7-day timer must
+fire, which it does 35 minutes before the end), every other order in the last 25 minutes. So
+a 15-minute or a 7-day timer fires at once, and right after a run its executions, but for
+the lost orders' children (finished a week back), are the last hour's: a time search for the
+last hour finds them, `prune --finished-before 1d` leaves them, and the dashboard's last-hour
+charts draw them (the demo takes the charts' per-minute samples at the minutes of its clock
+in that hour, as a dashboard running through it would have).
 
 With no URL (`--url`, `HAREL_MONGO_URL`, `MONGODB_URL`) it starts the embedded server on
 `./harel-beanie-data` (see `harel_beanie.deploy.where`), so a second run finds the first run's
@@ -36,7 +42,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from harel_beanie.core.errors import ConfigError
-from harel_beanie.demo.mix import FULFIL_WINDOW, LOST_WINDOW, PAY_WINDOW, SPAN, Scenario, plan, root_id
+from harel_beanie.demo.charts import DemoSamples
+from harel_beanie.demo.mix import FULFIL_WINDOW, LOST_WINDOW, PAY_WINDOW, SPAN, STORY, Scenario, plan, root_id
 from harel_beanie.demo.report import Result
 from harel_beanie.deploy.loader import load_models
 from harel_beanie.deploy.relay import sweep
@@ -84,7 +91,8 @@ class Demo:
         self.console = console
         self.trace = trace
         self.run_id = f"demo-{secrets.token_hex(3)}"
-        self.clock = ManualClock(start=time.time() - SPAN)
+        self.end = time.time()  # where the run's clock stops: the real time it started
+        self.clock = ManualClock(start=self.end - SPAN)
         self.store_counter = CommandCounter()
         self.transport_counter = CommandCounter()
         self.roots = [(root_id(self.run_id, i, s), s) for i, s in enumerate(self.scenarios)]
@@ -132,6 +140,7 @@ class Demo:
         script of the demo."""
         db = self.client[self.target.db]
         self.executions = db[Names(self.target.prefix).executions]
+        self.samples = DemoSamples(db, self.target.prefix, self.clock, end=self.end)
         self.transport = transport
         self.poll = poll
         earlier = await self.executions.count_documents({})
@@ -164,6 +173,7 @@ class Demo:
             MofNCompleteColumn(),
             TextColumn("executions done · {task.fields[events]} events"),
             console=self.console,
+            disable=not self.console.is_terminal,  # piped: a line a phase instead (`_phase`)
         )
         LABEL.set("driver")
         try:
@@ -186,6 +196,23 @@ class Demo:
         return await self._result(elapsed, earlier, earlier_runs)
 
     async def _script(self, sender: AsyncDistributedRunner) -> None:
+        start = self.clock()
+        week = [r for r in self.roots if r[1].waits_a_week]
+        if week:
+            await self._story(sender, week, "a week ago: ")
+            self._phase("a week later: lost parcels")
+            await self.timers(LOST_WINDOW)
+        self._move_clock(start + STORY + LOST_WINDOW)  # the last `STORY`, ending now
+        await self.samples.take()
+        await self._story(sender, [r for r in self.roots if not r[1].waits_a_week], "")
+        await self._refresh()  # the counts the last line shows
+        self._phase("done")
+        # to the real time now: the run took real seconds, and the minutes since are this state's
+        await self.samples.take(until=time.time())
+
+    async def _story(self, sender: AsyncDistributedRunner, roots: list[tuple[str, Scenario]], when: str) -> None:
+        """One batch of orders from creation to delivery (`STORY` seconds of shop time).
+        Kept whole: it reads as the script of the shop's hour."""
         gate = asyncio.Semaphore(16)
 
         async def each(items: list[tuple[str, Scenario]], fn: Any) -> None:
@@ -205,31 +232,32 @@ class Demo:
             for event in s.delivery(eid):
                 await sender.send(eid, event)
 
-        async def cancel(eid: str, s: Scenario) -> None:
-            await sender.cancel(eid)
-
-        self._phase("creating orders")
-        await each(self.roots, create)
-        self._phase("paying (retries on timers)")
+        self._phase(when + "creating orders")
+        await each(roots, create)
+        self._phase(when + "paying (retries on timers)")
         await self.timers(PAY_WINDOW)
-        self._phase("cancelling some")
-        for eid, s in self.roots:  # one at a time: a cancel relays inline, on this runner
-            if s.cancel:
-                await cancel(eid, s)
-        self._phase("cooling off, picking")
+        if any(s.cancel for _, s in roots):
+            self._phase(when + "cancelling some")
+            for eid, s in roots:  # one at a time: a cancel relays inline, on this runner
+                if s.cancel:
+                    await sender.cancel(eid)
+        self._phase(when + "cooling off, picking")
         await self.timers(FULFIL_WINDOW)
-        self._phase("packing")
-        await each([r for r in self.roots if r[1].seal], seal)
+        self._phase(when + "packing")
+        await each([r for r in roots if r[1].seal], seal)
         await self.settle()
-        self._phase("shipping, delivering")
-        await each([r for r in self.roots if r[1].deliver], deliver)
-        await self.settle()
-        self._phase("a week later: lost parcels")
-        await self.timers(LOST_WINDOW)
-        self._phase("done")
+        if any(s.deliver for _, s in roots):
+            self._phase(when + "shipping, delivering")
+            await each([r for r in roots if r[1].deliver], deliver)
+            await self.settle()
 
     def _phase(self, text: str) -> None:
         self.progress.update(self.bar, description=text)
+        if not self.console.is_terminal:  # piped: no bar is drawn, so a line a phase
+            task = next(t for t in self.progress.tasks if t.id == self.bar)
+            at = time.strftime("%a %H:%M", time.localtime(self.clock()))
+            done = f"{int(task.completed)}/{int(task.total or 0)} done"
+            self.console.print(f"  {at}  {text:<40} {done}", highlight=False, markup=False)
 
     async def timers(self, within: float) -> None:
         """Let `within` seconds of shop time pass: settle, jump the clock to the next armed
@@ -238,6 +266,7 @@ class Demo:
         while True:
             await self.settle()
             ahead = next_fire(await self.poll.due_timers(horizon), self.clock())
+            await self.samples.take(until=horizon if ahead is None else ahead)
             if ahead is None:
                 self._move_clock(horizon)
                 await self.settle()
@@ -324,14 +353,15 @@ class Demo:
         for w in self.workers:
             events.update(w.events)
         per_model: dict[str, dict[str, Any]] = defaultdict(
-            lambda: {"executions": 0, "statuses": Counter(), "events": 0, "rt": 0}
+            lambda: {"executions": 0, "statuses": Counter(), "outcomes": Counter(), "events": 0, "rt": 0}
         )
         for d in docs:
             row = per_model[d["definition_id"]]
             row["executions"] += 1
             status = d.get("status") or "?"
-            label = d["outcome"] if status == "DONE" and d.get("outcome") else status.lower()
-            row["statuses"][label] += 1
+            row["statuses"][status] += 1
+            if status == "DONE":
+                row["outcomes"][d.get("outcome") or "none"] += 1
         for eid, n in events.items():
             per_model[model_of.get(eid, "?")]["events"] += n
         rt_events = 0

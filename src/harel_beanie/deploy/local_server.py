@@ -23,6 +23,9 @@ from harel_beanie.core.errors import ConfigError
 
 #: The file a command owning the embedded server leaves in the data folder.
 HANDOFF_FILE = "server.json"
+#: The file `harel-beanie server` holds locked while it runs: two started at once on one
+#: folder cannot both miss each other's handoff file.
+LOCK_FILE = "server.lock"
 
 
 class LocalServer:
@@ -31,9 +34,10 @@ class LocalServer:
     without stopping it (killed) is adopted: used, and stopped on `close`. `command` names
     the command, so two demos never share one server (their clocks would disagree)."""
 
-    def __init__(self, data_dir: Path, command: str = "") -> None:
+    def __init__(self, data_dir: Path, command: str = "", port: Optional[int] = None) -> None:
         self.data_dir = data_dir
         self.command = command
+        self.port = port
         self.url = ""
         self.mode = ""  # "started", "joined" or "adopted"
         self._server: Optional[Any] = None  # an EmbeddedServer
@@ -68,7 +72,7 @@ class LocalServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # the memory bound, unless the user's environment sets the allocator otherwise
         env = {k: v for k, v in BOUNDED_MEMORY.items() if k not in os.environ}
-        server = EmbeddedServer(self.data_dir / "db", log_path=self.data_dir / "server.log", env=env)
+        server = EmbeddedServer(self.data_dir / "db", port=self.port, log_path=self.data_dir / "server.log", env=env)
         try:
             server.start()
         except FileNotFoundError as exc:  # secantusd-py is not installed
@@ -85,6 +89,11 @@ class LocalServer:
 
     def _write(self, port: int, pid: int) -> None:
         self.handoff.write_text(json.dumps({"port": port, "pid": pid, "owner": os.getpid(), "command": self.command}))
+
+    def running(self) -> Optional[dict[str, Any]]:
+        """The handoff record (`port`, `pid`, `owner`, `command`) of a server that answers on
+        this folder, if any: what `harel-beanie server` refuses to start beside."""
+        return self._live_server()
 
     def _live_server(self) -> Optional[dict[str, Any]]:
         """The handoff record of a server that still answers on this folder, if any."""

@@ -131,6 +131,17 @@ def db_and_prefix(db: Optional[str], prefix: Optional[str], env: Mapping[str, st
 # --- the embedded server on the data folder --------------------------------------------------
 
 
+def no_data_message(folder: Path, given: bool) -> str:
+    """What a reading command says in a folder with no data and no URL: what it found, and
+    the commands that make data or name a server."""
+    elsewhere = "check --data (or $HAREL_BEANIE_DATA), " if given else ""
+    return (
+        f"no MongoDB URL set and no data folder {folder}/ here: nothing to read. Run `harel-beanie demo` to "
+        f"make some (or `harel-beanie server` for an empty server); {elsewhere}pass --url or set MONGODB_URL "
+        "for your own server"
+    )
+
+
 @contextmanager
 def resolve(
     *,
@@ -144,10 +155,13 @@ def resolve(
     say: Callable[[str], None] = print,
     env: Optional[Mapping[str, str]] = None,
     command: str = "",
+    makes_data: bool = True,
 ) -> Iterator[Target]:
     """The command's `Target`. With no URL and `embedded_ok`, the embedded server on the
     data folder (started, joined or adopted: see `LocalServer`), stopped on exit if this
-    command owns it; `say` announces which. With no URL and not `embedded_ok`, a `ConfigError`."""
+    command owns it; `say` announces which. With no URL and not `embedded_ok`, a `ConfigError`;
+    with no URL, no data folder and not `makes_data` (a command that only reads), a
+    `ConfigError` saying what to run: a folder made for it would hold nothing to read."""
     env = os.environ if env is None else env
     found, source = url_from(url, env)
     db_name, prefix_name = db_and_prefix(db, prefix, env)
@@ -158,6 +172,8 @@ def resolve(
     if not embedded_ok:
         raise ConfigError("no MongoDB URL: pass --url or set HAREL_MONGO_URL (or MONGODB_URL)")
     folder = Path(data or env.get("HAREL_BEANIE_DATA") or DEFAULT_DATA_DIR)
+    if not makes_data and not folder.is_dir():
+        raise ConfigError(no_data_message(folder, given=bool(data or env.get("HAREL_BEANIE_DATA"))))
     local = LocalServer(folder, command)
     try:
         url_now = local.open()

@@ -9,12 +9,16 @@ The pieces, each in a module of its own:
 - the command that runs them, `harel-beanie migrate up|down|status`, is
   `harel_beanie.commands.migrate`, with the same `--url`/`--db`/`--prefix` rules as every command.
 
-Beanie's CLI runs the same steps: each file in `migrations/` is a Beanie migration whose
-`Forward` / `Backward` call `run_beanie_step` for its version (the prefix comes from
-`HAREL_PREFIX`, since Beanie's CLI has no option for it).
+Beanie's CLI runs the same steps: each file in `beanie_migrations/` (shipped in the package,
+so a pip user has them: `BEANIE_MIGRATIONS` is its path; `migrations/` at the top of the
+repository links to it) is a Beanie migration whose `Forward` / `Backward` call
+`run_beanie_step` for its version (the prefix comes from `HAREL_PREFIX`, since Beanie's CLI
+has no option for it).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from harel_beanie.migrate.adopt_harel_mongostore import ADDED_FIELDS
 from harel_beanie.migrate.engine import (
@@ -29,8 +33,12 @@ from harel_beanie.migrate.engine import (
 )
 from harel_beanie.migrate.steps import STEPS
 
+#: the folder of Beanie migrations to give Beanie's CLI: `beanie migrate -p <it> ...`
+BEANIE_MIGRATIONS = Path(__file__).parent / "beanie_migrations"
+
 __all__ = [
     "ADDED_FIELDS",
+    "BEANIE_MIGRATIONS",
     "BATCH_SIZE",
     "LayoutStatus",
     "MigrationError",

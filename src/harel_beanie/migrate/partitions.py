@@ -108,7 +108,8 @@ class Partitions(Step):
         # that the first fold after the next `migrate up` builds them anew
         await m.exes.database.drop_collection(counts_collection(m.prefix))
         forget = {COUNTED: "", COUNTED_SEQ: "", DIRTY: "", LEAVING: ""}
-        await m.exes.update_many({COUNTED: {"$exists": True}}, {"$unset": forget})
+        # any of them, not only `cc`: a document written and not yet folded has `cdirty` alone
+        await m.exes.update_many({"$or": [{f: {"$exists": True}} for f in forget]}, {"$unset": forget})
         # last: a worker that owns partitions sweeps through them until the pass is done
         await _drop_named(m.exes, [*PARTITION_INDEXES, *RETIRED_INDEXES])
         await _drop_named(queues, [ix.document["name"] for ix in _QUEUE_INDEXES])

@@ -86,14 +86,14 @@ def driver_message(err: BaseException, limit: int = 240) -> str:
     return mask_url(text)[:limit]
 
 
-def unreachable_message(url: str, policy: RetryPolicy, last: BaseException | None) -> str:
+def unreachable_message(url: str, attempts: int, elapsed: float, last: BaseException | None) -> str:
+    """What a give-up says: the attempts made and the time they really took (each ping's own
+    wait included, not only the pauses between them)."""
     reason = "no reply"
     if last is not None:
         reason = f"{type(last).__name__}: {driver_message(last)}"
-    return (
-        f"MongoDB at {mask_url(url)} did not answer a ping after {policy.attempts} attempts "
-        f"over about {policy.delay * (policy.attempts - 1):.0f}s: {reason}"
-    )
+    tries = "1 attempt" if attempts == 1 else f"{attempts} attempts"
+    return f"MongoDB at {mask_url(url)} did not answer a ping after {tries} over {elapsed:.1f}s: {reason}"
 
 
 def wait_for_server(make_client: Callable[[], Any], url: str, retry: RetryPolicy) -> Any:
@@ -101,6 +101,7 @@ def wait_for_server(make_client: Callable[[], Any], url: str, retry: RetryPolicy
     A malformed URL (ConfigurationError) is raised at once: retrying cannot fix it."""
     require_str("url", url)
     last: Optional[BaseException] = None
+    started = time.monotonic()
     for pause in retry.pauses():
         time.sleep(pause)
         client = make_client()
@@ -113,13 +114,14 @@ def wait_for_server(make_client: Callable[[], Any], url: str, retry: RetryPolicy
         except PyMongoError as exc:
             last = exc
             client.close()
-    raise StoreUnavailable(unreachable_message(url, retry, last))
+    raise StoreUnavailable(unreachable_message(url, retry.attempts, time.monotonic() - started, last))
 
 
 async def await_server(make_client: Callable[[], Any], url: str, retry: RetryPolicy) -> Any:
     """`wait_for_server` for an async client (PyMongo's or Motor's)."""
     require_str("url", url)
     last: Optional[BaseException] = None
+    started = time.monotonic()
     for pause in retry.pauses():
         await asyncio.sleep(pause)
         client = make_client()
@@ -132,7 +134,7 @@ async def await_server(make_client: Callable[[], Any], url: str, retry: RetryPol
         except PyMongoError as exc:
             last = exc
             await _close(client)
-    raise StoreUnavailable(unreachable_message(url, retry, last))
+    raise StoreUnavailable(unreachable_message(url, retry.attempts, time.monotonic() - started, last))
 
 
 async def _close(client: Any) -> None:

@@ -1,0 +1,76 @@
+"""One sample of the store a minute, the dashboard's charts' raw material.
+
+Why this module exists: the dashboard's charts (`harel_beanie.dashboard.charts`) draw the
+differences between per-minute samples of what `backlog` reads, kept in
+`<prefix>_hb_samples`. Two things take them: the dashboard, every minute while it runs, and the
+demo, at the minutes of its simulated clock, so the charts show a run that has just ended
+(the demo plays its last hour in seconds). Both write a minute once (`$setOnInsert`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from typing import Any, Optional
+
+from harel_beanie.queries.backlog import backlog
+
+MINUTE = 60.0
+FINISHED = ("DONE", "CANCELLED")
+
+
+def samples_name(prefix: str) -> str:
+    return f"{prefix}_hb_samples"
+
+
+async def take_sample(doc: Any, samples: Any, now: Optional[float] = None, through: Optional[float] = None) -> None:
+    """This minute's sample, unless another dashboard (or the demo) took it already; with
+    `through`, the same sample for every minute after it up to `through`'s, each written once
+    (the demo's clock jumps over minutes in which nothing happens: their samples are this one)."""
+    now = time.time() if now is None else now
+    # the counts, the pending work's age and the soonest timer: no stuck list, one timer
+    b = await backlog(doc=doc, now=now, show=0, timers=1)
+    totals: dict[str, int] = {}
+    for per in b.counts.values():
+        for status, n in per.items():
+            totals[status] = totals.get(status, 0) + n
+    late = [now - t["fire_at"] for t in b.next_timers if t["fire_at"] <= now]
+    minute = now - now % MINUTE
+    sample = {
+        "at": datetime.datetime.fromtimestamp(now, datetime.timezone.utc),
+        "executions": sum(totals.values()) + b.purged,
+        "commits": b.commits,
+        "finished": sum(totals.get(s, 0) for s in FINISHED),
+        "failed": totals.get("FAILED", 0),
+        "outbox_age": b.oldest_outbox_age or 0.0,
+        "timer_lag": max(late, default=0.0),
+        # what `/metrics` serves from the newest sample instead of reading every document
+        # holding a pending entry on each scrape (`latest_sample`)
+        "pending_outbox": b.pending_outbox,
+        "pending_spawns": b.pending_spawns,
+        "spawn_age": b.oldest_spawn_age or 0.0,
+    }
+    last = minute if through is None else max(minute, through - through % MINUTE)
+    while minute <= last:
+        await samples.update_one({"_id": minute}, {"$setOnInsert": sample}, upsert=True)
+        minute += MINUTE
+
+
+async def latest_sample(
+    samples: Any, now: Optional[float] = None, within: float = MINUTE + 5.0
+) -> Optional[dict[str, Any]]:
+    """The newest sample if it was taken at most `within` seconds ago (the sampler takes one
+    a minute), with when it was (`taken`, epoch seconds), else None: what `/metrics` serves
+    the pending entries from. One read of at most two documents (this minute's and the
+    last, by `_id`)."""
+    now = time.time() if now is None else now
+    minute = now - now % MINUTE
+    docs = await samples.find({"_id": {"$gte": minute - MINUTE, "$lte": minute}}).to_list(None)
+    if not docs:
+        return None
+    newest = max(docs, key=lambda d: float(d["_id"]))
+    at = newest.get("at")
+    taken = at.replace(tzinfo=datetime.timezone.utc).timestamp() if isinstance(at, datetime.datetime) else None
+    if taken is None or not now - within <= taken <= now + 1.0 or "pending_outbox" not in newest:
+        return None  # too old, from a clock ahead of ours, or from a release that did not keep these
+    return {**newest, "taken": taken}
