@@ -29,6 +29,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -144,7 +145,28 @@ def run_page(
     home.mkdir()
     env = cli_env()
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return subprocess.run(["bash", "-c", script], cwd=home, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.Popen(
+        ["bash", "-c", script],
+        cwd=home,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        # the script's own clean-up did not run: stop what it started as it would (SIGTERM:
+        # the serving commands stop their servers), then for good
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+        err += "\n(timed out after 600 s)"
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def _ok(proc: subprocess.CompletedProcess[str]) -> str:
