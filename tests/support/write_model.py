@@ -68,6 +68,15 @@ def differences(expected: Any, got: Any, where: str, bound: dict[str, Any]) -> l
         return []
     if isinstance(expected, dict) and isinstance(got, dict):
         out = []
+        drawn = [k for k in expected if isinstance(k, Drawn)]  # a key the code draws (a new `_id`)
+        if drawn:
+            expected = dict(expected)
+            unmatched = sorted((k for k in got if k not in expected), key=repr)
+            if len(unmatched) != len(drawn):
+                return [f"{where}: new keys {unmatched!r}, expected {len(drawn)} new ({drawn[0].why})"]
+            for d, k in zip(drawn, unmatched):
+                out += differences(d, k, f"{where}[{k!r}]", bound)
+                expected[k] = expected.pop(d)
         for k in expected.keys() | got.keys():
             if k not in got:
                 out.append(f"{where}.{k}: missing (expected {expected[k]!r})")
@@ -487,3 +496,124 @@ def counts_read(before: Snapshot, dirty_limit: int = 500) -> tuple[Snapshot, boo
 
 def finite(v: Any) -> bool:
     return _number(v) and math.isfinite(v)
+
+
+# --- the transport's writes (transport/queues.py, Rules 1-6, restated) ----------------------------
+
+INLINE_MAX, INLINE_BYTES = 64, 256 * 1024
+#: an overflow document's `_id`: a driver-made ObjectId, increasing in publish order
+OVERFLOW_ID = Drawn("overflow id", lambda v: type(v).__name__ == "ObjectId", "bson.ObjectId(), made by the driver")
+#: an ack's `touched`: `$currentDate`, the server's own clock (no seam to pin)
+SERVER_TIME = Drawn("server time", lambda v: isinstance(v, datetime), "$currentDate: the server's clock")
+
+
+def _drained(q: Mapping[str, Any]) -> bool:
+    return int(q.get("pending") or 0) <= 0 and q.get("token") is None
+
+
+def _queue_write(q: dict[str, Any], priority: int, adds: Mapping[str, int]) -> None:
+    """A publish's write: a new group's defaults, the priority of a drained group, counts added."""
+    keep_priority = not _drained(q) and "priority" in q
+    for k, v in {"available_at": 0.0, "token": None, "acked": 0, "spill": False}.items():
+        q.setdefault(k, v)
+    if not keep_priority:
+        q["priority"] = priority
+    for k, n in adds.items():
+        q[k] = int(q.get(k) or 0) + n
+
+
+def publish(before: Snapshot, group_id: str, text: str, priority: int) -> Snapshot:
+    """The message appended inline while the group has room and does not spill, else an
+    overflow document and the group told (the spill started if it was not)."""
+    after = copy.deepcopy(before)
+    queues = after.setdefault(QUEUES, {})
+    size = len(text.encode())
+    q = queues.get(group_id)
+    # the room filter's operators match no missing count (a group a spill created has none)
+    room = q is None or (
+        q.get("spill") is not True
+        and _number(q.get("qn"))
+        and q["qn"] < INLINE_MAX
+        and _number(q.get("qb"))
+        and q["qb"] <= INLINE_BYTES - size
+    )
+    part = part_of(group_id)
+    if size <= INLINE_BYTES and room:
+        q = queues.setdefault(group_id, {"_id": group_id})
+        _queue_write(q, priority, {"qn": 1, "qb": size, "pending": 1, "published": 1, "wake": 1})
+        q["q"] = list(q.get("q") or []) + [{"e": text}]
+        q["part"] = part
+        return after
+    after.setdefault(OVERFLOW, {})[OVERFLOW_ID] = {"_id": OVERFLOW_ID, "g": group_id, "e": text, "part": part}
+    if q is not None and q.get("spill") is True:
+        for k in ("spilled", "published", "wake"):
+            q[k] = int(q.get(k) or 0) + 1
+        return after
+    q = queues.setdefault(group_id, {"_id": group_id})
+    _queue_write(q, priority, {"spilled": 1, "published": 1, "wake": 1, "pending": 1})
+    q.update(spill=True, part=part)
+    return after
+
+
+def claim(
+    before: Snapshot, now: float, until: float, min_priority: int, token: Optional[str]
+) -> tuple[Snapshot, Optional[tuple[str, str]]]:
+    """The due group served longest ago leased (`token`: the lease's, as the claim answered
+    it; a group found with nothing to deliver is reset and the next one tried), and what it
+    delivers: (group, message text) or None."""
+    after = copy.deepcopy(before)
+    queues, overflow = after.get(QUEUES, {}), after.get(OVERFLOW, {})
+    for _ in range(8):
+        due = [
+            q
+            for q in queues.values()
+            if int(q.get("pending") or 0) > 0
+            and q.get("available_at", 0) <= now
+            and q.get("priority", 0) >= min_priority
+        ]
+        if not due:
+            return after, None
+        q = min(due, key=lambda q: (q.get("available_at", 0), q["_id"]))
+        q["token"], q["available_at"] = token, until
+        if q.get("q"):
+            return after, (q["_id"], q["q"][0]["e"])
+        spilled = sorted((o for o in overflow.values() if o.get("g") == q["_id"]), key=lambda o: o["_id"])
+        if spilled:
+            spilled[0]["tok"] = token
+            return after, (q["_id"], spilled[0]["e"])
+        q.update(pending=0, qn=0, qb=0, spill=False, token=None, available_at=now)
+    return after, None
+
+
+def ack_message(before: Snapshot, group_id: str, token: str, overflow_id: Any, size: int, now: float) -> Snapshot:
+    """The head gone (popped inline, or its overflow document deleted) and the group freed,
+    each only while the lease's token holds it."""
+    after = copy.deepcopy(before)
+    q = after.get(QUEUES, {}).get(group_id)
+    if overflow_id is not None:
+        o = after.get(OVERFLOW, {}).get(overflow_id)
+        if o is not None and o.get("g") == group_id and o.get("tok") == token:
+            del after[OVERFLOW][overflow_id]
+    if q is None or q.get("token") != token:
+        return after
+    if overflow_id is None:
+        q["q"] = list(q.get("q") or [])[1:]
+        for k, n in {"qn": -1, "qb": -size, "pending": -1}.items():
+            q[k] = int(q.get(k) or 0) + n
+    for k in ("acked", "wake"):
+        q[k] = int(q.get(k) or 0) + 1
+    q.update(token=None, available_at=now, touched=SERVER_TIME)
+    return after
+
+
+def nack_message(before: Snapshot, group_id: str, token: str, delay: float, now: float) -> Snapshot:
+    """Parked until `now + delay` (the lease kept), or given back at once."""
+    after = copy.deepcopy(before)
+    q = after.get(QUEUES, {}).get(group_id)
+    if q is None or q.get("token") != token:
+        return after
+    if delay > 0:
+        q["available_at"] = now + delay
+    else:
+        q.update(available_at=0.0, token=None, wake=int(q.get("wake") or 0) + 1)
+    return after
