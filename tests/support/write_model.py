@@ -74,7 +74,10 @@ def differences(expected: Any, got: Any, where: str, bound: dict[str, Any]) -> l
             unmatched = sorted((k for k in got if k not in expected), key=repr)
             if len(unmatched) != len(drawn):
                 return [f"{where}: new keys {unmatched!r}, expected {len(drawn)} new ({drawn[0].why})"]
-            for d, k in zip(drawn, unmatched):
+            for d in drawn:  # each paired with the new key whose document it matches
+                fits = [k for k in unmatched if not _pair_differs(d, expected[d], k, got[k], bound)]
+                k = fits[0] if fits else unmatched[0]
+                unmatched.remove(k)
                 out += differences(d, k, f"{where}[{k!r}]", bound)
                 expected[k] = expected.pop(d)
         for k in expected.keys() | got.keys():
@@ -89,6 +92,11 @@ def differences(expected: Any, got: Any, where: str, bound: dict[str, Any]) -> l
         return [m for i, (e, g) in enumerate(zip(expected, got)) for m in differences(e, g, f"{where}[{i}]", bound)]
     same = type(expected) is type(got) or (_number(expected) and _number(got))
     return [] if same and expected == got else [f"{where}: {got!r}, expected {expected!r}"]
+
+
+def _pair_differs(key: Drawn, want: Any, k: Any, doc: Any, bound: dict[str, Any]) -> bool:
+    trial = dict(bound)
+    return bool(differences(key, k, "", trial) or differences(want, doc, "", trial))
 
 
 def _number(v: Any) -> bool:
