@@ -1,5 +1,5 @@
-"""The write oracle of the operator's doors: the queries that fold, `prune` with an archive and
-`shard`. After each, the whole database is what the reference model (tests/support/
+"""The write oracle of the operator's doors: the queries that fold, `prune` with an archive,
+`migrate down`/`up` and `shard`. After each, the whole database is what the reference model (tests/support/
 write_model.py) makes of it before:
 
 - a query reading the counts (`execution_counts`, `definition_ids`, `status_counts`,
@@ -9,6 +9,8 @@ write_model.py) makes of it before:
   cut-off, holding an execution, nothing pending, no parent still going), each folded out of
   the counts first (marked leaving, folded, deleted), and archives each once, whole, as it
   was read, with the pinned archive clock's time; nothing else changes;
+- `migrate down` to layout 1 and `up` to 3 take `part`, the counts and `pending` away and
+  give them back exactly as the steps say, on executions, tombstones, queues and overflow;
 - `shard` on this server (no mongos: SecantusDB answers `hello` as a standalone) refuses
   before its first write, and the database is exactly as it was.
 """
@@ -28,6 +30,8 @@ from hypothesis import strategies as st
 from harel_beanie import AsyncMongoStore, MongoStore, queries, retention
 from harel_beanie.commands import shard
 from harel_beanie.core.errors import ConfigError
+from harel_beanie.migrate import Migrator
+from harel_beanie.transport import MongoTransport
 from tests.support import write_model as model
 from tests.support.write_model import Drawn, Snapshot, expect_equal, snapshot
 
@@ -219,6 +223,45 @@ def test_prune_with_an_archive_writes_exactly_its_model(operator: Operator) -> N
 
     prop()
     assert met == {"removed some", "removed none"}, met
+
+
+def migrate(o: Operator, direction: str, to: int) -> None:
+    async def run() -> Any:
+        m = Migrator(o.astore._client[o.db_name], "harel", say=lambda line: None)
+        return await (m.up(to) if direction == "up" else m.down(to))
+
+    o.loop.run_until_complete(run())
+
+
+def test_migrate_down_and_up_write_exactly_their_models(operator: Operator, mongo_url: str) -> None:
+    """`migrate down` to layout 1 and `up` again (the pending flag's and the partitions'
+    steps, both ways) on drawn executions, tombstones, counts and queues (one spilling).
+    Layout 1 to 0 and back (adopting harel's own layout) is not modelled here:
+    tests/migrate/test_migrate.py compares it with harel's own store."""
+    transport = MongoTransport(pymongo.MongoClient(mongo_url), operator.db_name)
+    met: set[str] = set()
+
+    @budget(8)
+    @given(world=worlds, groups=st.lists(st.sampled_from(["a", "g:1", "$q"]), max_size=4), spill=st.booleans())
+    def prop(world: Any, groups: list[str], spill: bool) -> None:
+        seed(operator, *world)
+        for g in groups:
+            transport.publish(g, Event(kind="E"))
+        if spill:  # a message over the inline bound: an overflow document
+            transport.publish("big", Event(kind="Big", data={"x": "y" * (model.INLINE_BYTES + 1)}))
+        before = snapshot(operator.db)
+        met.add("folded" if before.get(model.COUNTS) else "never folded")
+        migrate(operator, "down", 1)
+        expect_equal("migrate down to 1", model.migrate_down_to_1(before), snapshot(operator.db))
+        middle = snapshot(operator.db)
+        migrate(operator, "up", 3)
+        expect_equal("migrate up from 1", model.migrate_up_from_1(middle), snapshot(operator.db))
+
+    try:
+        prop()
+    finally:
+        transport.close()
+    assert met == {"folded", "never folded"}, met
 
 
 def test_shard_on_a_server_that_is_not_a_mongos_writes_nothing(operator: Operator, client: Any) -> None:

@@ -625,3 +625,46 @@ def nack_message(before: Snapshot, group_id: str, token: str, delay: float, now:
     else:
         q.update(available_at=0.0, token=None, wake=int(q.get("wake") or 0) + 1)
     return after
+
+
+# --- the layout migrations' later steps (migrate/pending_flag.py: 2, migrate/partitions.py: 3) -----
+
+MARKER = "harel_beanie:schema"
+
+
+def migrate_down_to_1(before: Snapshot) -> Snapshot:
+    """Down from layout 3 to 1: `part` gone from every document (executions, queues,
+    overflow), the counts gone (their collection, and the marks of every document a fold or
+    a build marked: `cc` and what goes with it), `pending` gone, version 1 recorded."""
+    after = copy.deepcopy(before)
+    after.pop(COUNTS, None)
+    for coll in (EXES, QUEUES, OVERFLOW):
+        for doc in after.get(coll, {}).values():
+            doc.pop("part", None)
+    for doc in after.get(EXES, {}).values():
+        if "cc" in doc:  # a document never folded keeps its dirty mark: no counter reads it
+            for k in ("cc", "cseq", "cdirty", "leaving"):
+                doc.pop(k, None)
+        doc.pop("pending", None)
+    after[COUNTERS][MARKER]["n"] = 1
+    return after
+
+
+def migrate_up_from_1(before: Snapshot) -> Snapshot:
+    """Up from layout 1 to 3: `pending` exactly where entries are, `part` on every execution,
+    queue and overflow document (from its id, or its group's), version 3 recorded (and the
+    count of partitions where none is)."""
+    after = copy.deepcopy(before)
+    for doc in after.get(EXES, {}).values():
+        with_pending(doc)
+        doc["part"] = part_of(doc["_id"])
+    for doc in after.get(QUEUES, {}).values():
+        if doc.get("part") is None:
+            doc["part"] = part_of(doc["_id"])
+    for doc in after.get(OVERFLOW, {}).values():
+        if doc.get("part") is None:
+            doc["part"] = part_of(doc["g"])
+    marker = after[COUNTERS][MARKER]
+    marker["n"] = 3
+    marker.setdefault("parts", PARTS)
+    return after
