@@ -127,13 +127,24 @@ READERS = {
 }
 
 
+def scaled(default: int) -> Any:
+    """The examples a test runs: `default` in the default run, twenty times as many under
+    the soak marker (`make soak`)."""
+    return pytest.mark.parametrize(
+        "examples", [default, pytest.param(20 * default, marks=pytest.mark.soak)], ids=["default", "soak"]
+    )
+
+
+@scaled(6)
 @pytest.mark.parametrize("reader", sorted(READERS))
 @pytest.mark.parametrize("built", [False, True], ids=["counters not built", "built and folded"])
-def test_a_query_that_folds_writes_exactly_its_model(operator: Operator, reader: str, built: bool) -> None:
+def test_a_query_that_folds_writes_exactly_its_model(
+    operator: Operator, reader: str, built: bool, examples: int
+) -> None:
     """Counters not built yet: the read builds and folds them all; built and folded: it
     writes nothing."""
 
-    @budget(6)
+    @budget(examples)
     @given(world=worlds)
     def prop(world: Any) -> None:
         rows, _, purge = world
@@ -199,9 +210,10 @@ def prune_model(before: Snapshot, cut: float, batches: list[list[str]]) -> tuple
     return after, gone
 
 
+@scaled(10)
 @pytest.mark.parametrize("removable", [False, True], ids=["any", "one removable at least"])
-def test_prune_with_an_archive_writes_exactly_its_model(operator: Operator, removable: bool) -> None:
-    @budget(10)
+def test_prune_with_an_archive_writes_exactly_its_model(operator: Operator, removable: bool, examples: int) -> None:
+    @budget(examples)
     @given(world=prune_worlds)
     def prop(world: Any) -> None:
         seed(operator, *world)
@@ -240,15 +252,18 @@ def migrate(o: Operator, direction: str, to: int) -> None:
     o.loop.run_until_complete(run())
 
 
+@scaled(5)
 @pytest.mark.parametrize("folded", [False, True], ids=["never folded", "folded"])
-def test_migrate_down_and_up_write_exactly_their_models(operator: Operator, mongo_url: str, folded: bool) -> None:
+def test_migrate_down_and_up_write_exactly_their_models(
+    operator: Operator, mongo_url: str, folded: bool, examples: int
+) -> None:
     """`migrate down` to layout 1 and `up` again (the pending flag's and the partitions'
     steps, both ways) on drawn executions, tombstones, counts and queues (one spilling).
     Layout 1 to 0 and back (adopting harel's own layout) is not modelled here:
     tests/migrate/test_migrate.py compares it with harel's own store."""
     transport = MongoTransport(pymongo.MongoClient(mongo_url), operator.db_name)
 
-    @budget(5)
+    @budget(examples)
     @given(world=worlds, groups=st.lists(st.sampled_from(["a", "g:1", "$q"]), max_size=4), spill=st.booleans())
     def prop(world: Any, groups: list[str], spill: bool) -> None:
         rows, _, purge = world
