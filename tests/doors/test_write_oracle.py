@@ -212,7 +212,7 @@ def commit_property(h: Harness, world: World, data: st.DataObject, case: str) ->
         live = live_ones(h)
     tombs = [d["_id"] for d in h.stored() if "tomb" in d]
     taken = {d["_id"] for d in h.stored()}
-    if case in ("loaded", "stale version"):
+    if case in ("loaded", "stale version", "save"):
         loaded = h.store.load(data.draw(st.sampled_from([d["_id"] for d in live])))
         assert loaded is not None
         exe = loaded
@@ -227,21 +227,25 @@ def commit_property(h: Harness, world: World, data: st.DataObject, case: str) ->
     target = exe.id
     exe.status = data.draw(statuses)
     exe.context = data.draw(json_object)
+    saving = case == "save"  # `save`: a commit with nothing but the execution
     call = model.Commit(
         exe=exe.model_copy(deep=True),
         version=exe.version,
-        emits=data.draw(emits),
-        processed=data.draw(processed),
-        timers=data.draw(timer_ops),
-        spawns=data.draw(spawns),
-        trace=data.draw(traces),
+        emits=[] if saving else data.draw(emits),
+        processed=None if saving else data.draw(processed),
+        timers=() if saving else data.draw(timer_ops),
+        spawns=() if saving else data.draw(spawns),
+        trace=None if saving else data.draw(traces),
         ring=RING,
         window=WINDOW,
         encode=encode_path,
     )
     before = h.before()
     try:
-        h.store.commit(exe, list(call.emits), call.processed, tuple(call.timers), tuple(call.spawns), call.trace)
+        if saving:
+            h.store.save(exe)
+        else:
+            h.store.commit(exe, list(call.emits), call.processed, tuple(call.timers), tuple(call.spawns), call.trace)
         outcome = "landed"
     except StoreConflict:
         outcome = "conflict"
@@ -305,6 +309,24 @@ def delete_timer_property(h: Harness, world: World, data: st.DataObject, case: s
     expect_equal(f"delete_timer({target!r}, {path!r}, {at!r})", expected, h.after(before, minting=False))
 
 
+def due_timers_property(h: Harness, world: World, data: st.DataObject, case: str) -> None:
+    h.seed(world)
+    live = live_ones(h)
+    now = data.draw(fire_time)
+    if case == "a stale bound":  # armed, then cancelled: the bound stays where it was
+        exe = h.store.load(live[0]["_id"])
+        assert exe is not None
+        armed = list((live[0].get("timers") or {}).values())
+        now = min([now, *armed]) - 10.0  # none of its other timers due: the bound is stale
+        h.store.commit(exe, [], None, (TimerOp("schedule", "stale", now - 1.0),))
+        h.store.commit(exe, [], None, (TimerOp("cancel", "stale"),))
+    before = h.before()
+    h.store.due_timers(now)
+    expected = model.due_timers(before, now)
+    assert expected != before or case != "a stale bound"
+    expect_equal(f"due_timers({now!r})", expected, h.after(before, minting=False))
+
+
 def append_trace_property(h: Harness, world: World, data: st.DataObject, case: str) -> None:
     h.seed(world)
     live = live_ones(h)
@@ -352,17 +374,19 @@ PROPERTIES: dict[str, Callable[[Harness, World, st.DataObject, str], None]] = {
     "ack_outbox": lambda h, w, d, c: ack_property(h, w, d, c, "outbox"),
     "ack_spawn": lambda h, w, d, c: ack_property(h, w, d, c, "spawns"),
     "delete_timer": delete_timer_property,
+    "due_timers": due_timers_property,
     "append_trace": append_trace_property,
     "fold_counts": fold_property,
 }
 #: the cases each door is run in, each with its own examples (each property asserts its
 #: case's outcome, so a narrowed strategy cannot quietly skip one)
 CASES = {
-    "commit": ["new id", "loaded", "stale version", "over a tombstone", "over a live one"],
+    "commit": ["new id", "loaded", "save", "stale version", "over a tombstone", "over a live one"],
     "purge": ["at its version", "any"],
     "ack_outbox": ["held", "not held"],
     "ack_spawn": ["held", "not held"],
     "delete_timer": ["armed", "any"],
+    "due_timers": ["a stale bound", "any"],
     "append_trace": ["live", "not live"],
     "fold_counts": ["dirty over built counters", "any"],
 }
@@ -381,8 +405,7 @@ def run(h: Harness, door: str, examples: settings, cases: Optional[list[str]] = 
 
 @pytest.mark.parametrize("door", sorted(PROPERTIES))
 def test_store_write_is_exactly_its_model(harness: Harness, door: str) -> None:
-    """Each writing method of the store (`save` is `commit` with nothing else), in each of
-    its cases: the whole database after a drawn call is the model's. The async store's shell
+    """Each writing method of the store (`save` among `commit`'s cases), in each of its cases: the whole database after a drawn call is the model's. The async store's shell
     is run with fewer examples (the flows are the same; its own I/O is what it adds)."""
     run(harness, door, DEFAULT if harness.kind == "sync" else budget(3))
 

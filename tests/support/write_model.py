@@ -668,3 +668,23 @@ def migrate_up_from_1(before: Snapshot) -> Snapshot:
     marker["n"] = 3
     marker.setdefault("parts", PARTS)
     return after
+
+
+def due_timers(before: Snapshot, now: float) -> Snapshot:
+    """The timer sweep's one write: a document its bound brought in (`next_fire` at or
+    before `now`) with no timer due has a stale bound (a cancelled timer's), raised to its
+    earliest timer, or dropped if none is left."""
+    after = copy.deepcopy(before)
+    for doc in after.get(EXES, {}).values():
+        bound = doc.get("next_fire")
+        if not _number(bound) or bound > now:
+            continue
+        timers = doc.get("timers") or {}
+        if any(at <= now for at in timers.values()):
+            continue
+        earliest = min(timers.values(), default=None)
+        if earliest is None:
+            doc.pop("next_fire")
+        elif earliest != bound:
+            doc["next_fire"] = earliest
+    return after
