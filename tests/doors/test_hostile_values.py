@@ -326,7 +326,17 @@ def test_every_query_door_refuses_or_reads_literally(seeded: Any, client: Any, c
 
 
 STORE_DOORS = store_doors(MongoStore)
-MUTATING = {"commit", "save", "purge", "ack_outbox", "ack_spawn", "append_trace", "delete_timer", "fold_counts"}
+MUTATING = {
+    "commit",
+    "save",
+    "purge",
+    "ack_outbox",
+    "ack_spawn",
+    "append_trace",
+    "delete_timer",
+    "fold_counts",
+    "due_timers",  # it raises a stale `next_fire` bound as it reads
+}
 
 
 def _store_args(call: str, param: str, v: Any) -> dict[str, Any]:
@@ -403,6 +413,13 @@ def named(call: str, args: dict[str, Any], before: dict[str, dict[Any, dict[str,
             **{(COUNTS, n): None for n in range(DEFAULT_PARTITIONS)},
             **{(EXECUTIONS, i): f for i, f in folded.items()},
         }
+    if call == "due_timers":  # the documents its bound brings in
+        now = args["now"]
+        return {
+            (EXECUTIONS, i): None
+            for i, d in exes.items()
+            if isinstance(d.get("next_fire"), (int, float)) and d["next_fire"] <= now
+        }
     raise AssertionError(f"no oracle for the write {call}: say which documents it may change")
 
 
@@ -476,6 +493,8 @@ def exact(call: str, args: dict[str, Any], before: dict[str, Any]) -> Optional[d
         return write_model.delete_timer(before, text(args["execution_id"]), key, args["fire_at"])
     if call == "append_trace":
         return write_model.append_trace(before, text(args["execution_id"]), args["entry"], DEFAULT_RING)
+    if call == "due_timers":
+        return write_model.due_timers(before, args["now"])
     if call == "fold_counts":
         ids = args.get("ids")
         parts = args.get("parts")
