@@ -9,6 +9,9 @@ with the rule of `harel_beanie.core.arguments` as the oracle:
   range, a bool, a str BSON can hold, one of harel's statuses, one of the store's document
   classes), and the answer equals the literal lookup: the same question asked of the seeded
   documents in Python, with the value compared as it is.
+- an accepted write changes only the documents its literal arguments name and, for the
+  writes tests/support/write_model.py models (all but `commit`, held to its model by
+  tests/doors/test_write_oracle.py), leaves the whole database exactly as the model says.
 
 A door added later is fed the same values without anyone listing it: `test_every_door_is_known`
 fails until its parameters have a kind below.
@@ -35,10 +38,13 @@ from harel_beanie import AsyncMongoStore, MongoStore, queries
 from harel_beanie.core.arguments import INT64_MAX, INT64_MIN
 from harel_beanie.core.counting import COUNTED, COUNTED_SEQ, DIRTY
 from harel_beanie.core.documents import NODE_COUNTER_ID, ExecutionDocument, bind
+from harel_beanie.core.keys import encode_path
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS
 from harel_beanie.core.seqs import lease_id
+from tests.support import write_model
 from tests.support.both import BlockingAsyncStore
 from tests.support.hostile import hostile
+from tests.support.mutation import mutated
 from tests.support.seeds import HOSTILE_IDS, NOW
 
 SEEDED_TEXT = ["order-1", "order-1:Pay:0", "Order", "Hostile", "paid", "a/b", "$gt", "", "FAILED", *HOSTILE_IDS[:12]]
@@ -323,7 +329,17 @@ def test_every_query_door_refuses_or_reads_literally(seeded: Any, client: Any, c
 
 
 STORE_DOORS = store_doors(MongoStore)
-MUTATING = {"commit", "save", "purge", "ack_outbox", "ack_spawn", "append_trace", "delete_timer", "fold_counts"}
+MUTATING = {
+    "commit",
+    "save",
+    "purge",
+    "ack_outbox",
+    "ack_spawn",
+    "append_trace",
+    "delete_timer",
+    "fold_counts",
+    "due_timers",  # it raises a stale `next_fire` bound as it reads
+}
 
 
 def _store_args(call: str, param: str, v: Any) -> dict[str, Any]:
@@ -348,10 +364,12 @@ def any_store(request: pytest.FixtureRequest, mongo_url: str, seeded: Any) -> It
     db_name = seeded[0]
     if request.param == "sync":
         store: Any = MongoStore(pymongo.MongoClient(mongo_url), db_name)
+        store._state.clock = lambda: PINNED  # a tombstone's time: what the exact oracle expects
         yield store
         store.close()
     else:
         facade = BlockingAsyncStore(lambda: AsyncMongoStore(pymongo.AsyncMongoClient(mongo_url), db_name))
+        facade.inner._state.clock = lambda: PINNED
         yield facade
         facade.shutdown()
 
@@ -398,6 +416,13 @@ def named(call: str, args: dict[str, Any], before: dict[str, dict[Any, dict[str,
             **{(COUNTS, n): None for n in range(DEFAULT_PARTITIONS)},
             **{(EXECUTIONS, i): f for i, f in folded.items()},
         }
+    if call == "due_timers":  # the documents its bound brings in
+        now = args["now"]
+        return {
+            (EXECUTIONS, i): None
+            for i, d in exes.items()
+            if isinstance(d.get("next_fire"), (int, float)) and d["next_fire"] <= now
+        }
     raise AssertionError(f"no oracle for the write {call}: say which documents it may change")
 
 
@@ -436,7 +461,9 @@ def changes(
 
 
 def write_oracle(call: str, args: dict[str, Any], before: dict[str, Any], after: dict[str, Any]) -> None:
-    """Fail unless an accepted write changed only what `named` allows, as it allows."""
+    """Fail unless an accepted write changed only what `named` allows, as it allows, and,
+    for a write the reference models of tests/support/write_model.py cover, unless the whole
+    database after it is exactly the model's."""
     allowed = named(call, args, before)
     stray = {k: v for k, v in changes(before, after).items() if k not in allowed}
     assert not stray, f"{call}({_shown(args)}) changed documents it does not name: {sorted(map(repr, stray))[:10]}"
@@ -444,6 +471,38 @@ def write_oracle(call: str, args: dict[str, Any], before: dict[str, Any], after:
         was, now = before.get(coll, {}).get(i), after.get(coll, {}).get(i)
         if fits is not None and was is not None and was != now:
             assert fits(was, now), f"{call}({_shown(args)}) changed {coll}/{i!r} beyond its job: {now!r}"[:2000]
+    expected = exact(call, args, before)
+    if expected is not None:
+        write_model.expect_equal(f"{call}({_shown(args)})", expected, after)
+
+
+#: the store's pinned wall clock in this layer (a purge's tombstone time)
+PINNED = 1_800_000_000.5
+#: the trace ring of a store with the default settings (`trace_max` 200)
+DEFAULT_RING = 200
+
+
+def exact(call: str, args: dict[str, Any], before: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The whole database after an accepted write, by its reference model, with each value
+    as the literal it is used as (a `str` subclass is its text); None for a commit, which
+    tests/doors/test_write_oracle.py holds to its model with the seqs its mint handed out."""
+    text = lambda v: str.__str__(v)  # noqa: E731 - the one conversion, named
+    if call == "purge":
+        return write_model.purge(before, text(args["execution_id"]), int(args["expected_version"]), PINNED)[0]
+    if call in ("ack_outbox", "ack_spawn"):
+        return write_model.ack(before, "outbox" if call == "ack_outbox" else "spawns", int(args["seq"]))
+    if call == "delete_timer":
+        key = encode_path(text(args["path"]))
+        return write_model.delete_timer(before, text(args["execution_id"]), key, args["fire_at"])
+    if call == "append_trace":
+        return write_model.append_trace(before, text(args["execution_id"]), args["entry"], DEFAULT_RING)
+    if call == "due_timers":
+        return write_model.due_timers(before, args["now"])
+    if call == "fold_counts":
+        ids = args.get("ids")
+        parts = args.get("parts")
+        return write_model.fold(before, parts, None if ids is None else [text(i) for i in ids])[0]
+    return None
 
 
 def _shown(args: dict[str, Any]) -> str:
@@ -536,6 +595,26 @@ def test_the_write_oracle_catches_a_purge_that_deletes_other_executions(
             run_store_door(greedy, db, "purge", "execution_id", _docs(db), EXAMPLES)
     finally:
         greedy.close()
+    assert changes(before, snapshot(db)) == {}
+
+
+def test_the_write_oracle_catches_a_purge_that_corrupts_its_own_tombstone(
+    mongo_url: str, client: Any, seeded: Any
+) -> None:
+    """The exact part of the oracle can fail where the named-documents part cannot: a purge
+    that drops the creations its tombstone buries changes only the document it names."""
+    from harel_beanie.core.flows import purging
+
+    db = client[seeded[0]]
+    store = MongoStore(pymongo.MongoClient(mongo_url), seeded[0])
+    store._state.clock = lambda: PINNED
+    before = snapshot(db)
+    try:
+        with mutated(purging, "purge", '"buried": buried, "by"', '"buried": [], "by"'):
+            with pytest.raises(AssertionError, match="not what its model says"):
+                run_store_door(store, db, "purge", "execution_id", _docs(db), EXAMPLES)
+    finally:
+        store.close()
     assert changes(before, snapshot(db)) == {}
 
 
