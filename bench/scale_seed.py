@@ -66,7 +66,7 @@ from harel_beanie.core.stuck import QUIET, quiet_of
 EXECUTIONS = "harel_executions"
 SHOP_MODELS = Path(__file__).resolve().parents[1] / "src" / "harel_beanie" / "demo" / "shop_models"
 KINDS = ("finished", "timer", "failed", "outbox")
-SHARE = {"finished": 90, "timer": 8, "failed": 1, "outbox": 1}  # of every 100 roots
+SHARE: dict[str, float] = {"finished": 90, "timer": 8, "failed": 1, "outbox": 1}  # of every 100 roots
 DAY = 86_400.0
 SPAN_DAYS, BUCKETS, WEEK = 30, 30 * 96, 7 * 86_400.0
 #: the variants kept encoded at once: with 2,880 slices most clones are a variant of their own
