@@ -51,7 +51,7 @@ PROG = "harel-beanie"
 #: Every command, in the order `--help` lists them. Each module holds `NAME`, `HELP`,
 #: `DESCRIPTION`, `WHERE` ("embedded": a URL, else the embedded server; "url": a URL only;
 #: "offline": local files only), `add_arguments(parser)` and `main`, and may hold
-#: `check(args)`: what its flags can be refused for, run before any server is started or
+#: `check_flags(args)`: what its flags can be refused for, run before any server is started or
 #: reached, so a typo costs no wait, and `MAKES_DATA` (True: with no URL, it may start the
 #: embedded server on a data folder that does not exist yet; the others only read one).
 COMMANDS: tuple[ModuleType, ...] = (
@@ -113,7 +113,7 @@ def _handler(command: ModuleType) -> Callable[[Any], int]:
     """How `command` runs: an offline one on its arguments alone; any other on the target its
     flags resolve to (the embedded server only where it may use one; what is said about that
     goes to stdout for a command whose report it belongs to, else to stderr)."""
-    check = getattr(command, "check", lambda args: None)
+    check = getattr(command, "check_flags", lambda args: None)
     if command.WHERE == "offline":
 
         def offline(args: Any) -> int:

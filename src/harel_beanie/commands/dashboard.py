@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     flags.stuck_after(p, "silent")
 
 
-def check(args: Any) -> None:
+def check_flags(args: Any) -> None:
     """The extra, `--allow` and `--definitions`, refused before any server starts."""
     _web()
     from harel_beanie.dashboard.serve import parse_allow

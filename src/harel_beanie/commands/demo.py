@@ -58,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     flags.transport(p, idle_wait=False)
 
 
-def check(args: Any) -> None:
+def check_flags(args: Any) -> None:
     """`--models`, refused before the embedded server starts (it takes seconds)."""
     if args.models is not None:
         models = Path(args.models)
@@ -70,7 +70,7 @@ def check(args: Any) -> None:
 
 def main(args: Any, target: Target) -> int:
     """Run the demo against `target` (see `harel_beanie.commands.cli` for the flags)."""
-    check(args)
+    check_flags(args)
     # piped or captured, rich would use 80 columns too: the tables are made to fit them
     console = Console(highlight=False)
     models = Path(args.models) if args.models else default_models_dir()

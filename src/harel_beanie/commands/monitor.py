@@ -81,7 +81,7 @@ def build_app(
     )
 
 
-def check(args: Any) -> None:
+def check_flags(args: Any) -> None:
     """harel's TUI and `--definitions`, refused before any server starts."""
     _tui()
     if args.definitions and not Path(args.definitions).is_dir():

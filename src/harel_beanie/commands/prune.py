@@ -118,7 +118,7 @@ async def run(args: Any, target: Target, console: Console) -> retention.PruneRep
         await client.close()
 
 
-def check(args: Any) -> None:
+def check_flags(args: Any) -> None:
     """The cut-off, the TTL and the archive, refused naming their flag before any server starts."""
     if args.ttl is None and not args.finished_before:
         raise ConfigError("say what to remove: --finished-before AGE|DATE (or --ttl AGE|off for the TTL index)")
@@ -133,7 +133,7 @@ def check(args: Any) -> None:
 
 def main(args: Any, target: Target) -> int:
     console = Console(highlight=False, stderr=bool(args.json))  # --json: stdout holds only the report
-    check(args)  # (the CLI ran it already; a caller of main may not have)
+    check_flags(args)  # (the CLI ran it already; a caller of main may not have)
     try:
         out = asyncio.run(run(args, target, console))
     except ValueError as exc:

@@ -56,7 +56,7 @@ def folder(args: Any) -> Path:
     return Path(args.data or os.environ.get("HAREL_BEANIE_DATA") or DEFAULT_DATA_DIR)
 
 
-def check(args: Any) -> None:
+def check_flags(args: Any) -> None:
     """A server already on the folder, then the port, refused before anything is made (a
     folder, a lock)."""
     data = folder(args)

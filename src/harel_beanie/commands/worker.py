@@ -158,7 +158,7 @@ def settings(args: Any) -> dict[str, Any]:
     }
 
 
-def check(args: Any) -> None:
+def check_flags(args: Any) -> None:
     """The settings and the definitions' folder, refused before any server is reached (the
     machines are loaded once, by `main`)."""
     opts = settings(args)
