@@ -36,6 +36,7 @@ from harel_beanie.core.errors import SchemaMismatch
 from harel_beanie.core.flows.state import marker_parts
 from harel_beanie.core.names import queue_names
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, PART, part_of
+from harel_beanie.core.stuck import QUIET
 from harel_beanie.migrate.step import Migration, MigrationError, Step
 from harel_beanie.transport.documents import QueueDocument
 
@@ -107,8 +108,9 @@ class Partitions(Step):
         # the counts are per partition: dropped, with what each execution was counted as, so
         # that the first fold after the next `migrate up` builds them anew
         await m.exes.database.drop_collection(counts_collection(m.prefix))
-        forget = {COUNTED: "", COUNTED_SEQ: "", DIRTY: "", LEAVING: ""}
-        # any of them, not only `cc`: a document written and not yet folded has `cdirty` alone
+        forget = {COUNTED: "", COUNTED_SEQ: "", DIRTY: "", LEAVING: "", QUIET: ""}
+        # any of them, not only `cc`: a document written and not yet folded has `cdirty` alone;
+        # `quiet` is the fold's mark too (core.stuck)
         await m.exes.update_many({"$or": [{f: {"$exists": True}} for f in forget]}, {"$unset": forget})
         # last: a worker that owns partitions sweeps through them until the pass is done
         await _drop_named(m.exes, [*PARTITION_INDEXES, *RETIRED_INDEXES])
