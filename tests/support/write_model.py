@@ -274,6 +274,7 @@ def _updated(stored: dict[str, Any], c: Commit) -> dict[str, Any]:
     outbox, spawns = _entries(c)
     doc.update(_summary(c))
     doc.pop("leaving", None)  # a commit keeps an execution prune had begun removing
+    doc.pop("quiet", None)  # no longer silent: the next fold decides again (core.stuck)
     timers = doc.setdefault("timers", {})
     for path, at in _timers(c).items():
         if at is None:
@@ -336,6 +337,7 @@ def ack(before: Snapshot, array: str, seq: int) -> Snapshot:
         if doc.get("pending") is True and any(e.get("seq") == seq for e in doc.get(array) or []):
             doc[array] = [e for e in doc[array] if e.get("seq") != seq]
             with_pending(doc)
+            doc["cdirty"] = True  # it may wait on nothing now: the fold decides its quiet
     return after
 
 
@@ -352,6 +354,7 @@ def delete_timer(before: Snapshot, execution_id: str, key: str, fire_at: float) 
     doc.pop("next_fire", None)
     if timers:
         doc["next_fire"] = min(timers.values())
+    doc["cdirty"] = True  # it may wait on nothing now: the fold decides its quiet
     return after
 
 
@@ -417,6 +420,7 @@ def _build(exes: dict[Any, dict[str, Any]], counts: dict[Any, dict[str, Any]], p
     for d in mine:
         if "cc" not in d and "cdirty" not in d:
             d["cc"], d["cseq"] = counted_as(d), 0
+            _quiet(d, quiet_as(d))
     if counter.get("built") or counter.get("seq") != 0:
         return
     sums: dict[str, int] = {}
@@ -479,6 +483,23 @@ def _counted_by(doc: Mapping[str, Any], counter: Mapping[str, Any]) -> Optional[
     return doc.get("cc") or None
 
 
+def quiet_as(doc: Mapping[str, Any]) -> Optional[float]:
+    """The `quiet` a fold gives a document (core.stuck): its `updated_at` while it is RUNNING
+    and waits on nothing (no pending entry, no timer bound, not a tombstone), else none."""
+    at = doc.get("updated_at")
+    waits = doc.get("pending") or "next_fire" in doc or "tomb" in doc
+    if doc.get("status") != "RUNNING" or waits or not _number(at):
+        return None
+    return float(at)
+
+
+def _quiet(doc: dict[str, Any], quiet: Optional[float]) -> None:
+    if quiet is None:
+        doc.pop("quiet", None)
+    else:
+        doc["quiet"] = quiet
+
+
 def _mark(exes: dict[Any, dict[str, Any]], part: int, seq: int, entries: list[dict[str, Any]]) -> None:
     """Each document of a batch marked with what it was counted as; on a quiet database it
     is still as the batch read it, so it is clean again."""
@@ -488,6 +509,7 @@ def _mark(exes: dict[Any, dict[str, Any]], part: int, seq: int, entries: list[di
             continue
         d["cc"], d["cseq"] = e["cc"], seq
         d.pop("cdirty", None)
+        _quiet(d, quiet_as(d))  # as read: on a quiet database the document did not move
 
 
 def counts_read(before: Snapshot, dirty_limit: int = 500) -> tuple[Snapshot, bool]:
@@ -642,9 +664,8 @@ def migrate_down_to_1(before: Snapshot) -> Snapshot:
         for doc in after.get(coll, {}).values():
             doc.pop("part", None)
     for doc in after.get(EXES, {}).values():
-        if "cc" in doc:  # a document never folded keeps its dirty mark: no counter reads it
-            for k in ("cc", "cseq", "cdirty", "leaving"):
-                doc.pop(k, None)
+        for k in ("cc", "cseq", "cdirty", "leaving", "quiet"):  # every mark of the counts' fold
+            doc.pop(k, None)
         doc.pop("pending", None)
     after[COUNTERS][MARKER]["n"] = 1
     return after
@@ -687,4 +708,5 @@ def due_timers(before: Snapshot, now: float) -> Snapshot:
             doc.pop("next_fire")
         elif earliest != bound:
             doc["next_fire"] = earliest
+        doc["cdirty"] = True  # without its bound it may wait on nothing: the fold decides
     return after
