@@ -175,7 +175,7 @@ def header(opts: argparse.Namespace, started: datetime.datetime, seconds: float,
         f"waiting on a timer 1 to {opts.wait_days:g} days ahead, last updated over as many days; the finished "
         "and FAILED ones over 30 days, the outbox work over a week, none relayed). Prune: `--finished-before 7d` in batches of 500, "
         f"stopped after {opts.prune:,} executions, its rate taken over the batches that did the first and the last "
-        "third of its executions. Migrate up: min(size, {opts.migrate:,}) executions written "
+        f"third of its executions. Migrate up: min(size, {opts.migrate:,}) executions written "
         "by harel's MongoStore, a database of their own. The machine is shared: compare within one run.",
     ]
 

@@ -56,6 +56,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 STATUSES = queries.STATUSES
+#: what the stuck list is (harel_beanie.core.stuck), as its title and when it is empty
+STUCK_TITLE = "Stuck: RUNNING, silent for more than {} with nothing to wake it, or a timer overdue by as long"
+NOTHING_STUCK = (
+    "Nothing stuck: no RUNNING execution silent for more than {} with nothing to wake it, and no timer "
+    "overdue by as long (waiting on a timer or pending work is not stuck)."
+)
 
 
 async def collect(target: Target, stuck_after: float, show: int) -> dict[str, Any]:
@@ -160,8 +166,7 @@ def render(console: Console, data: dict[str, Any]) -> None:
     if data["stuck"]:
         t = Table(
             box=box.SIMPLE_HEAD,
-            title=f"Stuck: RUNNING, silent for more than {human_duration(stuck_after)} with nothing to wake it, "
-            "or a timer overdue by as long",
+            title=STUCK_TITLE.format(human_duration(stuck_after)),
             title_justify="left",
             title_style="bold red",
         )
@@ -177,10 +182,7 @@ def render(console: Console, data: dict[str, Any]) -> None:
             )
         console.print(t)
     else:
-        console.print(
-            f"Nothing stuck: no RUNNING execution silent for more than {human_duration(stuck_after)} with nothing "
-            "to wake it, and no timer overdue by as long (waiting on a timer or pending work is not stuck)."
-        )
+        console.print(NOTHING_STUCK.format(human_duration(stuck_after)))
 
 
 def empty_hint(found: list[dict[str, Any]]) -> list[str]:
