@@ -32,6 +32,7 @@ NOT_VALUES = {
     "auth": "the app's FastAPI dependency",
     "actions": "a DashboardActions, a door of its own",
     "metrics": "a StoreMetrics, a door of its own",
+    "sampled": "the dashboard's own newest chart sample (queries.samples.latest_sample), read from its own collection",
     "registry": "the app's Prometheus registry",
     "tracer": "the app's OpenTelemetry tracer",
     "runner": "harel's runner the app already uses",
