@@ -407,6 +407,9 @@ def _entry(doc: Mapping[str, Any]) -> dict[str, Any]:
             entry["k"] = doc["tomb"]["buried"][-1]
     else:
         entry.update(v=doc.get("version"), b=doc.get("born"), l=bool(doc.get("leaving")))
+        # the quiet its mark sets, and what pins that (an ack or a timer removal changes
+        # them without a new version: core.stuck)
+        entry.update(q=quiet_as(doc), p=bool(doc.get("pending")), f=doc.get("next_fire"))
     return entry
 
 
