@@ -9,37 +9,25 @@ Each planted fault is a source edit of the function that keeps the guard
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
 
 from harel_beanie.core import counting
 from harel_beanie.core.flows import counting as counting_flows
 from harel_beanie.retention import archive
-from harel_beanie.store.sync_store import MongoStore
 from tests.store.test_count_schedules import test_a_late_mark_does_not_land_on_an_id_created_again as late_mark
 from tests.store.test_count_schedules import test_the_race_schedule_itself as race_schedule
 from tests.support.count_families import (
     World,
     commit_reviving,
     folds_and_a_commit,
-    make_world,
     race,
     reader_and_folds,
     stalled_folder,
 )
 from tests.support.explore import Actor
 from tests.support.mutation import mutated
-
-
-@pytest.fixture
-def world(
-    store: MongoStore, client: Any, db_name: str, mongo_url: str, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[World]:
-    w = make_world(store, client, db_name, monkeypatch, mongo_url)
-    yield w
-    w.close()
-
 
 Family = Callable[[World], list[Actor]]
 

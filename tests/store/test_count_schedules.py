@@ -10,11 +10,10 @@ tests/store/test_count_mutations.py plants each guard's removal and shows these 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Callable
 
 import pytest
 
-from harel_beanie.store.sync_store import MongoStore
 from tests.support.count_families import (
     EXES,
     Actor,
@@ -24,23 +23,12 @@ from tests.support.count_families import (
     done,
     folds_and_a_commit,
     follow,
-    make_world,
     prune_and_recreation,
     purge_and_creation,
     race,
     reader_and_folds,
     stalled_folder,
 )
-
-
-@pytest.fixture
-def world(
-    store: MongoStore, client: Any, db_name: str, mongo_url: str, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[World]:
-    w = make_world(store, client, db_name, monkeypatch, mongo_url)
-    yield w
-    w.close()
-
 
 #: family -> the bounds its default run explores: (preemptions, kills, most schedules)
 FAMILIES: dict[Callable[[World], list[Actor]], tuple[int, int, int]] = {

@@ -1,0 +1,20 @@
+"""The store tests' shared fixtures: the counts' schedule world (tests/support/count_families.py),
+one per test, for the explorer's families and the planted faults alike."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+
+from harel_beanie.store.sync_store import MongoStore
+from tests.support.count_families import World, make_world
+
+
+@pytest.fixture
+def world(
+    store: MongoStore, client: Any, db_name: str, mongo_url: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[World]:
+    w = make_world(store, client, db_name, monkeypatch, mongo_url)
+    yield w
+    w.close()
