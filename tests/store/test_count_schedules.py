@@ -33,19 +33,19 @@ from tests.support.count_families import (
 #: family -> the bounds its default run explores: (preemptions, kills, most schedules)
 FAMILIES: dict[Callable[[World], list[Actor]], tuple[int, int, int]] = {
     race: (3, 1, 1000),
-    folds_and_a_commit: (2, 1, 200),
-    stalled_folder: (2, 0, 200),
-    reader_and_folds: (2, 0, 200),
-    purge_and_creation: (2, 1, 200),
-    prune_and_recreation: (1, 1, 200),
-    commit_reviving: (2, 1, 200),
+    folds_and_a_commit: (2, 1, 120),
+    stalled_folder: (2, 0, 120),
+    reader_and_folds: (2, 0, 120),
+    purge_and_creation: (2, 1, 120),
+    prune_and_recreation: (1, 1, 120),
+    commit_reviving: (2, 1, 120),
 }
 
 
 @pytest.mark.parametrize("family", list(FAMILIES), ids=lambda f: f.__name__)
 def test_every_schedule_of_the_family_keeps_the_counts(world: World, family: Callable[[World], list[Actor]]) -> None:
     preemptions, kills, limit = FAMILIES[family]
-    report = world.explore(family(world), preemptions=preemptions, kills=kills, limit=limit, sample=30)
+    report = world.explore(family(world), preemptions=preemptions, kills=kills, limit=limit, sample=15)
     assert not report.failures, str(report.failures[0])
     assert report.schedules > 1
 
