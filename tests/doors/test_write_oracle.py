@@ -24,13 +24,14 @@ import pytest
 from harel.engine.execution import Execution, Status
 from harel.engine.store.base import StoreConflict, TimerOp
 from harel.spec.states import Event
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from harel_beanie.core.keys import encode_path
 from tests.support import write_model as model
 from tests.support.both import BlockingAsyncStore, close_store, make_store
 from tests.support.fuzz_strategies import close_ids, fire_time, json_object
+from tests.support.fuzz_strategies import oracle_budget as budget
 from tests.support.mutation import mutated
 from tests.support.write_model import Snapshot, expect_equal, snapshot
 
@@ -166,15 +167,6 @@ def harness(request: pytest.FixtureRequest, mongo_url: str, client: Any, db_name
     h = Harness(request.param, mongo_url, client, db_name)
     yield h
     close_store(h.store)
-
-
-def budget(n: int) -> settings:
-    return settings(
-        max_examples=n,
-        deadline=None,
-        derandomize=True,
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
 
 
 DEFAULT, SOAK = budget(10), settings(budget(200), derandomize=False)

@@ -25,7 +25,7 @@ import pymongo
 import pytest
 from fastapi import FastAPI
 from harel.engine.execution import Execution, Status
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harel_beanie import AsyncMongoStore, MongoStore
@@ -33,6 +33,7 @@ from harel_beanie.dashboard import DashboardActions, dashboard_router, no_auth
 from tests.dashboard.test_dashboard_app import FakeRunner
 from tests.support import write_model as model
 from tests.support.fuzz_strategies import clean_text, json_value
+from tests.support.fuzz_strategies import oracle_budget as budget
 from tests.support.write_model import expect_equal, snapshot
 
 SEEDED = ["x-1", "a/b", " spaced ", "$gt", "日本", "tab\there"]
@@ -189,15 +190,6 @@ def run(dash: Dash, examples: settings) -> None:
             action_property(dash, data, case)
 
         prop()
-
-
-def budget(n: int) -> settings:
-    return settings(
-        max_examples=n,
-        deadline=None,
-        derandomize=True,
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
 
 
 def test_a_dashboard_action_calls_its_model_and_writes_nothing_itself(dash: Dash) -> None:

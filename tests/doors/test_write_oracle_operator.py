@@ -24,7 +24,7 @@ import pymongo
 import pytest
 from harel.engine.execution import Execution, Status
 from harel.spec.states import Event
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from harel_beanie import AsyncMongoStore, MongoStore, queries, retention
@@ -34,6 +34,7 @@ from harel_beanie.migrate import Migrator
 from harel_beanie.queries import parts
 from harel_beanie.transport import MongoTransport
 from tests.support import write_model as model
+from tests.support.fuzz_strategies import oracle_budget as budget
 from tests.support.write_model import Drawn, Snapshot, expect_equal, snapshot
 
 STARTS = "harel_hb_starts"
@@ -71,15 +72,6 @@ def operator(mongo_url: str, client: Any, db_name: str) -> Iterator[Operator]:
     o = Operator(mongo_url, client, db_name)
     yield o
     o.close()
-
-
-def budget(n: int) -> settings:
-    return settings(
-        max_examples=n,
-        deadline=None,
-        derandomize=True,
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
 
 
 # one seeded execution: id, status, finished_at, updated_at, parent, a pending emit, a second commit

@@ -17,12 +17,13 @@ from typing import Any, Callable, Iterator, Optional
 import pymongo
 import pytest
 from harel.spec.states import Event
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harel_beanie.transport import MongoTransport
 from harel_beanie.transport.queues import QueueLease
 from tests.support import write_model as model
+from tests.support.fuzz_strategies import oracle_budget as budget
 from tests.support.write_model import expect_equal, snapshot
 
 CLOCK = 1_800_000_000.5
@@ -92,15 +93,6 @@ def queues(mongo_url: str, client: Any, db_name: str) -> Iterator[Queues]:
     q = Queues(mongo_url, client, db_name)
     yield q
     q.t.close()
-
-
-def budget(n: int) -> settings:
-    return settings(
-        max_examples=n,
-        deadline=None,
-        derandomize=True,
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
 
 
 worlds = st.tuples(st.lists(ops, max_size=8), st.one_of(st.none(), st.none(), groups))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 # characters with a meaning somewhere on the way to the server, and code point boundaries
@@ -116,3 +117,14 @@ def has_surrogate(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return any(has_surrogate(v) for v in value)
     return False
+
+
+def oracle_budget(n: int) -> settings:
+    """The write oracle's hypothesis settings: `n` examples, derandomized (a case's outcome
+    never depends on a draw), no deadline (a real server's pace varies)."""
+    return settings(
+        max_examples=n,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
