@@ -35,7 +35,17 @@ from typing import Any, Callable, Optional
 import pymongo
 from harel.engine.schema import DEFAULT_PREFIX
 from harness import HERE, machine, server_info
-from scale_operator import dashboard_ms, queries_ms, routes, rss_mb, searches, status_ms, views_read
+from scale_operator import (
+    SAMPLE,
+    dashboard_ms,
+    queries_ms,
+    routes,
+    rss_mb,
+    sample_ms,
+    searches,
+    status_ms,
+    views_read,
+)
 from scale_report import Figures, draw, section
 from scale_seed import EXECUTIONS, KINDS, SHARE, SPAN_DAYS, Cloner, Family, grow, make_templates, parse_shares
 from scale_store import Picks, claim_ms, count_statuses, seed_queue, store_ops
@@ -112,9 +122,11 @@ class Run:
         parent = picks["timer"][0]
         for name, ms in queries_ms(self.url, DB, searches(prefix, parent, now), o.reps, o.budget, o.timeout).items():
             self.figs.put(name, n, ms)
+        self.figs.put(SAMPLE, n, sample_ms(self.url, DB))
         paths = routes(prefix, parent, picks["failed"][0], now)
         for name, ms in dashboard_ms(self.url, DB, paths, o.reps, o.budget, o.timeout, self.say).items():
             self.figs.put(name, n, ms)
+        sample_ms(self.url, DB)  # as a worker keeps one: the dashboard's may be a minute old by now
         self.figs.put(
             "`harel-beanie status --json` (the command line)", n, status_ms(self.url, DB, o.reps, o.budget, o.timeout)
         )

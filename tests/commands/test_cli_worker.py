@@ -136,6 +136,13 @@ async def test_worker_drains_published_work_and_stops_cleanly(mongo_url, db_name
             assert (await astore.load(i)).active_path == state
         assert [t[:2] for t in await astore.due_timers(float("inf"))] == [("order-1", "CoolingOff")]
         assert await astore.pending_outbox() == [] and await astore.pending_spawns() == []
+
+        # after a sweep, the worker has taken this minute's sample (what `status`, the backlog
+        # page and /metrics take the pending entries from: queries.samples)
+        async def sampled() -> bool:
+            return await db["harel_hb_samples"].find_one({"executions": {"$gte": len(expected) + 1}}) is not None
+
+        await wait_for(sampled, timeout=90.0)  # a sample taken early waits for the next minute
         await transport.close()
     finally:
         out, err = stop(proc)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, Optional
 
 import pymongo
 import pytest
@@ -28,8 +28,12 @@ from harel_beanie.core.counting import COUNTED, DIRTY
 from harel_beanie.core.documents import ExecutionDocument
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
 from harel_beanie.core.stuck import QUIET, is_stuck, quiet_of
+from harel_beanie.commands import status as status_command
 from harel_beanie.dashboard import views
+from harel_beanie.deploy import stack
+from harel_beanie.deploy.where import RetryPolicy, Target
 from harel_beanie.queries import lowest as lowest_module
+from harel_beanie.queries.samples import latest_sample, take_sample
 from harel_beanie.queries.single import stuck_filter
 from harel_beanie.store.dispatch import FlowRun, call
 from harel_beanie.telemetry.metrics import StoreMetrics, new_registry
@@ -79,9 +83,12 @@ class _Reads(monitoring.CommandListener):
         pass
 
 
-def _waiting(start: int, stop: int, now: float) -> list[dict[str, Any]]:
+def _waiting(
+    start: int, stop: int, now: float, entry: Optional[dict[str, Any]] = None
+) -> list[dict[str, Any]]:
     """Executions waiting on a timer 1 to 30 days ahead, last updated up to 30 days ago, as
-    the store and a fold leave them (counted, no dirty mark, no `quiet`: a timer is armed)."""
+    the store and a fold leave them (counted, no dirty mark, no `quiet`: a timer is armed);
+    with `entry`, one in ten also holds that outbox entry, not relayed yet (a backlog)."""
     docs = _idle_documents(start, stop, now)
     for i, d in enumerate(docs):
         d["_id"] = f"w{start + i:06d}"
@@ -93,6 +100,8 @@ def _waiting(start: int, stop: int, now: float) -> list[dict[str, Any]]:
         d["updated_at"] = now - DAY * 30 * (1 - spread) - 3600
         d.pop(DIRTY, None)
         d[COUNTED] = {"d": d["definition_id"], "s": "RUNNING", "v": d.get("version", 0)}
+        if entry is not None and (start + i) % 10 == 0:
+            d["outbox"], d["pending"] = [{**entry, "seq": entry["seq"] + start + i + 1}], True
     return docs
 
 
@@ -112,7 +121,8 @@ async def test_waiting_is_not_stuck_and_the_views_read_the_same_however_many_wai
     monkeypatch.setattr(lowest_module, "_START", {})
     monkeypatch.setattr(lowest_module, "_KEPT", {})
     reads = _Reads()
-    astore = AsyncMongoStore(pymongo.AsyncMongoClient(mongo_url, event_listeners=[reads]), db_name)
+    aclient: Any = pymongo.AsyncMongoClient(mongo_url, event_listeners=[reads])
+    astore = AsyncMongoStore(aclient, db_name)
     await astore.init()
     store = MongoStore(pymongo.MongoClient(mongo_url), db_name)
     coll = pymongo.MongoClient(mongo_url)[db_name].harel_executions
@@ -141,26 +151,46 @@ async def test_waiting_is_not_stuck_and_the_views_read_the_same_however_many_wai
     pymongo.MongoClient(mongo_url)[db_name].harel_hb_counts.delete_many({})  # built again on the next read
     want = ["adopted-quiet", "overdue", "quiet", "relayed", "unfolded"]
     metrics = StoreMetrics(new_registry())
+    samples = aclient[db_name]["harel_hb_samples"]
+    entry = dict(coll.find_one({"_id": "relaying"})["outbox"][0])
+    target = Target(url=mongo_url, db=db_name, prefix="harel", retry=RetryPolicy(1, 0.1, 5_000), source="--url")
+    # `status` opens its own client: its reads are counted too
+    monkeypatch.setattr(status_command, "open_client", lambda t: stack.open_client(t, listeners=[reads]))
+
+    async def sampled() -> None:
+        """This minute's sample, as a running worker or dashboard takes it once a minute: at
+        the views' clock an hour on, and at the real one (the dashboard's pages and `status`)."""
+        await samples.delete_many({})
+        for at in (now, time.time()):
+            await take_sample(ExecutionDocument, samples, now=at)
 
     async def views_read() -> dict[str, int]:
         """Each view once, and the documents its reads' filters match."""
         out = {}
         jobs = {
-            "status, /backlog": lambda: queries.backlog(stuck_after=AFTER, now=now, show=20),
+            "backlog()": lambda: queries.backlog(stuck_after=AFTER, now=now, show=20, entries=False),
+            "/backlog": lambda: views.backlog_view(stuck_after=AFTER, show=20, doc=ExecutionDocument, samples=samples),
             "/failed": lambda: views.failed_view(after=None, limit=50, stuck_after=AFTER, doc=ExecutionDocument),
-            "/metrics": lambda: metrics.refresh(stuck_after=AFTER, now=now),
+            "/metrics": lambda: metrics_refresh(),
+            # last: its store binds the documents to its own client, closed when it is done
+            "status": lambda: status_command.collect(target, AFTER, 20),
         }
         for name, job in jobs.items():
             reads.filters.clear()
             await job()
             out[name] = sum(coll.count_documents(f) for f in reads.filters)
+        await AsyncMongoStore(aclient, db_name).init()  # the documents bound to this client again
         return out
+
+    async def metrics_refresh() -> Any:
+        return await metrics.refresh(stuck_after=AFTER, now=now, sampled=await latest_sample(samples, now=now))
 
     work = {}
     made = 0
     for n in SIZES:
-        coll.insert_many(_waiting(made, n, now))
+        coll.insert_many(_waiting(made, n, now, entry))
         made = n
+        await sampled()
         b = await queries.backlog(stuck_after=AFTER, now=now, show=20)  # a process's first reads
         assert sorted(s["id"] for s in b.stuck) == want, b.stuck
         assert QUIET in coll.find_one({"_id": "adopted-quiet"}) and QUIET not in coll.find_one(
@@ -171,6 +201,10 @@ async def test_waiting_is_not_stuck_and_the_views_read_the_same_however_many_wai
         work[n] = await views_read()
         # the read the stuck list was matched every one of them
         assert coll.count_documents(stuck_filter(AFTER, now=now)) >= n
+        # and the views show every pending entry, from the sample
+        shown = await status_command.collect(target, AFTER, 20)
+        await AsyncMongoStore(aclient, db_name).init()
+        assert shown["pending_outbox"] == 1 + n // 10 and shown["entries_at"] is not None, shown
     # /failed looks at the real clock: an hour earlier, only the overdue timer and the adopted one
     # (silent since a day before its last update) are stuck
     failed = await views.failed_view(after=None, limit=50, stuck_after=AFTER, doc=ExecutionDocument)

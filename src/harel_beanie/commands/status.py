@@ -31,6 +31,7 @@ from harel_beanie.core.documents import bind
 from harel_beanie.deploy.stack import open_client
 from harel_beanie.deploy.where import Target
 from harel_beanie.queries.backlog import human_duration
+from harel_beanie.queries.samples import sampled_backlog, samples_name
 from harel_beanie.store.async_store import AsyncMongoStore
 
 NAME = "status"
@@ -70,9 +71,12 @@ async def collect(target: Target, stuck_after: float, show: int) -> dict[str, An
     store = AsyncMongoStore(client, target.db, prefix=target.prefix, create_schema=False)
     try:
         await store.init()  # binds the Beanie classes; checks the layout version
-        b = await queries.backlog(doc=bind(target.prefix)[0], stuck_after=stuck_after, show=show)
         names = Names(target.prefix)
         db = client[target.db]
+        # the pending entries from the newest per-minute sample (a worker or a dashboard takes
+        # one): reading them here would read every document holding one
+        samples = db[samples_name(target.prefix)]
+        b = await sampled_backlog(bind(target.prefix)[0], samples, stuck_after=stuck_after, show=show)
         queued = await db[names.messages].count_documents({})
         leased = await db[names.transport_locks].count_documents({"token": {"$ne": None}})
         # a new or mistyped database: where the server does keep executions
@@ -133,7 +137,11 @@ def render(console: Console, data: dict[str, Any]) -> None:
     if data["purged"]:
         console.print(f"{data['purged']} purged execution id(s) hold a tombstone (kept so the id is never reused).")
 
-    p = Table(box=box.SIMPLE_HEAD, title="Pending work", title_justify="left", show_header=False)
+    title = "Pending work"
+    counted = data.get("entries_at")
+    if counted is not None and now - counted >= 1:  # from a sample: say how old it is
+        title += f" (entries from a sample {human_duration(now - counted)} old)"
+    p = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", show_header=False)
     p.add_column("what")
     p.add_column("n", justify="right")
     p.add_column("")

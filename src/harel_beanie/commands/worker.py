@@ -53,6 +53,7 @@ from harel.engine.schema import Names
 from pymongo.errors import ConnectionFailure
 
 from harel_beanie.commands import flags
+from harel_beanie.core.documents import bind
 from harel_beanie.core.errors import ConfigError
 from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.deploy.loader import load_models
@@ -62,6 +63,7 @@ from harel_beanie.deploy.stack import TRANSPORTS, CountingWorker, open_client, o
 from harel_beanie.deploy.where import Target
 from harel_beanie.history.recording import RecordingStore, RecordingTransport
 from harel_beanie.history.records import HistoryWriter
+from harel_beanie.queries.samples import sample_if_due, samples_name
 from harel_beanie.store.async_store import AsyncMongoStore
 from harel_beanie.transport.ownership import PartitionOwner
 from harel_beanie.transport.settings import MAX_VISIBILITY
@@ -277,8 +279,19 @@ async def _until_stopped(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
+    samples = executions.database[samples_name(target.prefix)]
+    doc = bind(target.prefix)[0]
     sweeper = asyncio.create_task(
-        sweep_forever(store, transport, executions, worker, opts["sweep_every"], stop, opts["trace"])
+        sweep_forever(
+            store,
+            transport,
+            executions,
+            worker,
+            opts["sweep_every"],
+            stop,
+            opts["trace"],
+            sample=lambda: sample_if_due(doc, samples),
+        )
     )
     leases = asyncio.create_task(owner.run(stop)) if owner is not None else None
     print(_ready_line(target, definitions, opts, transport, owner), flush=True)

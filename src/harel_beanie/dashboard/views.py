@@ -20,6 +20,7 @@ from harel_beanie.core.documents import ExecutionDocument
 from harel_beanie.core.keys import decode_path
 from harel_beanie.core.seqs import minted_at
 from harel_beanie.dashboard import statechart
+from harel_beanie.queries.samples import sampled_backlog
 from harel_beanie.queries.stuck import stuck
 
 Doc = type[ExecutionDocument]
@@ -167,6 +168,9 @@ class BacklogView(BaseModel):
     next_timers: list[NextTimerOut]
     silent: list[SilentOut]
     stuck_after: float
+    #: when the pending entries were counted: the newest per-minute sample's time (`now`
+    #: when there was none at most a minute old and this view read them itself)
+    entries_at: Optional[float] = None
 
 
 def _age(seq: int, now: float) -> Optional[float]:
@@ -363,8 +367,14 @@ async def failed_view(
     )
 
 
-async def backlog_view(*, stuck_after: float, show: int, doc: Doc) -> BacklogView:
-    b = await queries.backlog(doc=doc, stuck_after=stuck_after, show=show)
+async def backlog_view(*, stuck_after: float, show: int, doc: Doc, samples: Any = None) -> BacklogView:
+    """The backlog page's figures; with `samples`, the pending entries from the newest sample
+    (`queries.samples.sampled_backlog`), which keeps the page's reads off the documents that
+    hold one."""
+    if samples is None:
+        b = await queries.backlog(doc=doc, stuck_after=stuck_after, show=show)
+    else:
+        b = await sampled_backlog(doc, samples, stuck_after=stuck_after, show=show)
     totals: dict[str, int] = {}
     for per in b.counts.values():
         for status, n in per.items():
@@ -384,4 +394,5 @@ async def backlog_view(*, stuck_after: float, show: int, doc: Doc) -> BacklogVie
         next_timers=timers,
         silent=_silent(b.stuck),
         stuck_after=stuck_after,
+        entries_at=b.entries_at,
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Optional
+from typing import Any, Awaitable, Callable, Optional
 
 from pymongo.errors import ConnectionFailure, OperationFailure, WriteConcernError
 
@@ -48,8 +48,18 @@ async def give_back(owner: PartitionOwner, wid: str) -> None:
 
 
 async def sweep_forever(
-    store: Any, transport: Any, executions: Any, worker: Any, every: float, stop: asyncio.Event, trace: bool
+    store: Any,
+    transport: Any,
+    executions: Any,
+    worker: Any,
+    every: float,
+    stop: asyncio.Event,
+    trace: bool,
+    sample: Optional[Callable[[], Awaitable[Any]]] = None,
 ) -> None:
+    """Every `every` seconds: the relay sweep, the counts fold, and `sample` (this minute's
+    sample of the store, unless another worker or a dashboard took it: the views take the
+    pending entries from it instead of reading every document that holds one)."""
     while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), timeout=every)
@@ -64,6 +74,11 @@ async def sweep_forever(
             await store.fold_counts()  # the counts of the partitions this worker owns (core.counting)
         except Exception:  # as for the sweep: the next one folds what this one could not
             log.warning("counts fold failed; retrying in %ss", every, exc_info=True)
+        if sample is not None:
+            try:
+                await sample()
+            except Exception:  # the views read the entries themselves until a sample is taken
+                log.warning("per-minute sample failed; retrying in %ss", every, exc_info=True)
 
 
 async def run_through_outages(worker: Any, stop: asyncio.Event, wid: str, pause: float = 1.0) -> None:

@@ -47,6 +47,9 @@ class Backlog:
     next_timers: list[dict[str, Any]] = field(default_factory=list)
     stuck: list[dict[str, Any]] = field(default_factory=list)
     stuck_after: float = 300.0
+    #: when the pending entries' figures were read: `now` when this call read them, a
+    #: minute's sample's time when they come from one (`queries.samples.sampled_backlog`)
+    entries_at: Optional[float] = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,7 +80,7 @@ async def backlog(
     show = require_int("show", show, low=0, high=MAX_SHOW)
     timers = show if timers is None else require_int("timers", timers, low=0, high=MAX_SHOW)
     entries = require_bool("entries", entries)
-    out = Backlog(now=now, stuck_after=stuck_after)
+    out = Backlog(now=now, stuck_after=stuck_after, entries_at=now if entries else None)
     coll = doc.get_pymongo_collection()
     counted = await execution_counts(doc=doc)
     if counted is not None:

@@ -1,19 +1,27 @@
-"""One sample of the store a minute, the dashboard's charts' raw material.
+"""One sample of the store a minute: the dashboard's charts' raw material, and the pending
+entries every view shows.
 
 Why this module exists: the dashboard's charts (`harel_beanie.dashboard.charts`) draw the
 differences between per-minute samples of what `backlog` reads, kept in
-`<prefix>_hb_samples`. Two things take them: the dashboard, every minute while it runs, and the
-demo, at the minutes of its simulated clock, so the charts show a run that has just ended
-(the demo plays its last hour in seconds). Both write a minute once (`$setOnInsert`).
+`<prefix>_hb_samples`. Three things take them: the dashboard and every worker, each minute
+while they run (a minute already sampled is not sampled again), and the demo, at the minutes
+of its simulated clock, so the charts show a run that has just ended (the demo plays its
+last hour in seconds). Each writes a minute once (`$setOnInsert`).
+
+The pending outbox entries and spawns (how many, the oldest's age) are the one figure of the
+backlog that reads every document holding one: at a million executions, 10,000 of them. So
+`/metrics`, the backlog page and `harel-beanie status` take them from the newest sample while
+it is at most a minute old (`sampled_backlog`), and say when it was taken; only without one
+(no dashboard or worker running) does the view read them itself.
 """
 
 from __future__ import annotations
 
 import datetime
 import time
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
-from harel_beanie.queries.backlog import backlog
+from harel_beanie.queries.backlog import Backlog, backlog
 
 MINUTE = 60.0
 FINISHED = ("DONE", "CANCELLED")
@@ -74,3 +82,40 @@ async def latest_sample(
     if taken is None or not now - within <= taken <= now + 1.0 or "pending_outbox" not in newest:
         return None  # too old, from a clock ahead of ours, or from a release that did not keep these
     return {**newest, "taken": taken}
+
+
+def use_sample(b: Backlog, sample: Mapping[str, Any]) -> None:
+    """The pending entries' figures of `b` from `sample` (one `latest_sample` returned): its
+    counts as they were, its ages grown by the time since it was taken."""
+    taken = float(sample.get("taken") or b.now)
+    since = max(0.0, b.now - taken)  # an age read a while ago is that much older now
+    b.pending_outbox = int(sample.get("pending_outbox") or 0)
+    b.pending_spawns = int(sample.get("pending_spawns") or 0)
+    b.oldest_outbox_age = float(sample.get("outbox_age") or 0.0) + since if b.pending_outbox else None
+    b.oldest_spawn_age = float(sample.get("spawn_age") or 0.0) + since if b.pending_spawns else None
+    b.entries_at = taken
+
+
+async def sampled_backlog(doc: Any, samples: Any, **options: Any) -> Backlog:
+    """`backlog(doc=doc, **options)` with the pending entries from the newest sample in
+    `samples` when it is at most a minute old (see the module), else read now. One more read
+    of at most two samples."""
+    now = options.get("now")
+    sample = await latest_sample(samples, now=now)
+    b = await backlog(doc=doc, **options, entries=sample is None)
+    if sample is not None:
+        use_sample(b, sample)
+    return b
+
+
+async def sample_if_due(doc: Any, samples: Any, now: Optional[float] = None) -> bool:
+    """This minute's sample unless one is kept already (another worker or a dashboard took
+    it): what a worker calls after each relay sweep, so the views have a fresh one whenever
+    the stack runs. One read of one sample's `_id` when there is nothing to do. Whether it
+    took one."""
+    now = time.time() if now is None else now
+    minute = now - now % MINUTE
+    if await samples.find_one({"_id": minute}, {"_id": 1}) is not None:
+        return False
+    await take_sample(doc, samples, now=now)
+    return True

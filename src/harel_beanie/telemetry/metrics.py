@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from harel_beanie import queries
 from harel_beanie.core.arguments import require_seconds, require_str
 from harel_beanie.core.documents import ExecutionDocument
+from harel_beanie.queries.samples import use_sample
 
 #: commits take milliseconds on mongod, up to a second on a loaded server or SecantusDB
 COMMIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -44,15 +45,15 @@ class StoreMetrics:
         )
         self.pending = Gauge(
             "harel_pending_entries",
-            "Pending work not yet relayed: outbox entries (events) and spawns (children); from the dashboard's "
-            "per-minute sample when one at most a minute old is kept, else read at the scrape",
+            "Pending work not yet relayed: outbox entries (events) and spawns (children); from the per-minute "
+            "sample (a dashboard or a worker takes one) when one at most a minute old is kept, else read at the scrape",
             ["kind"],
             registry=registry,
         )
         self.oldest_pending = Gauge(
             "harel_pending_oldest_age_seconds",
-            "Age of the oldest pending entry, by kind (0 when none); from the dashboard's per-minute sample when "
-            "one at most a minute old is kept (then up to a minute behind), else read at the scrape",
+            "Age of the oldest pending entry, by kind (0 when none); from the per-minute sample (a dashboard or a worker "
+            "takes one) when one at most a minute old is kept, else read at the scrape",
             ["kind"],
             registry=registry,
         )
@@ -108,12 +109,7 @@ class StoreMetrics:
             doc=doc, stuck_after=stuck_after, now=now, show=1000, timers=1, entries=sampled is None
         )
         if sampled is not None:
-            taken = float(sampled.get("taken") or now)
-            b.pending_outbox = int(sampled.get("pending_outbox") or 0)
-            b.pending_spawns = int(sampled.get("pending_spawns") or 0)
-            # an age read a while ago is that much older now
-            b.oldest_outbox_age = float(sampled["outbox_age"]) + max(0.0, now - taken) if b.pending_outbox else None
-            b.oldest_spawn_age = float(sampled["spawn_age"]) + max(0.0, now - taken) if b.pending_spawns else None
+            use_sample(b, sampled)
         # a definition/status pair that no longer exists must disappear, not keep its last value
         self.executions.clear()
         for definition, per in b.counts.items():

@@ -14,7 +14,9 @@ from harel_beanie.dashboard.context import Dashboard, dashboard
 
 async def backlog_data(dash: Dashboard) -> views.BacklogView:
     s = await dash.ready()
-    return await views.backlog_view(stuck_after=dash.stuck_after, show=20, doc=dash.doc(s))
+    # the pending entries from the charts' newest sample (queries.samples): the page reads
+    # no document holding one while a sample is at most a minute old
+    return await views.backlog_view(stuck_after=dash.stuck_after, show=20, doc=dash.doc(s), samples=dash.samples(s))
 
 
 async def api_backlog(dash: Dashboard = Depends(dashboard)) -> views.BacklogView:
