@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup docs demo dist test test-sharded soak reliability reliability-soak bench typecheck clean browser netfaults screenshots format bench-partitions bench-scale
+.PHONY: setup docs demo dist test test-sharded soak reliability reliability-soak bench typecheck clean browser netfaults screenshots format bench-partitions bench-scale bench-group-commit
 
 # what `make test` checks first: the formatter and the linter (ruff), applied
 format: $(STAMP)
@@ -73,7 +73,7 @@ test: $(STAMP) browser netfaults
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/python -m mypy
-	$(BIN)/python -m mypy bench/*.py
+	$(BIN)/python -m mypy -p bench
 	$(BIN)/lint-imports
 	$(MKDOCS) build --strict --site-dir site
 	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES)
@@ -104,27 +104,33 @@ reliability: $(STAMP) netfaults
 reliability-soak: $(STAMP) netfaults
 	$(BIN)/python docs/reliability.py --soak
 
+# the benchmarks, by what they measure (bench/__init__.py): each writes its own section of
+# bench/RESULTS.md. The store and the stack beside harel's, in one run (bench/store, bench/stack)
 bench: $(STAMP)
-	$(BIN)/python bench/run.py
+	$(BIN)/python -m bench.store.run
+
+# would group commit win? the same commits as one bulk write and one update each (bench/store)
+bench-group-commit: $(STAMP)
+	$(BIN)/python -m bench.store.group_commit
 
 # scale-out figures for partitions (work per operation, events/s per worker count, takeover
 # after a SIGKILL): its own section of bench/RESULTS.md, the rest of the file kept
 bench-partitions: $(STAMP)
-	$(BIN)/python bench/partitions.py
+	$(BIN)/python -m bench.partitions.run
 
 # time against size for every operation, at 10,000 / 100,000 / 1,000,000 stored executions
 # (SIZES=10000,100000 for fewer): its own section of bench/RESULTS.md and docs/scale.png;
 # MONGODB_URL adds that server. The embedded server keeps its data on disk in SCALE_DATA: in
 # memory it held 3.6 GB at 100,000 executions. The data's shape: SHARES (the roots' kinds, as
 # weights) and WAIT_DAYS (how far ahead the waiting executions' timers are, and how long ago
-# their last update), bench/scale_seed.py says more.
+# their last update), bench/scale/seed.py says more.
 SIZES ?= 10000,100000,1000000
 SHARES ?= finished=90,timer=8,failed=1,outbox=1
 WAIT_DAYS ?= 30
 SCALE_DATA ?= harel-beanie-scale-data
 bench-scale: $(STAMP)
 	rm -rf $(SCALE_DATA)
-	$(BIN)/python bench/scale.py --sizes $(SIZES) --shares $(SHARES) --wait-days $(WAIT_DAYS) --storage $(SCALE_DATA)
+	$(BIN)/python -m bench.scale.run --sizes $(SIZES) --shares $(SHARES) --wait-days $(WAIT_DAYS) --storage $(SCALE_DATA)
 	rm -rf $(SCALE_DATA)
 
 clean:

@@ -1,5 +1,5 @@
-"""The benchmark's report, rendered from canned figures: bench/report.py's section for one server
-and bench/partitions.py's section, compared byte for byte with the text kept beside this test
+"""The benchmark's report, rendered from canned figures: bench/store/report.py's section for one server
+and bench/partitions/run.py's section, compared byte for byte with the text kept beside this test
 (tests/package/golden/). The smoke run checks the report's shape on real, changing figures;
 this one pins every character for fixed ones, so a rework of the report's code that changes
 nothing it writes is proven to change nothing, and one that does shows the difference.
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -29,18 +28,14 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 
 @pytest.fixture(scope="module")
 def bench() -> Iterator[dict[str, Any]]:
-    """The benchmark's modules, imported as bench/run.py imports them (bench/ on the path)."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import harness
-        import indexes
-        import latency
-        import partition_work
-        import partition_workers
-        import partitions
-        import report
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    """The benchmark's modules, imported as `python -m bench.store.run` imports them."""
+    from bench.common import harness
+    from bench.partitions import run as partitions
+    from bench.partitions import work as partition_work
+    from bench.partitions import workers as partition_workers
+    from bench.stack import latency
+    from bench.store import indexes, report
+
     yield {
         "harness": harness,
         "indexes": indexes,

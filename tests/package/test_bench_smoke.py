@@ -1,4 +1,4 @@
-"""The benchmark runs: `bench/run.py --quick` and `bench/partitions.py` at tiny sizes, end to end,
+"""The benchmark runs: `bench/store/run.py --quick` and `bench/partitions/run.py` at tiny sizes, end to end,
 so they cannot rot unnoticed.
 
 It starts its own embedded server (and also uses MONGODB_URL when that is set), measures both
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_bench_quick_run_writes_a_report(tmp_path: Path) -> None:
     out = tmp_path / "RESULTS.md"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--out", str(out)],
+        [sys.executable, "-m", "bench.store.run", "--quick", "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -91,15 +91,16 @@ def test_bench_quick_run_writes_a_report(tmp_path: Path) -> None:
 
 
 def test_bench_partitions_writes_its_section_and_keeps_the_rest(tmp_path: Path) -> None:
-    """`bench/partitions.py` at tiny sizes, one worker count, no kills: its section replaces
-    the previous one between its markers, and the rest of the file (bench/run.py's report)
+    """`bench/partitions/run.py` at tiny sizes, one worker count, no kills: its section replaces
+    the previous one between its markers, and the rest of the file (bench/store/run.py's report)
     stays. Shapes only, no timings."""
     out = tmp_path / "RESULTS.md"
     old = "<!-- section partitions: begin -->\nold figures\n<!-- section partitions: end -->\n"
     out.write_text("# Benchmark results\n\nthe main report\n\n" + old + "\nafter it\n")
     argv = [
         sys.executable,
-        str(ROOT / "bench" / "partitions.py"),
+        "-m",
+        "bench.partitions.run",
         "--stored",
         "200",
         "--backlog",
@@ -149,13 +150,10 @@ def test_bench_partitions_writes_its_section_and_keeps_the_rest(tmp_path: Path) 
 
 
 def test_a_rewrite_of_the_results_keeps_the_marked_sections(tmp_path: Path) -> None:
-    """bench/run.py rewrites RESULTS.md whole; the sections other benchmarks put between their
+    """bench/store/run.py rewrites RESULTS.md whole; the sections other benchmarks put between their
     markers come along (`sections.kept`), and `splice` replaces only its own section."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import sections
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    from bench.common import sections
+
     out = tmp_path / "RESULTS.md"
     sections.splice(out, "partitions", "first figures")
     sections.splice(out, "other", "other figures")
@@ -168,7 +166,7 @@ def test_a_rewrite_of_the_results_keeps_the_marked_sections(tmp_path: Path) -> N
 
 
 def test_bench_scale_writes_its_section_and_chart(tmp_path: Path) -> None:
-    """`bench/scale.py` at two tiny sizes, end to end on its own embedded server: every
+    """`bench/scale/run.py` at two tiny sizes, end to end on its own embedded server: every
     operation has a figure at both sizes (the dashboard's routes, status, the queries, the
     store beside harel's, the claim), prune and migrate report rates, the documents the
     operator's views read are counted, the data's shape follows `--shares` and `--wait-days`,
@@ -176,7 +174,7 @@ def test_bench_scale_writes_its_section_and_chart(tmp_path: Path) -> None:
     PNG. Shapes only."""
     out, chart = tmp_path / "RESULTS.md", tmp_path / "scale.png"
     out.write_text("# Benchmark results\n\nthe main report\n")
-    argv = [sys.executable, str(ROOT / "bench" / "scale.py"), "--sizes", "150,300", "--reps", "1", "--budget", "1"]
+    argv = [sys.executable, "-m", "bench.scale.run", "--sizes", "150,300", "--reps", "1", "--budget", "1"]
     argv += ["--prune", "100", "--migrate", "300", "--no-url", "--out", str(out), "--chart", str(chart)]
     argv += ["--shares", "finished=90,timer=7,failed=2,outbox=1", "--wait-days", "20"]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240)

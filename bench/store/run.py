@@ -1,7 +1,7 @@
 """The benchmark: harel's own MongoStore / AsyncMongoStore against harel-beanie's, in one run.
 
-    python bench/run.py              # the full run; writes bench/RESULTS.md
-    python bench/run.py --quick      # a smoke run at tiny sizes (writes nothing unless --out)
+    python -m bench.store.run              # the full run; writes bench/RESULTS.md
+    python -m bench.store.run --quick      # a smoke run at tiny sizes (writes nothing unless --out)
 
 It runs on the embedded server (SecantusDB, started here as a child process) and, when
 MONGODB_URL is set (or --url is given), on that server too. For each server:
@@ -18,7 +18,7 @@ MONGODB_URL is set (or --url is given), on that server too. For each server:
   spawn and its ack, arming a timer and deleting it): ms with every index, with none, with
   all but one, and harel's store doing the same; and the index keys each kind writes.
 
-The workload is bench/parcel.stm: five events (Start, then four steps) take an execution from
+The workload is models/bench/parcel.stm: five events (Start, then four steps) take an execution from
 PENDING to DONE, each one engine step and one commit. Every runner runs twice: as harel builds
 it by default, and traced (`trace=True`: the engine writes one trace step per commit, the step
 log `harel-beanie status` and dashboards read), because that is where harel's store pays an
@@ -42,9 +42,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pymongo
-from growth import finished_template, seed
 from harel.definition.model import Definition
-from harness import (
+
+from bench.common.harness import (
     BARE,
     BARE_RUNNERS,
     EQUAL,
@@ -62,13 +62,13 @@ from harness import (
     load_definitions,
     server_info,
 )
-from indexes import index_costs, keys_written
-from latency import latencies, profile, round_trips
-from report import report
-from sections import kept
-from throughput import ceiling, measure
-from wire import TALLY
-
+from bench.common.sections import kept
+from bench.common.wire import TALLY
+from bench.stack.latency import latencies, profile, round_trips
+from bench.store.growth import finished_template, seed
+from bench.store.indexes import index_costs, keys_written
+from bench.store.report import report
+from bench.store.throughput import ceiling, measure
 from harel_beanie.deploy.embedded import EmbeddedServer
 
 # --- the run ----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The databases the scale benchmark (bench/scale.py) measures: N executions that look like a
+"""The databases the scale benchmark (bench/scale/run.py) measures: N executions that look like a
 shop's production data, in this package's layout and, beside it, in harel's MongoStore's.
 
 How it seeds. The shop models (src/harel_beanie/demo/shop_models, what `harel-beanie demo` runs) are
@@ -25,7 +25,7 @@ and `finished_on` moved into one of BUCKETS slices of the last SPAN_DAYS days, i
 snapshot too: 15-minute slices, so that a time search meets what production holds, executions
 spread over the day, not a few thousand updated at one instant), the timers and, for outbox
 work, fresh outbox seqs above any the store mints. Roots are chosen so that about 90% are
-finished, 8% wait on a timer, 1% FAILED and 1% hold outbox work (`SHARE`; bench/scale.py's
+finished, 8% wait on a timer, 1% FAILED and 1% hold outbox work (`SHARE`; bench/scale/run.py's
 `--shares` sets others), spread over the models.
 
 The shape is what a statechart store holds in real life: the executions waiting on a timer
@@ -64,7 +64,7 @@ from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
 from harel_beanie.core.stuck import QUIET, quiet_of
 
 EXECUTIONS = "harel_executions"
-SHOP_MODELS = Path(__file__).resolve().parents[1] / "src" / "harel_beanie" / "demo" / "shop_models"
+SHOP_MODELS = Path(__file__).resolve().parents[2] / "src" / "harel_beanie" / "demo" / "shop_models"
 KINDS = ("finished", "timer", "failed", "outbox")
 SHARE: dict[str, float] = {"finished": 90, "timer": 8, "failed": 1, "outbox": 1}  # of every 100 roots
 DAY = 86_400.0

@@ -1,23 +1,23 @@
 """The scale benchmark (`make bench-scale`): what every operation costs as the database grows
 to 10,000, 100,000 and 1,000,000 stored executions.
 
-    python bench/scale.py                          # all three sizes; writes its section and chart
-    python bench/scale.py --sizes 10000,100000     # some of them
-    python bench/scale.py --sizes 200,400 --out X.md --chart X.png   # the smoke test's run
+    python -m bench.scale.run                          # all three sizes; writes its section and chart
+    python -m bench.scale.run --sizes 10000,100000     # some of them
+    python -m bench.scale.run --sizes 200,400 --out X.md --chart X.png   # the smoke test's run
 
-One database is grown in place from one size to the next (bench/scale_seed.py says how: runs of
+One database is grown in place from one size to the next (bench/scale/seed.py says how: runs of
 the shop models through harel's runner, cloned). At each size it measures the median wall time
 of a few repeats (a time budget bounds them) of: every dashboard route and `/metrics` (the
 `harel-beanie dashboard` command, over HTTP), `harel-beanie status` (the command line), the
 first page of each listing and search and the status counts (the queries API), the store's
 operations on this package's MongoStore and, beside them, on harel's MongoStore over as many
-executions in its own layout (bench/scale_store.py), the transport's claim with one queue
+executions in its own layout (bench/scale/store.py), the transport's claim with one queue
 document per execution, prune's rate over the first and the last batches of a bounded run,
-`migrate up` of executions harel's store wrote (bench/scale_upkeep.py), and the memory of
+`migrate up` of executions harel's store wrote (bench/scale/upkeep.py), and the memory of
 the embedded server's process.
 
 It runs on the embedded server (SecantusDB, a child process) and, when MONGODB_URL is set
-(or --url given), on that server too. The report (bench/scale_report.py) goes between its
+(or --url given), on that server too. The report (bench/scale/report.py) goes between its
 markers in bench/RESULTS.md, the chart into docs/.
 """
 
@@ -34,8 +34,10 @@ from typing import Any, Callable, Optional
 
 import pymongo
 from harel.engine.schema import DEFAULT_PREFIX
-from harness import HERE, machine, server_info
-from scale_operator import (
+
+from bench.common.harness import HERE, machine, server_info
+from bench.common.sections import splice
+from bench.scale.operator import (
     SAMPLE,
     dashboard_ms,
     queries_ms,
@@ -46,12 +48,10 @@ from scale_operator import (
     status_ms,
     views_read,
 )
-from scale_report import Figures, draw, section
-from scale_seed import EXECUTIONS, KINDS, SHARE, SPAN_DAYS, Cloner, Family, grow, make_templates, parse_shares
-from scale_store import Picks, claim_ms, count_statuses, seed_queue, store_ops
-from scale_upkeep import migrate_rates, prune_rates
-from sections import splice
-
+from bench.scale.report import Figures, draw, section
+from bench.scale.seed import EXECUTIONS, KINDS, SHARE, SPAN_DAYS, Cloner, Family, grow, make_templates, parse_shares
+from bench.scale.store import Picks, claim_ms, count_statuses, seed_queue, store_ops
+from bench.scale.upkeep import migrate_rates, prune_rates
 from harel_beanie import MongoStore
 from harel_beanie.core.count_documents import counts_collection
 from harel_beanie.deploy.embedded import BOUNDED_MEMORY, EmbeddedServer
@@ -177,12 +177,12 @@ def run_server(
 def header(opts: argparse.Namespace, started: datetime.datetime, seconds: float, argv: str) -> list[str]:
     m = machine()
     return [
-        f"Run {started:%Y-%m-%d %H:%M} UTC with `python bench/scale.py{argv}` in {seconds / 60:.1f} min.",
+        f"Run {started:%Y-%m-%d %H:%M} UTC with `python -m bench.scale.run{argv}` in {seconds / 60:.1f} min.",
         f"Machine: {m['cpus']} CPUs, {m['cpu']}; {m['os']}; Python {m['python']}; harel {m['harel']}, "
         f"pymongo {m['pymongo']}.",
         f"Each figure: the median of up to {opts.reps} repeats after one warm-up, fewer once {opts.budget:g} s "
         f"are spent (one request slower than that is its own figure); *timed out*: one call took longer than "
-        f"{opts.timeout:g} s. Executions seeded as bench/scale_seed.py "
+        f"{opts.timeout:g} s. Executions seeded as bench/scale/seed.py "
         f"says: the shop models run by harel's runner, cloned ({shares(opts.shares)} of the roots; the ones "
         f"waiting on a timer 1 to {opts.wait_days:g} days ahead, last updated over as many days; the finished "
         "and FAILED ones over 30 days, the outbox work over a week, none relayed). Prune: `--finished-before 7d` in batches of 500, "

@@ -31,9 +31,9 @@ from typing import Any, Optional
 import pymongo
 from harel.engine.aio.distributed import AsyncDistributedRunner
 from harel.spec.states import Event
-from harness import EVENTS_PER_EXECUTION, EXECUTIONS, MODEL, STEPS, async_store, load_definitions
-from throughput import open_transport
 
+from bench.common.harness import EVENTS_PER_EXECUTION, EXECUTIONS, MODEL, STEPS, async_store, load_definitions
+from bench.store.throughput import open_transport
 from harel_beanie.core.names import partition_collection, queue_names
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
 

@@ -1,5 +1,5 @@
 """The markdown report (bench/RESULTS.md): per server, the tables of a run's figures, one
-function per table, followed by the reading that explains the ratios (bench/reading.py), all
+function per table, followed by the reading that explains the ratios (bench/store/reading.py), all
 taken from the ServerRun the measurements filled, so nothing here talks to a server or times
 anything."""
 
@@ -10,7 +10,7 @@ import math
 import statistics
 from typing import Optional
 
-from harness import (
+from bench.common.harness import (
     BARE,
     BARE_RUNNERS,
     EQUAL,
@@ -28,10 +28,9 @@ from harness import (
     machine,
     split_runner,
 )
-from indexes import COMMIT_KINDS
-from reading import reading
-from stack_report import stack_section
-
+from bench.stack.report import stack_section
+from bench.store.indexes import COMMIT_KINDS
+from bench.store.reading import reading
 from harel_beanie.core.documents import ExecutionDocument, index_models
 
 # --- the report -------------------------------------------------------------------------------
@@ -336,7 +335,7 @@ def report(runs: list[ServerRun], opts: Options, started: datetime.datetime, wal
     m = machine()
     lines = ["# Benchmark results", ""]
     lines.append(
-        f"Run {started:%Y-%m-%d %H:%M} UTC with `python bench/run.py"
+        f"Run {started:%Y-%m-%d %H:%M} UTC with `python -m bench.store.run"
         + (" --quick" if opts.quick else "")
         + f"` in {wall / 60:.1f} min."
     )
@@ -346,7 +345,7 @@ def report(runs: list[ServerRun], opts: Options, started: datetime.datetime, wal
     )
     lines.append(
         f"Per measurement: up to {opts.events} events or {opts.seconds:g} s; {opts.rounds} round(s); "
-        f"workload bench/parcel.stm ({EVENTS_PER_EXECUTION} events per execution), each runner untraced (harel's "
+        f"workload models/bench/parcel.stm ({EVENTS_PER_EXECUTION} events per execution), each runner untraced (harel's "
         "default) and traced (`trace=True`, one trace step per commit); each store built with "
         "its own `from_url` and defaults (harel-beanie writes with w: majority, j: true; harel's store with "
         "the client default, w:1), and harel-beanie once more at w:1 on the empty database (equal write concern)."

@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from harness import LABEL, RUNNER_LABEL, STACK_RUNNERS, STACK_TARGET, STACKS, STATES, ServerRun
-from latency import summary
+from bench.common.harness import LABEL, RUNNER_LABEL, STACK_RUNNERS, STACK_TARGET, STACKS, STATES, ServerRun
+from bench.stack.latency import summary
 
 
 def _f(x: Optional[float], digits: int = 1) -> str:

@@ -1,4 +1,4 @@
-"""What every part of the benchmark shares: the workload (bench/parcel.stm), the stores and
+"""What every part of the benchmark shares: the workload (models/models/bench/parcel.stm), the stores and
 runners it compares, the stores built as harel.worker and this package's from_url build them,
 the records a run's figures are kept in, and the server and machine they come from. Kept in one
 place so the measurements and the report name a runner, a store and a database state alike."""
@@ -25,8 +25,11 @@ from pymongo.write_concern import WriteConcern
 from harel_beanie import AsyncMongoStore, MongoStore
 from harel_beanie.core.documents import ExecutionDocument, index_models
 
-HERE = Path(__file__).resolve().parent
-MODEL = HERE / "parcel.stm"
+#: the benchmark's folder (bench/): RESULTS.md is there; the repository's top is its parent
+HERE = Path(__file__).resolve().parents[1]
+#: the workloads the benchmark runs, kept with the other models (models/bench/)
+MODELS = HERE.parent / "models" / "bench"
+MODEL = MODELS / "parcel.stm"
 STEPS = ("Pay", "Pack", "Ship", "Deliver")
 EVENTS_PER_EXECUTION = 1 + len(STEPS)
 STORES = ("harel", "beanie")

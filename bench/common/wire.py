@@ -11,8 +11,9 @@ import threading
 import time
 from typing import Any, Iterator, Optional
 
-from harness import Wire
 from pymongo import monitoring
+
+from bench.common.harness import Wire
 
 # --- round trips, counted on the wire ----------------------------------------------------------
 

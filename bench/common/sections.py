@@ -1,6 +1,6 @@
-"""Sections of bench/RESULTS.md that a benchmark other than bench/run.py writes: each between
+"""Sections of bench/RESULTS.md that a benchmark other than bench/store/run.py writes: each between
 its own markers, replaced whole by the next run of its benchmark, and kept as they are when
-bench/run.py rewrites the rest of the file."""
+bench/store/run.py rewrites the rest of the file."""
 
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ from harel.definition.model import Definition
 from harel.engine.durable import DurableRunner
 from harel.engine.execution import Execution, Status
 from harel.spec.states import Event
-from harness import EXECUTIONS, STEPS, sync_store
+
+from bench.common.harness import EXECUTIONS, STEPS, sync_store
 
 # --- a database in use: finished executions, shaped as each store writes them ----------------
 

@@ -9,7 +9,7 @@ measures that trade directly, without building the batching first: the updates h
 shape of the store's state-only commit (a conditional `$set` of the snapshot, version,
 `updated_at` and a pushed commit token), on documents the store itself created.
 
-    .venv/bin/python bench/group_commit.py [--docs 64] [--rounds 30] [--url URL]
+    .venv/bin/python -m bench.store.group_commit [--docs 64] [--rounds 30] [--url URL]
 
 It writes its section of bench/RESULTS.md ("group-commit").
 """
@@ -30,10 +30,10 @@ from typing import Any, Optional
 
 import pymongo
 from harel.engine.execution import Execution, Status
-from harness import machine
 from pymongo import UpdateOne
-from sections import splice
 
+from bench.common.harness import HERE, machine
+from bench.common.sections import splice
 from harel_beanie import AsyncMongoStore
 from harel_beanie.deploy.embedded import EmbeddedServer
 
@@ -114,7 +114,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--docs", type=int, default=64, help="commits ready together (default 64)")
     p.add_argument("--rounds", type=int, default=30, help="timed rounds of each way (default 30)")
     p.add_argument("--url", help="a server to use instead of a fresh embedded one")
-    p.add_argument("--out", default=str(Path(__file__).parent / "RESULTS.md"), help="the file the section goes in")
+    p.add_argument("--out", default=str(HERE / "RESULTS.md"), help="the file the section goes in")
     a = p.parse_args(argv)
     load = os.getloadavg()
     rows = []
@@ -140,7 +140,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "",
         f"{datetime.date.today()}, {where}, {m['cpus']} x {m['cpu']}, Python {m['python']}, "
         f"PyMongo {m['pymongo']}; load average {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f} at the start. "
-        f"`bench/group_commit.py --rounds {a.rounds}`: the same state-only commits (a conditional update "
+        f"`python -m bench.store.group_commit --rounds {a.rounds}`: the same state-only commits (a conditional update "
         "by `_id` and version, the store's indexes in place), sent concurrently one update each, as "
         "harel's AsyncWorker sends them, and as one unordered bulk write, as a group commit would; "
         "medians of the rounds, the two ways alternating.",

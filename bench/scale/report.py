@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from scale_store import STORE_LABEL, STORE_OPS
-from scale_upkeep import EDGE, Rates
+from bench.scale.store import STORE_LABEL, STORE_OPS
+from bench.scale.upkeep import EDGE, Rates
 
 
 @dataclass

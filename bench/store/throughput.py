@@ -18,7 +18,8 @@ from harel.engine.durable import DurableRunner
 from harel.engine.execution import Status
 from harel.engine.schema import Names
 from harel.spec.states import Event
-from harness import (
+
+from bench.common.harness import (
     EVENTS_PER_EXECUTION,
     EXECUTIONS,
     STACK_PREFIX,
@@ -30,8 +31,7 @@ from harness import (
     split_runner,
     sync_store,
 )
-from wire import TALLY
-
+from bench.common.wire import TALLY
 from harel_beanie.core.documents import ExecutionDocument, index_models
 from harel_beanie.core.names import queue_names
 from harel_beanie.transport import AsyncMongoTransport as BeanieTransport

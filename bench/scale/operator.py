@@ -20,8 +20,8 @@ from typing import Any, Callable, Optional
 import httpx
 import pymongo
 from pymongo import monitoring
-from scale_store import median_ms
 
+from bench.scale.store import median_ms
 from harel_beanie import AsyncMongoStore
 from harel_beanie.deploy.embedded import free_port
 from harel_beanie.queries import ExecutionFilter, executions_page, status_counts

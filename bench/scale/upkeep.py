@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import pymongo
-from scale_seed import EXECUTIONS, Cloner, grow
 
+from bench.scale.seed import EXECUTIONS, Cloner, grow
 from harel_beanie.migrate.engine import Migrator
 from harel_beanie.retention import prune
 

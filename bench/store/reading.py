@@ -1,6 +1,6 @@
 """The reading of one server's figures (the report's "Reading these figures"): what explains the
 ratios, each paragraph in the run's own numbers and left out where the run lacks its figures.
-Apart from bench/report.py's tables because it argues from them rather than showing them;
+Apart from bench/store/report.py's tables because it argues from them rather than showing them;
 built from the ServerRun alone, so nothing here talks to a server or times anything."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ import os
 import statistics
 from typing import Optional
 
-from harness import BARE, OWN, RUNNER_LABEL, RUNNERS, TRACED, ServerRun
-
+from bench.common.harness import BARE, OWN, RUNNER_LABEL, RUNNERS, TRACED, ServerRun
 from harel_beanie.core.documents import ExecutionDocument, index_models
 
 

@@ -32,9 +32,9 @@ from harel.engine.durable import DurableRunner
 from harel.engine.execution import Execution, Status
 from harel.engine.store.base import TimerOp
 from harel.spec.states import Event
-from harness import EXECUTIONS, STEPS
 from pymongo import monitoring
 
+from bench.common.harness import EXECUTIONS, STEPS
 from harel_beanie import MongoStore
 from harel_beanie.core.names import queue_names
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, Held, PartitionScope, part_of

@@ -26,10 +26,10 @@ from harel.dsl import definition_from_dsl_file
 from harel.engine.aio.distributed import AsyncDistributedRunner
 from harel.engine.aio_transport.mongo import AsyncMongoTransport
 from harel.spec.states import Event
-from harness import EVENTS_PER_EXECUTION, HERE, STEPS, async_store
 from pymongo import monitoring
-from throughput import CountingTransport, _drain, open_transport
 
+from bench.common.harness import EVENTS_PER_EXECUTION, MODELS, STEPS, async_store
+from bench.store.throughput import CountingTransport, _drain, open_transport
 from harel_beanie.transport import AsyncMongoTransport as BeanieTransport
 
 #: the setups whose latency is compared: (label, store, transport, needs change streams)
@@ -178,7 +178,7 @@ def _idle_counter(url: str) -> Any:
 
 
 def latencies(standalone_url: str, replica_url: str, defs: dict[str, Any], n: int, timers: int) -> list[Latency]:
-    waiter = definition_from_dsl_file(HERE / "waiter.stm", validate=True)
+    waiter = definition_from_dsl_file(MODELS / "waiter.stm", validate=True)
     defs = {**defs, "Waiter": waiter}
     out = []
     for label, store_kind, transport_kind, streams in SETUPS:

@@ -1,7 +1,7 @@
 """The scale benchmark's store-side measurements: the ExecutionStore operations a worker makes
 (load, a state-only commit, load for an event, the relay's reads, an ack, the timer sweep)
 on this package's MongoStore and on harel's, and this package's transport's claim with as many
-queue documents as executions. Also the timing rule every part of bench/scale.py uses: the
+queue documents as executions. Also the timing rule every part of bench/scale/run.py uses: the
 median wall time of a few repeats, bounded by a time budget, after one warm-up."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any, Callable, Optional
 import pymongo
 from harel.engine.store.mongo import MongoStore as HarelMongoStore
 from harel.spec.states import Event
-from scale_seed import BATCH, EXECUTIONS, Cloner
 
+from bench.scale.seed import BATCH, EXECUTIONS, Cloner
 from harel_beanie import MongoStore
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
 from harel_beanie.transport import MongoTransport

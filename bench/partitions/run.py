@@ -1,21 +1,21 @@
 """Scale-out figures for partitions, in one run (`make bench-partitions`):
 
-    python bench/partitions.py            # full sizes; writes its section of bench/RESULTS.md
-    python bench/partitions.py --stored 200 --backlog 100 --queued 100 --workers 1 --kills 0 --out X.md
+    python -m bench.partitions.run            # full sizes; writes its section of bench/RESULTS.md
+    python -m bench.partitions.run --stored 200 --backlog 100 --queued 100 --workers 1 --kills 0 --out X.md
 
-1. Work per background operation (bench/partition_work.py): a claim, a post-commit relay read
+1. Work per background operation (bench/partitions/work.py): a claim, a post-commit relay read
    of one family, a timer sweep and a relay sweep, owning 1 of 16 partitions, all 16, and
    without partition filtering (how main read before partitions), on a database of finished
    executions with no other pending work and with a backlog of pending entries and queued
    messages: the documents each selects and its median time.
-2. Events/s with 1, 2 and 4 worker processes on each stack (bench/partition_workers.py).
+2. Events/s with 1, 2 and 4 worker processes on each stack (bench/partitions/workers.py).
 3. Seconds from a worker's SIGKILL until its partitions are owned by the survivor and their
    queued work is claimed again, with 2 workers, beside the stated bound.
 
 It runs on the embedded server (SecantusDB, a child process) and, when MONGODB_URL is set
 (or --url given), on that server too. The machine is shared: only ratios within one run
 mean anything. The section goes between its markers in the output file; the rest of the
-file (bench/run.py's report) is kept.
+file (bench/store/run.py's report) is kept.
 """
 
 from __future__ import annotations
@@ -30,11 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from harness import HERE, load_definitions, machine, server_info
-from partition_work import ENTRIES, OP_LABEL, OPS, SCOPE_LABEL, SCOPES, Sizes, WorkCell, cell, run_work
-from partition_workers import CONCURRENCY, STACK_LABEL, STACKS, Rate, Takeover, events_per_second, takeover
-from sections import splice
-
+from bench.common.harness import HERE, load_definitions, machine, server_info
+from bench.common.sections import splice
+from bench.partitions.work import ENTRIES, OP_LABEL, OPS, SCOPE_LABEL, SCOPES, Sizes, WorkCell, cell, run_work
+from bench.partitions.workers import CONCURRENCY, STACK_LABEL, STACKS, Rate, Takeover, events_per_second, takeover
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS
 from harel_beanie.deploy.embedded import EmbeddedServer
 from harel_beanie.transport.ownership import LEASE_SECONDS, RENEW_EVERY, TAKEOVER_BOUND
@@ -263,7 +262,7 @@ def report(runs: list[ServerFigures], opts: Options, started: datetime.datetime,
     out = [
         "## Partitions: work per operation, events/s per worker count, takeover",
         "",
-        f"Run {started:%Y-%m-%d %H:%M} UTC with `python bench/partitions.py{argv}` in {seconds / 60:.1f} min.",
+        f"Run {started:%Y-%m-%d %H:%M} UTC with `python -m bench.partitions.run{argv}` in {seconds / 60:.1f} min.",
         f"Machine: {m['cpus']} CPUs, {m['cpu']}; {m['os']}; Python {m['python']}; harel {m['harel']}, "
         f"pymongo {m['pymongo']}, motor {m['motor']}, beanie {m['beanie']}.",
         f"Sizes: {s.stored:,} stored (finished) executions; backlog {s.backlog:,} pending outbox entries over "

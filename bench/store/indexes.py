@@ -15,8 +15,8 @@ from harel.engine.execution import Execution, Status
 from harel.engine.store.base import TimerOp
 from harel.engine.store.mongo import MongoStore as HarelMongoStore
 from harel.spec.states import Event
-from harness import EXECUTIONS
 
+from bench.common.harness import EXECUTIONS
 from harel_beanie import MongoStore
 from harel_beanie.core.documents import ExecutionDocument, index_models
 
