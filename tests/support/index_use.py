@@ -233,6 +233,27 @@ def bounded_fields(index: Index, query: Query) -> int:
     return n
 
 
+def by_id(query: Query) -> bool:
+    """Whether the filter names its documents by `_id` (an equality or an `$in`): the `_id`
+    index's read, whatever else it names."""
+    return any(_is_equality(c) for c in _conditions(query.filter).get("_id", []))
+
+
+def sort_follows(index: Index, query: Query) -> bool:
+    """Whether the query's sort is the index's order after the fields its filter fixes by
+    equality: the index gives the order too, no sort is left to do."""
+    if not query.sort:
+        return False
+    conds = _conditions(query.filter)
+    fixed = 0
+    for f in index.fields:
+        here = conds.get(f, [])
+        if not (here and all(_is_equality(c) for c in here)):
+            break
+        fixed += 1
+    return index.fields[fixed : fixed + len(query.sort)] == query.sort
+
+
 # --- the wire --------------------------------------------------------------------------------
 
 
