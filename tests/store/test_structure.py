@@ -294,23 +294,27 @@ def test_relay_pass_sees_a_commit_in_between(counted: tuple[MongoStore, Recorder
 def test_a_relay_read_plans_as_one_range_of_the_pending_index(
     counted: tuple[MongoStore, Recorder], mongo_url: str, db_name: str
 ) -> None:
-    """The post-commit relay's read of one family and a sweep of the partitions a worker
-    owns, as the store sends them, explained by the server: on SecantusDB (whose explain
-    names its own planner's pick for these shapes) a range of `hb_pending_part`, which it
-    plans only because `pending` leads its keys (on (part, _id) it planned a collection
-    scan); on mongod an index scan, no collection scan."""
+    """A relay over every partition, the post-commit relay's read of one family and a sweep
+    of the partitions a worker owns, as the store sends them, explained by the server: on
+    SecantusDB (whose explain names its own planner's pick for these shapes) a range of
+    `hb_pending_part`, which it plans only because `pending` leads its keys (on (part, _id) it
+    planned a collection scan; `{pending}` alone read `hb_pending` before layout 4); on mongod
+    an index scan, no collection scan."""
     store, rec = counted
     _with_work(store, "fam-1")
     _with_work(store, "fam-2")
     rec.clear()
+    store.pending_spawns()  # a relay over every partition: `{pending}` alone
+    every = _finds(rec.take())[0]["filter"]
     store.pending_spawns(within="fam-1")
     family = _finds(rec.take())[0]["filter"]
     store._state.scope.held = {store._state.scope.part_of("fam-1"): Held(epoch=1, until=time.time() + 60)}
     store.pending_spawns()
     sweep = _finds(rec.take())[0]["filter"]
     assert "part" in family and "_id" in family and set(sweep["part"]) == {"$in"}, (family, sweep)
+    assert every == {"pending": True}, every
     db = pymongo.MongoClient(mongo_url)[db_name]
-    for read in (family, sweep):
+    for read in (every, family, sweep):
         plan = db.command("explain", {"find": EXECUTIONS, "filter": read}, verbosity="queryPlanner")
         stages = _stages(plan["queryPlanner"]["winningPlan"])
         assert not any(st == "COLLSCAN" for st, _ in stages), (read, stages)
@@ -430,7 +434,12 @@ def test_the_indexes_each_commit_shape_writes_a_key_in(
     store.commit(exe, [])
     store.commit(exe, [], Event(kind="Go").id)  # state only
     before, after = belongs("shapes")
-    assert after == before and not holds_key(coll.find_one({"_id": "shapes"}), layout_3[-1])
+    doc = coll.find_one({"_id": "shapes"})
+    assert doc is not None and after == before and not holds_key(doc, layout_3[-1])
+    # the four listing indexes, and the counts' mark until a fold clears it
+    marked = {"hb_part_cdirty"} if doc.get("cdirty") else set()
+    listing = {"hb_definition", "hb_status", "hb_status_updated", "hb_parent"}
+    assert {ix.name for ix in now if holds_key(doc, ix)} == listing | marked
     store.commit(exe, [], timers=(TimerOp("schedule", "A", 5.0),))  # a timer armed
     assert belongs("shapes") == (before + 2, after + 2)  # hb_timer_pending, hb_part_timer
     store.delete_timer("shapes", "A", 5.0)

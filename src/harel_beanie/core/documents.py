@@ -167,9 +167,9 @@ class ExecutionDocument(Document, SummaryFields):
             # only on an index led by exactly those fields (SecantusDB) then walks one range
             # for each of those shapes; on (part, _id) it read every pending document for each
             # family read (0.36 s at a million executions holding 10,000 pending). `{pending}`
-            # alone is a range of its first field: 3.2 ms against 154 ms without it, 10 of
-            # 5,000 documents pending, on SecantusDB 0.7.0b3 (layout 4 dropped `hb_pending`,
-            # led by `pending` alone, for that: `LAYOUT_3_INDEXES`).
+            # alone is a range of its first field, planned there too (tests/store/
+            # test_structure.py explains each shape), so layout 4 dropped `hb_pending`, led by
+            # `pending` alone (`LAYOUT_3_INDEXES`).
             IndexModel(
                 [("pending", ASCENDING), ("part", ASCENDING), ("_id", ASCENDING)],
                 name="hb_pending_part",
