@@ -51,7 +51,7 @@ BARE_RUNNERS = RUNNERS
 # partial ones), none of the listing and dashboard indexes: what the store would cost here if
 # nobody listed executions, between BARE and its full index set
 OWN = "own"
-OWN_INDEXES = ("hb_pending", "hb_timer_pending")
+OWN_INDEXES = ("hb_pending_part", "hb_timer_pending")
 # this store at harel's write concern (the client default, w:1, no journal wait) instead of its
 # own default (w: majority, j: true): both stores at equal durability, in the same rounds
 EQUAL = "beanie-w1"
@@ -91,7 +91,7 @@ INDEX_PURPOSE = {
     "hb_status": "list_executions(status=...) keyset pages",
     "hb_status_updated": "dashboard queries (harel_beanie.queries: failed since, running but silent); no store operation",
     "hb_parent": "list_executions(roots_only=True); the children of an execution",
-    "hb_pending": "a relay pass's one read of pending outbox entries and spawns (documents flagged pending only); acks without an owner hint; purge finds the entries addressed to it",
+    "hb_pending_part": "a relay pass's one read of pending outbox entries and spawns (documents flagged pending only, every partition or those a worker owns, or one family); acks without an owner hint; purge finds the entries addressed to it",
     "hb_timer_pending": "due_timers reads only documents with a timer due",
     "hb_quiet": "the stuck list (status, the backlog, /failed, /metrics) reads only executions waiting on nothing (partial: a key only while RUNNING with no timer and nothing pending, set by the counts' fold); no store operation",
 }

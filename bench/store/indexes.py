@@ -1,13 +1,25 @@
 """What the index set costs a commit: each commit kind timed on collections holding every index,
 none, or all but one (and on harel's store), and the index keys each kind writes, counted from
 the documents as the store leaves them. The store is driven directly, without the engine, so
-the differences between the variants are the indexes' own."""
+the differences between the variants are the indexes' own.
+
+Part of `make bench` (bench/store/run.py); run alone, on the embedded server, it writes the figures
+docs/INDEXES.md shows (bench/store/indexes.json; tests/store/test_index_use.py renders the page):
+
+    python -m bench.store.indexes [--commits 40] [--blocks 12]
+"""
 
 from __future__ import annotations
 
+import argparse
+import datetime
+import json
+import os
 import statistics
+import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import pymongo
@@ -16,9 +28,13 @@ from harel.engine.store.base import TimerOp
 from harel.engine.store.mongo import MongoStore as HarelMongoStore
 from harel.spec.states import Event
 
-from bench.common.harness import EXECUTIONS
+from bench.common.harness import EXECUTIONS, machine, server_info
 from harel_beanie import MongoStore
 from harel_beanie.core.documents import ExecutionDocument, index_models
+from harel_beanie.deploy.embedded import EmbeddedServer
+
+#: what `python -m bench.store.indexes` writes: the figures docs/INDEXES.md shows
+FIGURES = Path(__file__).resolve().parent / "indexes.json"
 
 # --- what each index costs a commit ---------------------------------------------------------
 
@@ -229,3 +245,43 @@ def keys_written(url: str) -> dict[str, dict[str, tuple[int, int]]]:
     finally:
         v.close()
     return out
+
+
+# --- the figures docs/INDEXES.md shows ------------------------------------------------------------
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--commits", type=int, default=40, help="commits per variant and block (default 40)")
+    p.add_argument("--blocks", type=int, default=12, help="blocks, the order turning each (default 12)")
+    p.add_argument("--out", default=str(FIGURES), help="where to write (default bench/store/indexes.json)")
+    a = p.parse_args(argv)
+    started = time.time()
+    with EmbeddedServer() as server:
+        info = server_info("embedded", server.url)
+        load = os.getloadavg()
+        costs = index_costs(server.url, a.commits, a.blocks)
+        keys = keys_written(server.url)
+    when = datetime.datetime.fromtimestamp(started, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    box = machine()
+    run = (
+        f"run {when} with `python -m bench.store.indexes --commits {a.commits} --blocks {a.blocks}` in "
+        f"{(time.time() - started) / 60:.1f} min on {info['server']}, {box.get('cpus', '?')} CPUs shared "
+        f"(load {load[0]:.2f} at the start)"
+    )
+    names = [ix.document["name"] for ix in index_models(ExecutionDocument)]
+    out = {
+        "run": run,
+        "kinds": COMMIT_KINDS,
+        "costs": {n: costs[f"cost-{n}"] for n in names},
+        "keys": {n: {kind: list(keys[kind][n]) for kind in COMMIT_KINDS} for n in names},
+        "every_index": costs["all"],
+        "id_only": costs["none"],
+    }
+    Path(a.out).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    print(run, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -9,7 +9,7 @@ write_model.py) makes of it before:
   cut-off, holding an execution, nothing pending, no parent still going), each folded out of
   the counts first (marked leaving, folded, deleted), and archives each once, whole, as it
   was read, with the pinned archive clock's time; nothing else changes;
-- `migrate down` to layout 1 and `up` to 3 take `part`, the counts and `pending` away and
+- `migrate down` to layout 1 and `up` to 4 take `part`, the counts and `pending` away and
   give them back exactly as the steps say, on executions, tombstones, queues and overflow;
 - `shard` on this server (no mongos: SecantusDB answers `hello` as a standalone) refuses
   before its first write, and the database is exactly as it was.
@@ -257,8 +257,8 @@ def migrate(o: Operator, direction: str, to: int) -> None:
 def test_migrate_down_and_up_write_exactly_their_models(
     operator: Operator, mongo_url: str, folded: bool, examples: int
 ) -> None:
-    """`migrate down` to layout 1 and `up` again (the pending flag's and the partitions'
-    steps, both ways) on drawn executions, tombstones, counts and queues (one spilling).
+    """`migrate down` to layout 1 and `up` again (the pending flag's, the partitions' and the
+    lean indexes' steps, both ways) on drawn executions, tombstones, counts and queues (one spilling).
     Layout 1 to 0 and back (adopting harel's own layout) is not modelled here:
     tests/migrate/test_migrate.py compares it with harel's own store."""
     transport = MongoTransport(pymongo.MongoClient(mongo_url), operator.db_name)
@@ -279,7 +279,7 @@ def test_migrate_down_and_up_write_exactly_their_models(
         migrate(operator, "down", 1)
         expect_equal("migrate down to 1", model.migrate_down_to_1(before), snapshot(operator.db))
         middle = snapshot(operator.db)
-        migrate(operator, "up", 3)
+        migrate(operator, "up", 4)
         expect_equal("migrate up from 1", model.migrate_up_from_1(middle), snapshot(operator.db))
 
     try:

@@ -288,16 +288,19 @@ def test_up_then_this_store_finishes_what_harels_store_left(world: World, refere
     assert before["outbox"] and before["spawns"] and before["timers"]
     assert world.harel().load("p1").status.value == "SUSPENDED"
 
-    [report, indexes, parts] = world.migrate("up")
+    [report, indexes, parts, lean] = world.migrate("up")
     assert (report.version, report.direction, report.read) == (1, "up", 6)
     # step 2 flags exactly the documents holding entries, and swaps the indexes
     holding = {d["_id"] for d in world.executions.find() if d.get("outbox") or d.get("spawns")}
     assert (indexes.version, indexes.direction, indexes.updated) == (2, "up", len(holding)) and holding
     assert {d["_id"] for d in world.executions.find({"pending": True})} == holding
     names = {ix["name"] for ix in world.executions.list_indexes()}
-    assert {"hb_pending", "hb_timer_pending"} <= names and not names & {"hb_outbox_seq", "hb_spawn_seq", "hb_next_fire"}
+    assert {"hb_pending_part", "hb_timer_pending"} <= names
+    assert not names & {"hb_outbox_seq", "hb_spawn_seq", "hb_next_fire"}
     # step 3 gives every document its partition
     assert (parts.version, parts.direction, parts.updated) == (3, "up", 6)
+    # step 4 reads no document and drops the index `hb_pending_part` leads with
+    assert (lean.version, lean.direction, lean.read) == (4, "up", 0) and "hb_pending" not in names
     assert all(d["part"] == part_of(d["_id"], DEFAULT_PARTITIONS) for d in world.executions.find())
     assert world.counters.find_one({"_id": SCHEMA_MARKER_ID})["parts"] == DEFAULT_PARTITIONS
 
@@ -333,7 +336,8 @@ def test_down_leaves_a_database_harels_store_finishes(world: World, reference: d
     world.ours().commit(gone, [])
     assert world.ours().purge(gone.id, 1) and world.executions.find_one({"_id": gone.id})["tomb"]
 
-    [parts, indexes, report] = world.migrate("down", to=0)
+    [lean, parts, indexes, report] = world.migrate("down", to=0)
+    assert (lean.version, lean.direction, lean.read) == (4, "down", 0)
     assert (parts.version, parts.direction) == (3, "down") and parts.updated == parts.read
     assert (indexes.version, indexes.direction) == (2, "down") and indexes.updated > 0
     assert world.executions.count_documents({"part": {"$exists": True}}) == 0
@@ -378,7 +382,7 @@ def test_an_interrupted_step_finishes_when_run_again(world: World, reference: di
     assert world.counters.find_one({"_id": SCHEMA_MARKER_ID}) is None  # not at version 1 yet
     assert world.executions.count_documents({"status": {"$exists": True}}) == 4
 
-    [report, _, _] = world.migrate("up", batch_size=2)
+    [report, _, _, _] = world.migrate("up", batch_size=2)
     assert report.resumed_after == progress["after"] and report.read == 2
     assert world.counters.find_one({"_id": PROGRESS_ID}) is None
     assert world.migrate("up") == []  # at version 1: nothing to do
@@ -415,7 +419,7 @@ def test_running_a_step_again_changes_nothing(world: World) -> None:
     after_up = _raw(world)
     # as if the first run stopped just before recording the version: the whole pass again
     world.counters.delete_one({"_id": SCHEMA_MARKER_ID})
-    [again, _, _] = world.migrate("up", batch_size=4)
+    [again, _, _, _] = world.migrate("up", batch_size=4)
     assert again.read == 13 and again.updated == 0
     assert _raw(world) == after_up
 

@@ -150,7 +150,8 @@ def to_layout_2(db: Db, parts: Optional[int] = DEFAULT_PARTITIONS) -> None:
 @pytest.fixture
 def db(client: pymongo.MongoClient[Any], mongo_url: str, db_name: str) -> Iterator[Db]:
     """Executions over many families (a root with one child among them) and queued
-    messages, one group spilled, written by this store and transport at layout 3."""
+    messages, one group spilled, written by this store and transport, then taken to layout 3
+    (step 4 down: it only creates an index again)."""
     d = Db(client, mongo_url, db_name)
     store, transport = d.store(), d.transport()
     for i in range(24):
@@ -162,6 +163,7 @@ def db(client: pymongo.MongoClient[Any], mongo_url: str, db_name: str) -> Iterat
     assert d.overflow.count_documents({}) > 0
     store.close()
     transport.close()
+    d.migrate("down", to=3)
     yield d
 
 

@@ -121,7 +121,7 @@ def _cell(h: Any, n: _Numbers, runner: str, state: str, store: str, rnd: int, cp
 def _index_figures(bench: dict[str, Any], run: Any, n: _Numbers) -> None:
     kinds = list(bench["indexes"].COMMIT_KINDS)
     variants = ["harel", "all", "none", "cost_all"]
-    names = ["hb_definition", "hb_status", "hb_status_updated", "hb_parent", "hb_pending", "hb_timer_pending"]
+    names = ["hb_definition", "hb_status", "hb_status_updated", "hb_parent", "hb_pending_part", "hb_timer_pending"]
     run.index_costs = {v: {k: n(0.1, 2) for k in kinds} for v in variants}
     run.index_costs |= {f"cost-{x}": {k: n(-0.05, 0.3) for k in kinds} for x in names[:-1]}
     run.keys = {k: {x: (int(n(0, 4)), int(n(0, 3))) for x in names} for k in kinds}

@@ -51,7 +51,7 @@ def test_bench_quick_run_writes_a_report(tmp_path: Path) -> None:
     store_h, store_b, transport = trips[("AsyncWorker, concurrency 1", "empty")]
     assert float(store_h) > 0 and float(store_b) > 0
     assert all(float(x) > 0 for x in transport.split(" / "))
-    assert "`hb_pending`" in text and "`hb_timer_pending`" in text
+    assert "`hb_pending_part`" in text and "`hb_timer_pending`" in text
     # the relay reads both kinds of entry in one round trip: fewer per event than harel's store
     assert ours_plain < harel_plain
     # fewer indexes: `_id` only and only the store's own reads' indexes, beside the full set

@@ -23,12 +23,12 @@ from harel.spec.states import Event
 from pymongo import monitoring
 
 from harel_beanie import AsyncMongoStore, MongoStore, queries
+from harel_beanie.commands import status as status_command
 from harel_beanie.core import calls, flows
 from harel_beanie.core.counting import COUNTED, DIRTY
 from harel_beanie.core.documents import ExecutionDocument
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
 from harel_beanie.core.stuck import QUIET, is_stuck, quiet_of
-from harel_beanie.commands import status as status_command
 from harel_beanie.dashboard import views
 from harel_beanie.deploy import stack
 from harel_beanie.deploy.where import RetryPolicy, Target
@@ -83,9 +83,7 @@ class _Reads(monitoring.CommandListener):
         pass
 
 
-def _waiting(
-    start: int, stop: int, now: float, entry: Optional[dict[str, Any]] = None
-) -> list[dict[str, Any]]:
+def _waiting(start: int, stop: int, now: float, entry: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
     """Executions waiting on a timer 1 to 30 days ahead, last updated up to 30 days ago, as
     the store and a fold leave them (counted, no dirty mark, no `quiet`: a timer is armed);
     with `entry`, one in ten also holds that outbox entry, not relayed yet (a backlog)."""

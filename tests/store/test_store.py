@@ -16,6 +16,7 @@ from harel.spec.states import Event
 
 from harel_beanie import AsyncMongoStore, ExecutionTooLarge, MongoStore, RetryPolicy, SchemaMismatch, StoreUnavailable
 from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
+from harel_beanie.core.flows.state import LIVE_MIGRATION_FROM
 from harel_beanie.deploy.embedded import EmbeddedServer, free_port
 
 AWKWARD = [
@@ -200,19 +201,25 @@ def test_schema_version_is_checked(mongo_url, db_name, client):
     counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": 0}})
     with pytest.raises(SchemaMismatch, match="harel-beanie migrate up"):
         MongoStore(pymongo.MongoClient(mongo_url), db_name).load("x")
-    # a database two layouts back: refused before any of this layout's indexes is made
-    counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": SCHEMA_VERSION - 2}})
+    # a database older than every layout `migrate up` brings up live: refused before any of
+    # this layout's indexes is made
+    assert sorted(LIVE_MIGRATION_FROM) == [SCHEMA_VERSION - 2, SCHEMA_VERSION - 1]
+    counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": SCHEMA_VERSION - 3}})
     before = {ix["name"] for ix in client[db_name]["harel_executions"].list_indexes()}
     client[db_name]["harel_executions"].drop_indexes()
     with pytest.raises(SchemaMismatch, match="harel-beanie migrate up"):
         MongoStore(pymongo.MongoClient(mongo_url), db_name).load("x")
     assert {ix["name"] for ix in client[db_name]["harel_executions"].list_indexes()} == {"_id_"} < before
-    # the layout just before is the one `migrate up` brings up live: it runs, but never
-    # through a mongos, where its documents without a partition could not be routed
-    counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": SCHEMA_VERSION - 1}})
+    # the layout before partitions is brought up live: it runs, but never through a mongos,
+    # where its documents without a partition could not be routed
+    counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": SCHEMA_VERSION - 2}})
     assert MongoStore(pymongo.MongoClient(mongo_url), db_name).load("x") is None
     with pytest.raises(SchemaMismatch, match="harel-beanie migrate up"):
         MongoStore(pymongo.MongoClient(mongo_url), db_name, sharded=True).load("x")
+    # the layout just before differs by an index only: it runs, through a mongos too
+    counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": SCHEMA_VERSION - 1}})
+    assert MongoStore(pymongo.MongoClient(mongo_url), db_name).load("x") is None
+    assert MongoStore(pymongo.MongoClient(mongo_url), db_name, sharded=True).load("x") is None
 
 
 def test_a_database_written_by_harels_mongostore_opens_as_it_is(mongo_url, db_name, client):

@@ -294,23 +294,27 @@ def test_relay_pass_sees_a_commit_in_between(counted: tuple[MongoStore, Recorder
 def test_a_relay_read_plans_as_one_range_of_the_pending_index(
     counted: tuple[MongoStore, Recorder], mongo_url: str, db_name: str
 ) -> None:
-    """The post-commit relay's read of one family and a sweep of the partitions a worker
-    owns, as the store sends them, explained by the server: on SecantusDB (whose explain
-    names its own planner's pick for these shapes) a range of `hb_pending_part`, which it
-    plans only because `pending` leads its keys (on (part, _id) it planned a collection
-    scan); on mongod an index scan, no collection scan."""
+    """A relay over every partition, the post-commit relay's read of one family and a sweep
+    of the partitions a worker owns, as the store sends them, explained by the server: on
+    SecantusDB (whose explain names its own planner's pick for these shapes) a range of
+    `hb_pending_part`, which it plans only because `pending` leads its keys (on (part, _id) it
+    planned a collection scan; `{pending}` alone read `hb_pending` before layout 4); on mongod
+    an index scan, no collection scan."""
     store, rec = counted
     _with_work(store, "fam-1")
     _with_work(store, "fam-2")
     rec.clear()
+    store.pending_spawns()  # a relay over every partition: `{pending}` alone
+    every = _finds(rec.take())[0]["filter"]
     store.pending_spawns(within="fam-1")
     family = _finds(rec.take())[0]["filter"]
     store._state.scope.held = {store._state.scope.part_of("fam-1"): Held(epoch=1, until=time.time() + 60)}
     store.pending_spawns()
     sweep = _finds(rec.take())[0]["filter"]
     assert "part" in family and "_id" in family and set(sweep["part"]) == {"$in"}, (family, sweep)
+    assert every == {"pending": True}, every
     db = pymongo.MongoClient(mongo_url)[db_name]
-    for read in (family, sweep):
+    for read in (every, family, sweep):
         plan = db.command("explain", {"find": EXECUTIONS, "filter": read}, verbosity="queryPlanner")
         stages = _stages(plan["queryPlanner"]["winningPlan"])
         assert not any(st == "COLLSCAN" for st, _ in stages), (read, stages)
@@ -382,25 +386,65 @@ def test_a_document_without_work_has_no_key_in_the_pending_indexes(
     counted: tuple[MongoStore, Recorder], client: pymongo.MongoClient[Any], db_name: str
 ) -> None:
     """The partial indexes hold a document only while it holds that work: a state-only commit
-    of an idle execution writes keys in the four listing indexes and none in hb_pending or
-    hb_timer_pending; an emit puts one in hb_pending until its ack, a timer one in
+    of an idle execution writes keys in the four listing indexes and none in hb_pending_part or
+    hb_timer_pending; an emit puts one in hb_pending_part until its ack, a timer one in
     hb_timer_pending until it is deleted."""
     store, _ = counted
     exe = _running(id="keys")
     store.commit(exe, [])
     store.commit(exe, [], Event(kind="Go").id)
     sizes = _entries(client, db_name)
-    assert not sizes.get("hb_pending") and not sizes.get("hb_timer_pending"), sizes
+    assert not sizes.get("hb_pending_part") and not sizes.get("hb_timer_pending"), sizes
     assert all(sizes.get(n) for n in ("hb_definition", "hb_status", "hb_status_updated", "hb_parent")), sizes
     [seq] = store.commit(exe, [("keys", Event(kind="E"))])
-    assert _entries(client, db_name).get("hb_pending")
+    assert _entries(client, db_name).get("hb_pending_part")
     store.ack_outbox(seq)
-    assert not _entries(client, db_name).get("hb_pending")
+    assert not _entries(client, db_name).get("hb_pending_part")
     assert client[db_name][EXECUTIONS].find_one({"_id": "keys"}).get("pending") is None
     store.commit(exe, [], timers=(TimerOp("schedule", "A", 5.0),))
     assert _entries(client, db_name).get("hb_timer_pending")
     store.delete_timer("keys", "A", 5.0)
     assert not _entries(client, db_name).get("hb_timer_pending")
+
+
+def test_the_indexes_each_commit_shape_writes_a_key_in(
+    counted: tuple[MongoStore, Recorder], client: pymongo.MongoClient[Any], db_name: str
+) -> None:
+    """Per commit shape, the indexes the committed document has a key in (its partial
+    filters and sparseness, from the document as stored): what a server that writes only
+    changed keys may touch, and what one that rewrites every key of a changed document
+    (SecantusDB) rewrites. Against layout 3's set (with `hb_pending`): a state-only commit
+    and a timer's belong to as many, a commit holding an outbox entry or a spawn to one
+    fewer. (SecantusDB also plans over every index on every write: docs/INDEXES.md gives
+    each one's measured cost.)"""
+    from harel_beanie.core.documents import LAYOUT_3_INDEXES, ExecutionDocument, index_models
+    from tests.support.index_use import Index, holds_key
+
+    now = [Index.model("executions", ix) for ix in index_models(ExecutionDocument)]
+    layout_3 = now + [Index.model("executions", ix) for ix in LAYOUT_3_INDEXES]
+    store, _ = counted
+    coll = client[db_name][EXECUTIONS]
+
+    def belongs(eid: str) -> tuple[int, int]:
+        doc = coll.find_one({"_id": eid})
+        assert doc is not None
+        return sum(holds_key(doc, ix) for ix in layout_3), sum(holds_key(doc, ix) for ix in now)
+
+    exe = _running(id="shapes")
+    store.commit(exe, [])
+    store.commit(exe, [], Event(kind="Go").id)  # state only
+    before, after = belongs("shapes")
+    doc = coll.find_one({"_id": "shapes"})
+    assert doc is not None and after == before and not holds_key(doc, layout_3[-1])
+    # the four listing indexes, and the counts' mark until a fold clears it
+    marked = {"hb_part_cdirty"} if doc.get("cdirty") else set()
+    listing = {"hb_definition", "hb_status", "hb_status_updated", "hb_parent"}
+    assert {ix.name for ix in now if holds_key(doc, ix)} == listing | marked
+    store.commit(exe, [], timers=(TimerOp("schedule", "A", 5.0),))  # a timer armed
+    assert belongs("shapes") == (before + 2, after + 2)  # hb_timer_pending, hb_part_timer
+    store.delete_timer("shapes", "A", 5.0)
+    store.commit(exe, [("shapes", Event(kind="E"))], spawns=(("shapes:c", "Fork.A", {}),))
+    assert belongs("shapes") == (before + 2, after + 1)  # hb_pending_part (and hb_pending before)
 
 
 # --- 2. server work follows pending work ------------------------------------------------------
@@ -666,13 +710,13 @@ def _same_at_every_n(key: str, by_n: dict[int, Observed], slack: int = 0) -> Non
 
 # operation -> (index that must serve it, max documents examined, max keys examined)
 INDEXED = {
-    "pending_outbox": ("hb_pending", K, 2 * K + 1),
-    "pending_spawns": ("hb_pending", K, K + 1),
+    "pending_outbox": ("hb_pending_part", K, 2 * K + 1),
+    "pending_spawns": ("hb_pending_part", K, K + 1),
     "due_timers": ("hb_timer_pending", K, K + 1),
-    # an ack without the owner hint: the pending documents' seqs, read through hb_pending
-    "ack_outbox": ("hb_pending", K, K + 1),
-    "ack_spawn": ("hb_pending", K, K + 1),
-    "purge_pending": ("hb_pending", K, 2 * K + 1),
+    # an ack without the owner hint: the pending documents' seqs, read through hb_pending_part
+    "ack_outbox": ("hb_pending_part", K, K + 1),
+    "ack_spawn": ("hb_pending_part", K, K + 1),
+    "purge_pending": ("hb_pending_part", K, 2 * K + 1),
     # a filter matching few: about those (2K roots: K Hot + K Broken)
     "list_status": ("hb_status", K + 1, K + 2),
     "list_status_page2": ("hb_status", K + 1, K + 2),

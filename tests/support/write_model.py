@@ -652,13 +652,14 @@ def nack_message(before: Snapshot, group_id: str, token: str, delay: float, now:
     return after
 
 
-# --- the layout migrations' later steps (migrate/pending_flag.py: 2, migrate/partitions.py: 3) -----
+# --- the layout migrations' later steps (migrate/pending_flag.py: 2, migrate/partitions.py: 3,
+# migrate/lean_indexes.py: 4, which changes indexes only: no document, no counter but the marker) --
 
 MARKER = "harel_beanie:schema"
 
 
 def migrate_down_to_1(before: Snapshot) -> Snapshot:
-    """Down from layout 3 to 1: `part` gone from every document (executions, queues,
+    """Down from layout 4 to 1: `part` gone from every document (executions, queues,
     overflow), the counts gone (their collection, and the marks of every document a fold or
     a build marked: `cc` and what goes with it), `pending` gone, version 1 recorded."""
     after = copy.deepcopy(before)
@@ -675,8 +676,8 @@ def migrate_down_to_1(before: Snapshot) -> Snapshot:
 
 
 def migrate_up_from_1(before: Snapshot) -> Snapshot:
-    """Up from layout 1 to 3: `pending` exactly where entries are, `part` on every execution,
-    queue and overflow document (from its id, or its group's), version 3 recorded (and the
+    """Up from layout 1 to 4: `pending` exactly where entries are, `part` on every execution,
+    queue and overflow document (from its id, or its group's), version 4 recorded (and the
     count of partitions where none is)."""
     after = copy.deepcopy(before)
     for doc in after.get(EXES, {}).values():
@@ -689,7 +690,7 @@ def migrate_up_from_1(before: Snapshot) -> Snapshot:
         if doc.get("part") is None:
             doc["part"] = part_of(doc["g"])
     marker = after[COUNTERS][MARKER]
-    marker["n"] = 3
+    marker["n"] = 4
     marker.setdefault("parts", PARTS)
     return after
 

@@ -31,8 +31,10 @@ from harel_beanie.core.stuck import QUIET, QUIET_FILTER
 #: Bump it with every migration in migrations/. Version 2: the `pending` flag and the partial
 #: pending-work indexes in place of `LAYOUT_1_INDEXES`. Version 3: partitions (`part` on
 #: every execution and queue document, the number of them in the schema marker, and the
-#: pending-work indexes led by `part` beside the others, `PARTITION_INDEXES`).
-SCHEMA_VERSION = 3
+#: pending-work indexes led by `part` beside the others, `PARTITION_INDEXES`). Version 4:
+#: without `hb_pending`, whose key was a prefix of `hb_pending_part`'s under the same partial
+#: filter (`LAYOUT_3_INDEXES`; docs/INDEXES.md, tests/store/test_index_use.py).
+SCHEMA_VERSION = 4
 
 #: The filter selecting the documents that hold outbox entries or spawns (see `pending`).
 PENDING: dict[str, Any] = {"pending": True}
@@ -150,23 +152,24 @@ class ExecutionDocument(Document, SummaryFields):
             # holds that work, so the many documents holding none write no key there on any
             # commit (and, on SecantusDB, skip their upkeep). Every read of pending work names
             # the filter (`PENDING`, `ANY_TIME`), so the server may use them.
-            # One index for outbox entries and spawns: a relay over every partition reads
-            # both in one round trip; ack_outbox / ack_spawn without an owner hint; purge
-            # finds the entries addressed to the purged execution among these documents
-            IndexModel([("pending", ASCENDING)], name="hb_pending", partialFilterExpression=PENDING),
             # due_timers over every partition reads only documents with a timer due by now;
             # the dashboard's "waiting on a timer"
             IndexModel(
                 [("next_fire", ASCENDING)], name="hb_timer_pending", partialFilterExpression={"next_fire": ANY_TIME}
             ),
-            # The same two by `part`, for a worker that owns some partitions: its sweeps read
-            # only their work, and the post-commit relay reads one family by `_id` range
-            # within its partition. A document holding work has a key in both pairs.
-            # `pending` leads although it is the same in every key: a server that plans a
-            # filter's equalities only on an index led by exactly those fields (SecantusDB)
-            # then walks one range for `{pending, part, _id range}` and for
-            # `{pending, part: {$in}}`; on (part, _id) it read every pending document for
-            # each family read (0.36 s at a million executions holding 10,000 pending).
+            # Outbox entries and spawns, one index for both: a relay over every partition reads
+            # both in one round trip (`{pending}`), ack_outbox / ack_spawn without an owner hint,
+            # purge finds the entries addressed to the purged execution among these documents,
+            # the backlog sums them; a worker that owns some partitions sweeps only theirs
+            # (`{pending, part: {$in}}`), and the post-commit relay reads one family by `_id`
+            # range within its partition (`{pending, part, _id range}`). `pending` leads
+            # although it is the same in every key: a server that plans a filter's equalities
+            # only on an index led by exactly those fields (SecantusDB) then walks one range
+            # for each of those shapes; on (part, _id) it read every pending document for each
+            # family read (0.36 s at a million executions holding 10,000 pending). `{pending}`
+            # alone is a range of its first field, planned there too (tests/store/
+            # test_structure.py explains each shape), so layout 4 dropped `hb_pending`, led by
+            # `pending` alone (`LAYOUT_3_INDEXES`).
             IndexModel(
                 [("pending", ASCENDING), ("part", ASCENDING), ("_id", ASCENDING)],
                 name="hb_pending_part",
@@ -199,6 +202,15 @@ LAYOUT_1_INDEXES: list[IndexModel] = [
     IndexModel([("outbox.seq", ASCENDING)], name="hb_outbox_seq"),
     IndexModel([("spawns.seq", ASCENDING)], name="hb_spawn_seq"),
     IndexModel([("next_fire", ASCENDING)], name="hb_next_fire", sparse=True),
+]
+
+
+#: The index layout version 4 dropped: `hb_pending` (pending), a prefix of `hb_pending_part`
+#: under the same partial filter, which serves every read it served (docs/INDEXES.md). Layouts
+#: 2 and 3 have it; version 4's migration drops it on the way up and creates it again on the
+#: way down.
+LAYOUT_3_INDEXES: list[IndexModel] = [
+    IndexModel([("pending", ASCENDING)], name="hb_pending", partialFilterExpression=PENDING),
 ]
 
 

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 from harel_beanie.core.documents import (
     LAYOUT_1_INDEXES,
+    LAYOUT_3_INDEXES,
     PARTITION_INDEXES,
     SCHEMA_MARKER_ID,
     ExecutionDocument,
@@ -20,8 +21,10 @@ from harel_beanie.core.documents import (
 )
 from harel_beanie.migrate.step import Migration, Step
 
-# version 2's indexes: today's, without those version 3 added
-_INDEXES = [ix for ix in index_models(ExecutionDocument) if ix.document["name"] not in PARTITION_INDEXES]
+# version 2's indexes: today's, without those version 3 added, with the one version 4 dropped
+_INDEXES = [
+    ix for ix in index_models(ExecutionDocument) if ix.document["name"] not in PARTITION_INDEXES
+] + LAYOUT_3_INDEXES
 
 
 class PendingFlag(Step):

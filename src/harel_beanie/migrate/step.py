@@ -46,6 +46,8 @@ class Step:
     name: str  # the Beanie migration file in migrations/ that runs it
     up_projection: dict[str, Any]
     down_projection: dict[str, Any]
+    #: whether the step converts documents: one that only changes indexes reads none
+    documents: bool = True
 
     async def before_up(self, m: Migration) -> None: ...
     async def after_up(self, m: Migration) -> None: ...

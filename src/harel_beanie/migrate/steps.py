@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from harel_beanie.core.documents import SCHEMA_VERSION
 from harel_beanie.migrate.adopt_harel_mongostore import AdoptHarelLayout
+from harel_beanie.migrate.lean_indexes import LeanIndexes
 from harel_beanie.migrate.partitions import Partitions
 from harel_beanie.migrate.pending_flag import PendingFlag
 from harel_beanie.migrate.step import Step
 
-STEPS: dict[int, Step] = {s.version: s for s in (AdoptHarelLayout(), PendingFlag(), Partitions())}
+STEPS: dict[int, Step] = {s.version: s for s in (AdoptHarelLayout(), PendingFlag(), Partitions(), LeanIndexes())}
 assert sorted(STEPS) == list(range(1, SCHEMA_VERSION + 1)), "one step per layout version"

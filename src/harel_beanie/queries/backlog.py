@@ -182,7 +182,7 @@ async def _entries_indexed(doc: Executions, out: Backlog) -> None:
     summed = {f"{a}_{k}": {op: f"${a}_{k}"} for a in arrays for k, op in (("n", "$sum"), ("low", "$min"))}
     rows = await (
         await coll.aggregate(
-            [{"$match": dict(PENDING)}, {"$project": per_doc}, {"$group": {"_id": None, **summed}}]  # hb_pending
+            [{"$match": dict(PENDING)}, {"$project": per_doc}, {"$group": {"_id": None, **summed}}]  # hb_pending_part
         )
     ).to_list(None)
     for array, (count_attr, age_attr) in arrays.items():

@@ -93,9 +93,11 @@ class StoreState:
         self.owners.update(owners)
 
 
-#: The layout a store of this version still runs on while `migrate up` brings it to
-#: `SCHEMA_VERSION`: every document it writes carries `part`, and its reads do not need it.
-LIVE_MIGRATION_FROM = SCHEMA_VERSION - 1
+#: The layouts a store of this version still runs on while `migrate up` brings them to
+#: `SCHEMA_VERSION`, each with whether its documents may lack `part`: on layout 2 every
+#: document it writes carries `part`, and its reads do not need it; layout 3 differs from 4
+#: only by an index (`documents.LAYOUT_3_INDEXES`) that this version never names.
+LIVE_MIGRATION_FROM: dict[int, bool] = {2: True, 3: False}
 
 
 def marker_parts(marker: Optional[dict[str, Any]]) -> int:
@@ -112,11 +114,17 @@ def setup(st: StoreState) -> Flow[None]:
     marker = yield FindOne("counters", {"_id": SCHEMA_MARKER_ID})
     layout = marker.get("n") if marker is not None else None
     if marker is not None and layout != SCHEMA_VERSION:
-        if layout != LIVE_MIGRATION_FROM or st.scope.sharded:
+        unpartitioned = LIVE_MIGRATION_FROM.get(layout) if isinstance(layout, int) else None
+        if unpartitioned is None or (unpartitioned and st.scope.sharded):
             # before any index is created: another layout's indexes are its migration's business
             raise SchemaMismatch(int(layout or 0), SCHEMA_VERSION, st.where)
-        st.unpartitioned = True
-        log.warning("%s is at layout %s: running while `harel-beanie migrate up` adds partitions", st.where, layout)
+        st.unpartitioned = unpartitioned
+        log.warning(
+            "%s is at layout %s: running while `harel-beanie migrate up` brings it to %s",
+            st.where,
+            layout,
+            SCHEMA_VERSION,
+        )
     st.scope.parts = marker_parts(marker)
     if st.create_schema:
         yield CreateIndexes("executions", st.indexes)
