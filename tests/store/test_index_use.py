@@ -48,7 +48,7 @@ from tests.support.index_use import Index, Query, Recorder, bounded_fields, by_i
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "INDEXES.md"
-COSTS = ROOT / "bench" / "indexes.json"
+COSTS = ROOT / "bench" / "store" / "indexes.json"
 REGENERATE = "HB_WRITE_DOCS=1 pytest tests/store/test_index_use.py"
 
 #: the document classes that declare indexes (Beanie's `Settings.indexes`), by collection

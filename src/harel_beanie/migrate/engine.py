@@ -254,28 +254,9 @@ class Migrator:
                 self.on_batch(version, direction, report.batches)
             return last
 
-        # one cursor in `_id` order, `batch_size` documents a round trip; a server that drops
-        # it (an idle timeout) gets a new one from the last batch written. A step that
-        # changes only indexes reads none (a pass of a million documents for nothing).
+        # a step that changes only indexes reads none (a pass of a million documents for nothing)
         if step.documents:
-            for _ in range(CURSOR_REOPENS):
-                query = {} if after is None else {"_id": {"$gt": after}}
-                cursor = self.exes.find(query, projection).sort("_id", 1).batch_size(self.batch_size)
-                try:
-                    batch: list[dict[str, Any]] = []
-                    async for doc in cursor:
-                        batch.append(doc)
-                        if len(batch) == self.batch_size:
-                            after, batch = await done(batch), []
-                    if batch:
-                        after = await done(batch)
-                    break
-                except CursorNotFound:
-                    continue
-                finally:
-                    await cursor.close()
-            else:
-                raise MigrationError(f"the server kept dropping the migration's cursor on {self.where}; run it again")
+            await self._every_document(after, projection, done)
         if direction == UP:
             await step.after_up(self)
         else:
@@ -283,6 +264,33 @@ class Migrator:
         await self.counters.delete_one({"_id": PROGRESS_ID})
         self.say(report.line())
         return report
+
+    async def _every_document(
+        self,
+        after: Any,
+        projection: Optional[dict[str, Any]],
+        done: Callable[[list[dict[str, Any]]], Awaitable[Any]],
+    ) -> None:
+        """Every document after `after`, handed to `done` a batch at a time (it returns the
+        batch's last `_id`): one cursor in `_id` order, `batch_size` documents a round trip;
+        a server that drops it (an idle timeout) gets a new one from the last batch written."""
+        for _ in range(CURSOR_REOPENS):
+            query = {} if after is None else {"_id": {"$gt": after}}
+            cursor = self.exes.find(query, projection).sort("_id", 1).batch_size(self.batch_size)
+            try:
+                batch: list[dict[str, Any]] = []
+                async for doc in cursor:
+                    batch.append(doc)
+                    if len(batch) == self.batch_size:
+                        after, batch = await done(batch), []
+                if batch:
+                    after = await done(batch)
+                return
+            except CursorNotFound:
+                continue
+            finally:
+                await cursor.close()
+        raise MigrationError(f"the server kept dropping the migration's cursor on {self.where}; run it again")
 
     # --- helpers for the steps --------------------------------------------------------------
 
