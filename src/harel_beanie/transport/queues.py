@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Generator, Iterator, Optional
 
 from bson import ObjectId
 from harel.engine.transport import Lease
@@ -71,6 +71,7 @@ from pymongo.errors import DuplicateKeyError
 
 from harel_beanie.core.arguments import BadArgumentType, require_int, require_seconds, require_str
 from harel_beanie.core.calls import (
+    BulkWrite,
     CreateIndexes,
     DeleteOne,
     Find,
@@ -82,15 +83,29 @@ from harel_beanie.core.calls import (
 )
 from harel_beanie.core.documents import SCHEMA_MARKER_ID
 from harel_beanie.core.partitions import PART, PartitionScope
+from harel_beanie.transport.claim_walk import BANDS, FRESH_OFFSET, ClaimWalk
 from harel_beanie.transport.documents import INLINE_BYTES, INLINE_MAX, WAITING
 from harel_beanie.transport.settings import MAX_PARK, MAX_VISIBILITY
 
 #: a priority is a small int (harel's transports use 0..4); anything in this range is kept
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
-#: claims of groups found empty (counts set right) before a claim gives up for this call
-_CLAIM_TRIES = 8
+#: the most groups one claim leases (a worker's free slots: harel's AsyncWorker runs 256)
+MAX_PREFETCH = 1024
 
-_HEAD = {"q": {"$slice": 1}, "qn": 1, "pending": 1, "spill": 1, "acked": 1, "published": 1, "spilled": 1, "part": 1}
+#: what a claim reads of each due group: its head, and what its lease is conditional on
+_HEAD = {
+    "q": {"$slice": 1},
+    "pending": 1,
+    "acked": 1,
+    "published": 1,
+    "spilled": 1,
+    "part": 1,
+    "token": 1,
+    "available_at": 1,
+    "priority": 1,
+}
+#: the claim order (Rule 3)
+_ORDER = [("available_at", 1), ("_id", 1)]
 
 
 @dataclass
@@ -100,6 +115,7 @@ class QueueLease(Lease):
 
     size: int = 0
     overflow_id: Optional[ObjectId] = None
+    priority: int = 0  # the group's, as claimed: a prefetched lease goes to a claim it suits
 
 
 @dataclass
@@ -109,6 +125,8 @@ class QueueState:
 
     clock: Callable[[], float]
     scope: PartitionScope = field(default_factory=PartitionScope)
+    # per claim filter: where its windows of the claim key begin (Rule 3)
+    walks: dict[str, ClaimWalk] = field(default_factory=dict)
 
 
 def queue_state(
@@ -137,18 +155,20 @@ def _old(field: str, default: Any) -> dict[str, Any]:
     return {"$ifNull": [f"${field}", default]}
 
 
-def _write(priority: int, fields: dict[str, Any], adds: dict[str, int]) -> list[dict[str, Any]]:
+def _write(now: float, priority: int, fields: dict[str, Any], adds: dict[str, int]) -> list[dict[str, Any]]:
     """An update pipeline (one stage, so every expression reads the document as it was):
     `fields` set, `adds` added to counts that may be missing, a new group's defaults, and the
     priority `priority` if the group was drained (nothing waiting, no lease), as harel's
     transports give it (Rule 6)."""
     drained = {"$and": [{"$lte": [_old("pending", 0), 0]}, {"$eq": [_old("token", None), None]}]}
-    kept = {"available_at": 0.0, "token": None, "acked": 0, "spill": False}
+    kept = {"token": None, "acked": 0, "spill": False}
     return [
         {
             "$set": {
                 **{k: _old(k, v) for k, v in kept.items()},
                 "priority": {"$cond": [drained, priority, _old("priority", priority)]},
+                # a drained (or new) group is fresh: its key is in the fresh band (Rule 3)
+                "available_at": {"$cond": [drained, now - FRESH_OFFSET, _old("available_at", now)]},
                 **{k: {"$add": [_old(k, 0), n]} for k, n in adds.items()},
                 **fields,
             }
@@ -167,7 +187,7 @@ def publish(st: QueueState, group_id: str, event: Event, priority: int = 0) -> F
         # `$literal`: the message is a value, never an expression or a field path
         pushed = {"q": {"$concatArrays": [_old("q", []), {"$literal": [{"e": text}]}]}}
         append = _write(
-            priority, {**pushed, PART: part}, {"qn": 1, "qb": size, "pending": 1, "published": 1, "wake": 1}
+            st.clock(), priority, {**pushed, PART: part}, {"qn": 1, "qb": size, "pending": 1, "published": 1, "wake": 1}
         )
         try:
             yield UpdateOne("enqueue", room, append, upsert=True)  # Rule 1
@@ -177,7 +197,9 @@ def publish(st: QueueState, group_id: str, event: Event, priority: int = 0) -> F
     yield InsertOne("overflow", {"_id": ObjectId(), "g": group_id, "e": text, PART: part})
     told = {"$inc": {"spilled": 1, "published": 1, "wake": 1}}
     # `pending` + 1: the extra count the spill holds
-    start = _write(priority, {"spill": True, PART: part}, {"spilled": 1, "published": 1, "wake": 1, "pending": 1})
+    start = _write(
+        st.clock(), priority, {"spill": True, PART: part}, {"spilled": 1, "published": 1, "wake": 1, "pending": 1}
+    )
     for _ in range(3):  # a racing publish may start the spill between the two forms
         if (yield UpdateOne("enqueue", {"_id": group_id, "spill": True}, told)):
             return
@@ -189,25 +211,36 @@ def publish(st: QueueState, group_id: str, event: Event, priority: int = 0) -> F
 
 
 def claim(st: QueueState, worker_id: str, visibility: float, min_priority: int = 0) -> Flow[Optional[QueueLease]]:
+    """harel's claim: the one due group first in the claim order (Rule 3), leased."""
+    leases = yield from claim_many(st, worker_id, visibility, 1, min_priority)
+    return leases[0] if leases else None
+
+
+def claim_many(
+    st: QueueState, worker_id: str, visibility: float, k: int, min_priority: int = 0
+) -> Flow[list[QueueLease]]:
+    """Up to `k` due groups, first in the claim order, each leased on its own (Rule 8)."""
     worker_id = require_str("worker_id", worker_id)
     visibility = require_seconds("visibility", visibility, positive=True, high=MAX_VISIBILITY)
+    k = require_int("k", k, low=1, high=MAX_PREFETCH)
     min_priority = require_int("min_priority", min_priority, low=PRIORITY_RANGE[0], high=PRIORITY_RANGE[1])
-    now = st.clock()
-    due = {**WAITING, "available_at": {"$lte": now}, "priority": {"$gte": min_priority}}
+    until = st.clock() + visibility
+    leases: list[QueueLease] = []
     for scoped, fence in _claim_scopes(st.scope):
-        found = yield from _claim_in(st, worker_id, now + visibility, {**due, **scoped}, fence)
-        if found is not None:
-            return found
-    return None
+        leases += yield from _claim_in(st, worker_id, until, scoped, fence, k - len(leases), min_priority)
+        if len(leases) >= k:
+            break
+    return leases
 
 
 def _claim_scopes(scope: PartitionScope) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-    """The filters a claim tries in turn (Rule 7), each with the fence it sets."""
+    """The filters a claim tries in turn (Rule 7), each with the fence it sets: on one
+    server a single one, sent as no filter (the partitions owned are checked on the documents
+    read, Rule 3), or none when it owns no partition now."""
     owned = scope.owned()
     if not scope.sharded:
-        scoped = scope.sweep_filter()
-        if scoped is not None:
-            yield scoped, {}
+        if scope.sweep_filter() is not None:
+            yield {}, {}
         return
     parts = list(range(scope.parts)) if owned is None else sorted(owned)
     if not parts:
@@ -222,42 +255,134 @@ def _claim_scopes(scope: PartitionScope) -> Iterator[tuple[dict[str, Any], dict[
 
 
 def _claim_in(
-    st: QueueState, worker_id: str, until: float, due: dict[str, Any], fence: dict[str, Any]
-) -> Flow[Optional[QueueLease]]:
-    """Rules 3 and 5 within one claim filter."""
-    now = st.clock()
-    for _ in range(_CLAIM_TRIES):
-        token = f"{worker_id}:{uuid.uuid4().hex}"
-        lease = {"$set": {"token": token, "available_at": until, **fence}}
-        # The head is read from the document as the lease left it (`after`): the lease
-        # changes no field read here, and a server whose pre-image is the document as it
-        # found it, not as it wrote it (SecantusDB), would otherwise hand over a head an ack
-        # had just popped, and the next ack would pop a message never delivered.
-        doc = yield FindOneAndUpdate(
-            "queues", due, lease, sort=[("available_at", 1), ("_id", 1)], projection=_HEAD, after=True
-        )
-        if doc is None:
-            return None
-        group_id, seq = doc["_id"], int(doc.get("acked") or 0) + 1
-        owned, part = st.scope.owned(), doc.get(PART)
+    st: QueueState,
+    worker_id: str,
+    until: float,
+    due: dict[str, Any],
+    fence: dict[str, Any],
+    want: int = 1,
+    min_priority: int = PRIORITY_RANGE[0],
+) -> Flow[list[QueueLease]]:
+    """Rules 3, 5 and 8 within one claim filter: the fresh band's windows, then the served
+    band's, read in turn (`harel_beanie.transport.claim_walk`), the due groups they hold
+    leased `want` at a time."""
+    token = f"{worker_id}:{uuid.uuid4().hex}"
+    leases: list[QueueLease] = []
+    tried: set[str] = set()  # read and tried, by this claim
+    for band in BANDS:
+        if len(leases) >= want:
+            break
+        walk = st.walks.setdefault(f"{band.name} {sorted(due.items(), key=repr)!r}", ClaimWalk())
+        taken: set[str] = set()  # read and leased: their key has moved (Rule 8)
+        windows = walk.windows(band.floor, band.ceiling(st.clock()), band.inclusive, want)
+        step = next(windows, None)
+        while step is not None and len(leases) < want:
+            bounds, limit = step
+            docs = yield Find("queues", {"available_at": bounds, **WAITING, **due}, _HEAD, sort=_ORDER, limit=limit)
+            step = _send(windows, docs)
+            owned = st.scope.owned()
+            usable = [
+                d
+                for d in docs
+                if d["_id"] not in tried
+                and int(d.get("priority") or 0) >= min_priority
+                and (owned is None or st.scope.sharded or _part(d) in owned)
+            ]
+            while usable and len(leases) < want:
+                batch, usable = usable[: want - len(leases)], usable[want - len(leases) :]
+                tried.update(d["_id"] for d in batch)
+                won = yield from _lease_all(batch, token, until, due, fence)
+                taken.update(d["_id"] for d in won)
+                leases += yield from _heads(st, won, token)
+        windows.close()
+        walk.settle(taken)
+    return leases
+
+
+def _heads(st: QueueState, won: list[dict[str, Any]], token: str) -> Flow[list[QueueLease]]:
+    """The leases of the groups a claim just won, in claim order (Rules 5 and 7)."""
+    leases: list[QueueLease] = []
+    owned = st.scope.owned()
+    for doc in won:
+        group_id, part = doc["_id"], doc.get(PART)
         if owned is not None and (0 if part is None else part) not in owned:  # no part: written before them
             # its partition's lease ended while the claim was on its way (Rule 7): give it back
-            yield UpdateOne("queues", {"_id": group_id, "token": token}, {"$set": {"available_at": 0.0, "token": None}})
-            return None
-        if doc.get("q"):
-            text = doc["q"][0]["e"]
-            event = Event.model_validate_json(text)
-            return QueueLease(seq, group_id, event, token=token, size=len(text.encode()))
-        head = yield FindOneAndUpdate(
-            "overflow", {"g": group_id}, {"$set": {"tok": token}}, sort=[("_id", 1)], after=True
-        )  # as above: the document as marked
-        if head is not None:
-            event = Event.model_validate_json(head["e"])
-            return QueueLease(seq, group_id, event, token=token, overflow_id=head["_id"])
-        # nothing to deliver: the spill is over, or a count is off (Rule 5)
-        same = {"_id": group_id, "token": token, "published": doc.get("published"), "spilled": doc.get("spilled")}
-        fixed = {"pending": 0, "qn": 0, "qb": 0, "spill": False, "token": None, "available_at": now}
-        yield UpdateOne("queues", same, {"$set": fixed})
+            yield UpdateOne(
+                "queues", {"_id": group_id, "token": token}, {"$set": {"available_at": st.clock(), "token": None}}
+            )
+            continue
+        lease = yield from _head(st, doc, token)
+        if lease is not None:
+            leases.append(lease)
+    return leases
+
+
+def _send(windows: Generator[Any, Any, None], docs: list[dict[str, Any]]) -> Any:
+    try:
+        return windows.send(docs)
+    except StopIteration:
+        return None
+
+
+def _part(doc: dict[str, Any]) -> int:
+    part = doc.get(PART)
+    return 0 if part is None else int(part)  # no part: written before partitions, partition 0's
+
+
+def _lease_all(
+    docs: list[dict[str, Any]], token: str, until: float, due: dict[str, Any], fence: dict[str, Any]
+) -> Flow[list[dict[str, Any]]]:
+    """Lease each of `docs` as it was read: a write conditional on the lease and the count
+    of acks it read (Rule 8), in one round trip; the documents whose write took."""
+    lease = {"$set": {"token": token, "available_at": until, **fence}}
+
+    def as_read(d: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "_id": d["_id"],
+            "token": d.get("token"),
+            "available_at": d["available_at"],
+            "acked": d.get("acked"),
+            **WAITING,
+            **due,
+        }
+
+    if len(docs) == 1:
+        return docs if (yield UpdateOne("queues", as_read(docs[0]), lease)) else []
+    taken = yield BulkWrite("queues", tuple(UpdateOne("queues", as_read(d), lease) for d in docs))
+    if taken == len(docs):
+        return docs
+    if not taken:
+        return []
+    # another claimer took some of them between the read and the write: which ones
+    ids = {
+        d["_id"] for d in (yield Find("queues", {"_id": {"$in": [d["_id"] for d in docs]}, "token": token}, {"_id": 1}))
+    }
+    return [d for d in docs if d["_id"] in ids]
+
+
+def _head(st: QueueState, doc: dict[str, Any], token: str) -> Flow[Optional[QueueLease]]:
+    """The head of a group just leased by `token`, read with it (inline) or marked in its
+    overflow; None when it had nothing to deliver (Rule 5: its counts set right)."""
+    group_id, seq = doc["_id"], int(doc.get("acked") or 0) + 1
+    priority = int(doc.get("priority") or 0)
+    if doc.get("q"):
+        text = doc["q"][0]["e"]
+        event = Event.model_validate_json(text)
+        return QueueLease(seq, group_id, event, token=token, size=len(text.encode()), priority=priority)
+    head = yield FindOneAndUpdate(
+        "overflow", {"g": group_id}, {"$set": {"tok": token}}, sort=[("_id", 1)], after=True
+    )  # the document as marked (SecantusDB's pre-image is the document as it found it)
+    if head is not None:
+        event = Event.model_validate_json(head["e"])
+        return QueueLease(seq, group_id, event, token=token, overflow_id=head["_id"], priority=priority)
+    # nothing to deliver: the spill is over, or a count is off (Rule 5)
+    same = {"_id": group_id, "token": token, "published": doc.get("published"), "spilled": doc.get("spilled")}
+    fixed = {"pending": 0, "qn": 0, "qb": 0, "spill": False, "token": None, "available_at": st.clock()}
+    if not (yield UpdateOne("queues", same, {"$set": fixed})):
+        # a publish came in since the read: the group goes back as it is, claimable now
+        yield UpdateOne(
+            "queues", {"_id": group_id, "token": token}, {"$set": {"token": None, "available_at": st.clock()}}
+        )
     return None
 
 
@@ -294,7 +419,7 @@ def nack(st: QueueState, lease: Lease, delay: float = 0.0) -> Flow[None]:
         # parked: the token stays, so the head is not claimed again before the delay passes
         yield UpdateOne("queues", held, {"$set": {"available_at": st.clock() + delay}})
     else:
-        yield UpdateOne("queues", held, {"$set": {"available_at": 0.0, "token": None}, "$inc": {"wake": 1}})
+        yield UpdateOne("queues", held, {"$set": {"available_at": st.clock(), "token": None}, "$inc": {"wake": 1}})
 
 
 def next_due(st: QueueState) -> Flow[Optional[float]]:
