@@ -380,9 +380,8 @@ def _head(st: QueueState, doc: dict[str, Any], token: str) -> Flow[Optional[Queu
     fixed = {"pending": 0, "qn": 0, "qb": 0, "spill": False, "token": None, "available_at": st.clock()}
     if not (yield UpdateOne("queues", same, {"$set": fixed})):
         # a publish came in since the read: the group goes back as it is, claimable now
-        yield UpdateOne(
-            "queues", {"_id": group_id, "token": token}, {"$set": {"token": None, "available_at": st.clock()}}
-        )
+        released = {"$set": {"token": None, "available_at": st.clock()}, "$inc": {"wake": 1}}
+        yield UpdateOne("queues", {"_id": group_id, "token": token}, released)
     return None
 
 
