@@ -6,11 +6,13 @@ of a group in flight, leases that expire, parked nacks, priorities) is kept here
 fewest round trips a message can take, on the queue documents of
 `harel_beanie.transport.documents`. Round trips per path (each asserted on the wire in
 tests/transport/test_transport.py): publish inline 1, into a full group 4 (it starts the spill), into
-a spilling group 3, a message over the inline bound 3 (2 into a spilling group); claim of an
-inline head 1, of an overflow head 2, one that finds nothing 1, one that finds a spilled
-group drained 4 (Rule 5, then it looks again); ack inline 1, of an overflow head 2; nack 1.
-An idle async claim adds `next_due` (1) and the store's `next_timer` (1, on the store's
-client), then a claim per wake-up. The rules, and the argument for each:
+a spilling group 3, a message over the inline bound 3 (2 into a spilling group); claim of a
+fresh group's inline head 2, of a served group's 3, of an overflow head one more, one that
+finds nothing 2 (one window of each band, the last claim just before), one that finds a
+spilled group drained 5 (Rule 5); a claim of k groups 2 (Rule 8, in
+tests/transport/test_transport_claim_structure.py); ack inline 1, of an overflow head 2;
+nack 1. An idle async claim adds `next_due` (1) and the store's `next_timer` (1, on the
+store's client), then a claim per wake-up. The rules, and the argument for each:
 
 Rule 1. A publish is one conditional upsert of the group's queue document that appends the
         message, when the group keeps its messages inline and has room. There is no global
@@ -25,13 +27,31 @@ Rule 2. A group with no room, or a message too large, spills: the message become
         its extra count if it was not): a publish cut short between the two leaves a document
         a claim still finds while the group spills (delivered, perhaps besides the copy
         harel's relay publishes again: harel's dedupe takes one of them).
-Rule 3. A claim is one `find_one_and_update` over the `hb_claim` index: the due group served
-        longest ago (new groups first), leased by a fresh token until `now + visibility`,
-        its head returned with it (`$slice`), read from the document as leased (the
-        post-image: see `_claim_in`). With its inline messages done, a spilling
-        group's head is its oldest overflow document (one more round trip, which also marks
-        that document with the token). Overflow documents are never counted one by one: the
-        overflow is what the documents say, so one cut short never strands another.
+Rule 3. A claim takes the due group first in the claim order: the lowest `available_at`
+        (then `_id`), its key. A group that is fresh (new, or drained since: Rule 6) has
+        its publish time less `FRESH_OFFSET` (544 years), so every fresh group comes before
+        every served one (harel's order: a group never served goes first), in publish order;
+        a served group's key is when it became claimable (its last ack, a nack, the end of
+        its lease or park). A group is due when its key is at or before now: a lease and a
+        park put it in the future, so a group in flight is never due, and one whose lease
+        expired is due again without a write (the visibility timeout). The claim reads the
+        key in windows (`harel_beanie.transport.claim_walk`: the fresh band's, then the
+        served band's, each from where the last claim found its lowest), each a filter of
+        exactly the window and `hb_claim`'s own partial filter (`pending > 0`): SecantusDB
+        plans a range only on an index led by the field, when the rest of the filter is the
+        index's partial filter, and reads every match whatever the limit; so a window
+        costs the few groups it holds, not the queue (a claim with the priority or the
+        partitions in its filter read all 10,000 queued groups, 0.4-1.3 s). The priority and
+        the partitions owned are checked on the documents read (on a mongos the partition
+        is in the filter: Rule 7). The argument that the order is kept: the windows tile the
+        band upward from its start and the first is open below, so the first due group read
+        is the lowest one; the start is the lowest key the last claim read and did not take
+        (or where its reads ended), and a key below it can only come from a write since,
+        which that first window reads. The head comes with the group (`$slice`) as read;
+        with its inline messages done, a spilling group's head is its oldest overflow
+        document (one more round trip, which also marks that document with the token).
+        Overflow documents are never counted one by one: the overflow is what the documents
+        say, so one cut short never strands another.
 Rule 4. An ack, a nack and the overflow head's removal are each conditional on the lease's
         token: a lease that expired and was taken by another worker changes nothing. An ack
         pops the head (or deletes the overflow document), frees the group and puts it at the
@@ -40,13 +60,16 @@ Rule 4. An ack, a nack and the overflow head's removal are each conditional on t
 Rule 5. A claim that finds a group with nothing to deliver (its inline messages and its
         overflow gone) ends the spill and sets the counts to zero, conditional on no publish
         having come in or spilled since the claim read the group (`published`, `spilled`):
-        a publish that did then makes the reset miss, and the group is looked at again.
+        a publish that did then makes the reset miss, and the claim gives the group back,
+        claimable at once.
 Rule 6. A group's priority is set by the publish that finds it drained (`pending` 0, no
         lease), and kept while it holds a message, as harel's transports do (they delete a
         drained group's lock document; a queue document outlives its drain). The publish
         decides it in its own write, an update pipeline reading the document as it was, so
         it stays one round trip. A group that spilled is drained once a claim has found its
-        overflow empty (Rule 5): until then a publish into it keeps its priority.
+        overflow empty (Rule 5): until then a publish into it keeps its priority. The same
+        publish makes a drained group fresh (its key in the fresh band, Rule 3), as harel's
+        transports make it a new group.
 Rule 7. Every queue and overflow document carries its group's partition (`part`, the
         partition of the group's execution). A claim and `next_due` read only the partitions
         the transport's scope owns (all of them without an owner). Through a mongos a claim
@@ -54,8 +77,19 @@ Rule 7. Every queue and overflow document carries its group's partition (`part`,
         `findAndModify` on the whole shard key; it carries the partition lease's epoch as a
         fence (`ep`): a claimer whose lease was taken over by a newer owner no longer takes
         a group that owner has claimed. On one server one claim covers every partition it
-        owns. A claim that comes back for a partition whose lease ended meanwhile gives the
-        group back at once.
+        owns (it keeps the groups read of those). A claim that comes back for a partition
+        whose lease ended meanwhile gives the group back at once.
+Rule 8. A claim leases a group as it read it: one update conditional on the token, key and
+        count of acks it read (`_id`, `token`, `available_at`, `acked`), setting its token
+        and `available_at` to the lease's end. Anything that changed the group since the
+        read (another claim, an ack popping the head read, a nack, a reset) changed one of
+        them, so the update misses and the claim goes on to the next group read: the head
+        handed over is the head the lease holds, and two claims never hold one group. (A
+        `find_one_and_update` would take one round trip, but SecantusDB reads the whole
+        collection for one, even by `_id`: 115 ms with 10,000 queued.) A claim of k groups
+        (`claim_many`) sends the k conditional updates in one unordered bulk write, one
+        token for all (every write names its group too); when fewer than k took, one read
+        of the k by that token says which.
 """
 
 from __future__ import annotations
