@@ -204,3 +204,39 @@ async def test_prefetch_hands_the_groups_a_claim_leased_to_the_next_claims(mongo
     got = sorted(x.group_id for x in again.claim_many("w2", 30, 10))
     assert got == ["g2", "g3", "g4", "g5"]  # g1 is still leased to the first worker
     again.close()
+
+
+def test_groups_tied_on_their_key_are_all_claimed_in_id_order(mongo_url: str, db_name: str) -> None:
+    """A clock that does not move gives every fresh group the same key: more of them than a
+    read returns (`READ`) are still all claimed, in `_id` order, one each, and nothing
+    after (the walk reads a tied key again with room for them all)."""
+    client = pymongo.MongoClient(mongo_url)
+    t = MongoTransport(client, db_name, clock=lambda: 5_000.0)
+    n = READ * 2 + 5
+    for i in range(n):
+        t.publish(f"t{i:04d}", Event(kind="e"))
+    claimed = []
+    while (lease := t.claim("w", 30)) is not None:
+        claimed.append(lease.group_id)
+        t.ack(lease)
+    assert claimed == [f"t{i:04d}" for i in range(n)]
+    got = t.claim_many("w", 30, 5)
+    assert got == []
+    t.close()
+
+
+def test_a_claim_finds_the_one_group_it_may_take_behind_a_full_reply_of_others(mongo_url: str, db_name: str) -> None:
+    """Groups the claim may not take (below its `min_priority`) fill more than a read's reply
+    ahead of the one it may: the claim reads on past them, on its first claim and on a later one."""
+    client = pymongo.MongoClient(mongo_url)
+    t = MongoTransport(client, db_name, clock=lambda: 5_000.0)
+    for i in range(READ * 2 + 5):
+        t.publish(f"a{i:04d}", Event(kind="e"))
+    t.publish("z-high", Event(kind="e"), priority=2)
+    t.publish("z-high-2", Event(kind="e"), priority=2)
+    first = t.claim("w", 30, min_priority=2)
+    assert first is not None and first.group_id == "z-high"
+    again = t.claim("w", 30, min_priority=2)
+    assert again is not None and again.group_id == "z-high-2"
+    assert t.claim("w", 30, min_priority=2) is None
+    t.close()

@@ -96,13 +96,19 @@ class ClaimWalk:
         limit = max(READ, 4 * want)
         cap = "$lte" if inclusive else "$lt"
         if self.start is None or not floor <= self.start <= high:
-            docs = yield {"$gte": floor, cap: high}, limit
-            self._saw(docs, high, limit)
-            keys = [float(d["available_at"]) for d in docs]
-            if len(keys) >= max(TARGET, want):  # dense enough to learn a width from
-                span = keys[max(TARGET, want) - 1] - keys[0]
-                self.width = max(span, math.ulp(keys[0]) * 4)
-            return
+            low, learnt = floor, False
+            while True:  # the band whole, a reply at a time
+                docs = yield {"$gte": low, cap: high}, limit
+                self._saw(docs, high, limit)
+                keys = [float(d["available_at"]) for d in docs]
+                if not learnt and len(keys) >= max(TARGET, want):  # dense enough to learn a width from
+                    span = keys[max(TARGET, want) - 1] - keys[0]
+                    self.width, learnt = max(span, math.ulp(keys[0]) * 4), True
+                if len(docs) < limit:
+                    return
+                if keys[-1] == keys[0] or keys[-1] <= low:
+                    limit *= BOOST  # all tied: read the key again with room for them all
+                low = keys[-1]
         walk = UpwardWalk(self.start, target=max(TARGET, want), width=self.width, high=high)
         low = floor  # the first window is open below, down to the band's floor
         while not walk.done:
