@@ -306,7 +306,8 @@ def _claim_in(
     for band in BANDS:
         if len(leases) >= want:
             break
-        walk = st.walks.setdefault(f"{band.name} {sorted(due.items(), key=repr)!r}", ClaimWalk())
+        # one walk per band and partition read (not per epoch: a takeover keeps what it learnt)
+        walk = st.walks.setdefault(f"{band.name} {due.get(PART)}", ClaimWalk())
         taken: set[str] = set()  # read and leased: their key has moved (Rule 8)
         windows = walk.windows(band.floor, band.ceiling(st.clock()), band.inclusive, want)
         step = next(windows, None)
