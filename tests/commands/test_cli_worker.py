@@ -313,3 +313,16 @@ async def test_harels_transport_writes_at_the_stores_concern_unless_the_url_name
         assert transport._client.write_concern.document == want
     finally:
         await transport.close()
+
+
+def test_a_bulk_claims_write_concern_error_is_passing() -> None:
+    """A claim of k groups is one bulk write: its write concern failing, every write applied,
+    is passing like a single write's (the worker goes on); a write refused is not."""
+    from pymongo.errors import BulkWriteError
+
+    from harel_beanie.deploy.serving import passing
+
+    wce = {"code": 64, "errmsg": "injected"}
+    assert passing(BulkWriteError({"writeErrors": [], "writeConcernErrors": [wce]}))
+    assert not passing(BulkWriteError({"writeErrors": [{"index": 0, "code": 11000}], "writeConcernErrors": [wce]}))
+    assert not passing(BulkWriteError({"writeErrors": [{"index": 0, "code": 2}], "writeConcernErrors": []}))
