@@ -388,10 +388,10 @@ def _lease_all(
         return docs
     if not taken:
         return []
-    # another claimer took some of them between the read and the write: which ones
-    ids = {
-        d["_id"] for d in (yield Find("queues", {"_id": {"$in": [d["_id"] for d in docs]}, "token": token}, {"_id": 1}))
-    }
+    # another claimer took some of them between the read and the write: which ones (on a
+    # mongos, in the one partition they were read from)
+    mine = {"_id": {"$in": [d["_id"] for d in docs]}, "token": token, **{k: v for k, v in due.items() if k == PART}}
+    ids = {d["_id"] for d in (yield Find("queues", mine, {"_id": 1}))}
     return [d for d in docs if d["_id"] in ids]
 
 
