@@ -152,9 +152,11 @@ def test_a_claim_of_k_groups_is_two_round_trips(mongo_url: str, db_name: str) ->
     next group read in its place."""
     rec = Recorder()
     client = pymongo.MongoClient(mongo_url, event_listeners=[rec])
-    t = MongoTransport(client, db_name)
-    other = MongoTransport(pymongo.MongoClient(mongo_url), db_name)
+    clock = [1_000.0]  # a second between publishes: windows the same in every run
+    t = MongoTransport(client, db_name, clock=lambda: clock[0])
+    other = MongoTransport(pymongo.MongoClient(mongo_url), db_name, clock=lambda: clock[0])
     for i in range(12):
+        clock[0] += 1.0
         t.publish(f"g{i:02d}", Event(kind=f"e{i}"))
     rec.clear()
     leases = t.claim_many("w", 30, 5)
@@ -163,16 +165,19 @@ def test_a_claim_of_k_groups_is_two_round_trips(mongo_url: str, db_name: str) ->
 
     # another claimer takes the next group between this claim's read and its write
     inner = t._call
+    raced: list[str] = []
 
     def racing(c: calls.Call) -> Any:
         reply = inner(c)
-        if isinstance(c, calls.Find) and c.target == "queues" and "token" not in c.filter:
-            raced = other.claim("o", 30)
-            assert raced is not None and raced.group_id == "g05"
+        if isinstance(c, calls.Find) and c.target == "queues" and not raced:
+            lease = other.claim("o", 30)
+            assert lease is not None
+            raced.append(lease.group_id)
         return reply
 
     t._call = racing  # type: ignore[method-assign]
     leases = t.claim_many("w", 30, 4)
+    assert raced == ["g05"]
     assert [x.group_id for x in leases] == ["g06", "g07", "g08", "g09"]  # g05 lost, g09 in its place
     assert [name for name, _ in rec.take() if name != "endSessions"] == ["find", "update", "find", "update"]
     t.close()
