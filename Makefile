@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup docs demo dist test test-sharded soak reliability reliability-soak bench typecheck clean browser netfaults screenshots format bench-partitions bench-scale bench-group-commit
+.PHONY: setup docs demo dist test test-sharded soak reliability reliability-soak bench typecheck clean browser netfaults screenshots format bench-partitions bench-scale bench-group-commit bench-claim
 
 # what `make test` checks first: the formatter and the linter (ruff), applied
 format: $(STAMP)
@@ -108,6 +108,10 @@ reliability-soak: $(STAMP) netfaults
 # bench/RESULTS.md. The store and the stack beside harel's, in one run (bench/store, bench/stack)
 bench: $(STAMP)
 	$(BIN)/python -m bench.store.run
+
+# a claim with 10,000 groups queued, and that backlog drained by one worker (bench/stack)
+bench-claim: $(STAMP)
+	$(BIN)/python -m bench.stack.claim_backlog
 
 # would group commit win? the same commits as one bulk write and one update each (bench/store)
 bench-group-commit: $(STAMP)

@@ -263,9 +263,10 @@ async def test_a_connection_lost_while_starting_does_not_end_the_worker(tmp_path
 
 async def test_a_write_concern_error_on_a_claim_does_not_end_the_worker(tmp_path, kind):
     """The server applies the worker's claims without their write concern (a fail point's
-    `writeConcernError` on `findAndModify` and `update`, twice): the worker says so, goes on
-    claiming, and handles the work published meanwhile (the network-fault soak found a worker
-    ending on this)."""
+    `writeConcernError` on `findAndModify` and `update`, four times: this transport's claim
+    leases with an `update`, as its partition leases renew, so two may all go to renewals):
+    the worker says so, goes on claiming, and handles the work published meanwhile (the
+    network-fault soak found a worker ending on this)."""
     from harel_beanie.deploy.embedded import EmbeddedServer
 
     with EmbeddedServer(test_commands=True, log_path=tmp_path / "server.log") as server:
@@ -277,7 +278,7 @@ async def test_a_write_concern_error_on_a_claim_does_not_end_the_worker(tmp_path
             admin.admin.command(
                 "configureFailPoint",
                 "failCommand",
-                mode={"times": 2},
+                mode={"times": 4},
                 data={"failCommands": ["findAndModify", "update"], "writeConcernError": wce, "appName": "hb-worker"},
             )
             store = AsyncMongoStore(pymongo.AsyncMongoClient(server.url), "wce")
@@ -319,3 +320,16 @@ async def test_harels_transport_writes_at_the_stores_concern_unless_the_url_name
         assert transport._client.write_concern.document == want
     finally:
         await transport.close()
+
+
+def test_a_bulk_claims_write_concern_error_is_passing() -> None:
+    """A claim of k groups is one bulk write: its write concern failing, every write applied,
+    is passing like a single write's (the worker goes on); a write refused is not."""
+    from pymongo.errors import BulkWriteError
+
+    from harel_beanie.deploy.serving import passing
+
+    wce = {"code": 64, "errmsg": "injected"}
+    assert passing(BulkWriteError({"writeErrors": [], "writeConcernErrors": [wce]}))
+    assert not passing(BulkWriteError({"writeErrors": [{"index": 0, "code": 11000}], "writeConcernErrors": [wce]}))
+    assert not passing(BulkWriteError({"writeErrors": [{"index": 0, "code": 2}], "writeConcernErrors": []}))

@@ -31,6 +31,7 @@ from mongomock_motor import AsyncMongoMockClient
 from harel_beanie import AsyncMongoStore, AsyncMongoTransport, HistoryWriter, MongoStore, MongoTransport, RetryPolicy
 from harel_beanie.commands.cli import main as cli_main
 from harel_beanie.dashboard import no_auth
+from harel_beanie.transport.queues import MAX_PREFETCH
 from harel_beanie.transport.settings import MAX_IDLE_WAIT, MAX_PARK, MAX_POLL_INTERVAL, MAX_VISIBILITY
 from tests.support.doors import NOT_VALUES, Door, cli_flags, doors
 
@@ -47,6 +48,11 @@ WRONG: dict[str, list[Any]] = {
 BOUNDED = {
     "MongoTransport.claim.visibility": MAX_VISIBILITY,
     "AsyncMongoTransport.claim.visibility": MAX_VISIBILITY,
+    "MongoTransport.claim_many.visibility": MAX_VISIBILITY,
+    "AsyncMongoTransport.claim_many.visibility": MAX_VISIBILITY,
+    "MongoTransport.claim_many.k": MAX_PREFETCH,
+    "AsyncMongoTransport.claim_many.k": MAX_PREFETCH,
+    "AsyncMongoTransport.__init__.prefetch": MAX_PREFETCH,
     "MongoTransport.nack.delay": MAX_PARK,
     "AsyncMongoTransport.nack.delay": MAX_PARK,
     "AsyncMongoTransport.__init__.idle_wait": MAX_IDLE_WAIT,
@@ -119,6 +125,7 @@ def _sync_transport(c: Ctx, method: str, kw: dict[str, Any]) -> Any:
         args = {
             "publish": {"group_id": "g", "event": Event(kind="B")},
             "claim": {"worker_id": "w", "visibility": 30.0},
+            "claim_many": {"worker_id": "w", "visibility": 30.0, "k": 2},
             "ack": {"lease": lease},
             "nack": {"lease": lease},
         }[method]
@@ -134,6 +141,7 @@ def _async_transport(c: Ctx, method: str, kw: dict[str, Any]) -> Any:
             args = {
                 "publish": {"group_id": "g", "event": Event(kind="B")},
                 "claim": {"worker_id": "w", "visibility": 30.0},
+                "claim_many": {"worker_id": "w", "visibility": 30.0, "k": 2},
                 "ack": {"lease": lease},
                 "nack": {"lease": lease},
             }[method]
@@ -281,11 +289,11 @@ def _calls() -> dict[str, Callable[[Ctx, dict[str, Any]], Any]]:
         "AsyncMongoTransport.from_url": async_transport_url,
         **{
             f"MongoTransport.{m}": (lambda m: lambda c, kw: _sync_transport(c, m, kw))(m)
-            for m in ("publish", "claim", "ack", "nack")
+            for m in ("publish", "claim", "claim_many", "ack", "nack")
         },
         **{
             f"AsyncMongoTransport.{m}": (lambda m: lambda c, kw: _async_transport(c, m, kw))(m)
-            for m in ("publish", "claim", "ack", "nack")
+            for m in ("publish", "claim", "claim_many", "ack", "nack")
         },
         **{
             f"HistoryWriter.{m}": (lambda m: lambda c, kw: _history(c, m, kw))(m)

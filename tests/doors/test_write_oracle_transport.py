@@ -106,7 +106,7 @@ def publish_property(q: Queues, data: st.DataObject, case: str) -> None:
             q.t.publish(group, Event(kind="F", data={"n": n}))
     before = snapshot(q.db)
     q.t.publish(group, event, priority)
-    expected = model.publish(before, group, event.model_dump_json(), priority)
+    expected = model.publish(before, group, event.model_dump_json(), priority, CLOCK)
     spilled = len(expected.get(model.OVERFLOW, {})) > len(before.get(model.OVERFLOW, {}))
     assert spilled or case != "into a full group"
     expect_equal(f"publish({group!r}, priority={priority})", expected, snapshot(q.db))

@@ -8,6 +8,7 @@ not checked (speed lives in the benchmark, never in tests), the report's shape i
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -216,3 +217,15 @@ def test_bench_scale_writes_its_section_and_chart(tmp_path: Path) -> None:
         cells = [c.strip() for c in ln.strip("|").split("|")]
         assert cells[4] != "-" and cells[5].endswith("/s"), ln  # prune ran and has a rate
         assert cells[7] != "-" and cells[9].endswith("/s"), ln  # migrate up ran and has a rate
+
+
+def test_bench_claim_backlog_runs_at_tiny_sizes() -> None:
+    """`bench/stack/claim_backlog.py` at tiny sizes, end to end on its own embedded server: its
+    figures' shape (every message drained, with and without prefetch), not their values."""
+    argv = [sys.executable, "-m", "bench.stack.claim_backlog", "--groups", "40", "--claims", "3"]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-6000:]
+    figures = json.loads(done.stdout)
+    assert figures["groups"] == 40 and figures["claim"]["claim_ms_median"] > 0
+    assert [d["prefetch"] for d in figures["drain"]] == [1, 32]
+    assert all(d["drained"] == 40 for d in figures["drain"]), figures["drain"]

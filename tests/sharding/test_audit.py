@@ -353,8 +353,9 @@ async def test_the_operators_side(mongo_url: str, audits: Any, monkeypatch: pyte
 
 
 def test_the_audit_fails_on_the_transport_before_partitions(mongo_url: str, client: Any) -> None:
-    """The transport as it was before partitions sent its claim with no shard key: the
-    audit flags it (a `findAndModify` needing MongoDB 7.1's broadcast, or refused before)."""
+    """The transport as it is on one server (as it was before partitions) sends its claim with
+    no shard key: the audit flags it (its window read reaching every shard, and its lease, an
+    update by `_id` alone, reaching every shard too)."""
     db = _fresh()
     audit = Audit(db)
     try:
@@ -363,7 +364,8 @@ def test_the_audit_fails_on_the_transport_before_partitions(mongo_url: str, clie
         t.publish("a", Event(kind="e"))
         assert t.claim("w", 30.0) is not None
         flagged = audit.problems()
-        assert any(line.startswith("claim: findAndModify") and "full shard key" in line for line in flagged), flagged
+        assert any(line.startswith("claim: find on") and "every shard" in line for line in flagged), flagged
+        assert any(line.startswith("claim: update on") and "every shard" in line for line in flagged), flagged
     finally:
         client.drop_database(db)
 

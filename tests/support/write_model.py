@@ -33,6 +33,7 @@ PARTS = 16  # partitions of a database made with the defaults
 COMMIT_TOKENS = 16  # commit tokens an execution keeps
 BURIED_MAX = 64  # creations a tombstone keeps
 NO_ID = "\U0010ffff"  # an empty counter's `low`
+FRESH_OFFSET = 2.0**34  # a fresh group's claim key: its publish time less this
 
 
 # --- values no model can predict ---------------------------------------------------------------
@@ -544,10 +545,13 @@ def _drained(q: Mapping[str, Any]) -> bool:
     return int(q.get("pending") or 0) <= 0 and q.get("token") is None
 
 
-def _queue_write(q: dict[str, Any], priority: int, adds: Mapping[str, int]) -> None:
-    """A publish's write: a new group's defaults, the priority of a drained group, counts added."""
-    keep_priority = not _drained(q) and "priority" in q
-    for k, v in {"available_at": 0.0, "token": None, "acked": 0, "spill": False}.items():
+def _queue_write(q: dict[str, Any], priority: int, adds: Mapping[str, int], now: float) -> None:
+    """A publish's write: a new group's defaults, the priority of a drained group, a drained
+    (or new) group's key in the fresh band (the publish time less `FRESH_OFFSET`), counts added."""
+    drained = _drained(q)
+    keep_priority = not drained and "priority" in q
+    q["available_at"] = now - FRESH_OFFSET if drained else q.get("available_at", now)
+    for k, v in {"token": None, "acked": 0, "spill": False}.items():
         q.setdefault(k, v)
     if not keep_priority:
         q["priority"] = priority
@@ -555,7 +559,7 @@ def _queue_write(q: dict[str, Any], priority: int, adds: Mapping[str, int]) -> N
         q[k] = int(q.get(k) or 0) + n
 
 
-def publish(before: Snapshot, group_id: str, text: str, priority: int) -> Snapshot:
+def publish(before: Snapshot, group_id: str, text: str, priority: int, now: float) -> Snapshot:
     """The message appended inline while the group has room and does not spill, else an
     overflow document and the group told (the spill started if it was not)."""
     after = copy.deepcopy(before)
@@ -573,7 +577,7 @@ def publish(before: Snapshot, group_id: str, text: str, priority: int) -> Snapsh
     part = part_of(group_id)
     if size <= INLINE_BYTES and room:
         q = queues.setdefault(group_id, {"_id": group_id})
-        _queue_write(q, priority, {"qn": 1, "qb": size, "pending": 1, "published": 1, "wake": 1})
+        _queue_write(q, priority, {"qn": 1, "qb": size, "pending": 1, "published": 1, "wake": 1}, now)
         q["q"] = list(q.get("q") or []) + [{"e": text}]
         q["part"] = part
         return after
@@ -583,7 +587,7 @@ def publish(before: Snapshot, group_id: str, text: str, priority: int) -> Snapsh
             q[k] = int(q.get(k) or 0) + 1
         return after
     q = queues.setdefault(group_id, {"_id": group_id})
-    _queue_write(q, priority, {"spilled": 1, "published": 1, "wake": 1, "pending": 1})
+    _queue_write(q, priority, {"spilled": 1, "published": 1, "wake": 1, "pending": 1}, now)
     q.update(spill=True, part=part)
     return after
 
@@ -591,9 +595,10 @@ def publish(before: Snapshot, group_id: str, text: str, priority: int) -> Snapsh
 def claim(
     before: Snapshot, now: float, until: float, min_priority: int, token: Optional[str]
 ) -> tuple[Snapshot, Optional[tuple[str, str]]]:
-    """The due group served longest ago leased (`token`: the lease's, as the claim answered
-    it; a group found with nothing to deliver is reset and the next one tried), and what it
-    delivers: (group, message text) or None."""
+    """The due group first in the claim order (the lowest key: the fresh band's are below the
+    served band's) leased (`token`: the lease's, as the claim answered it; a group found with
+    nothing to deliver is reset and the next one tried), and what it delivers: (group,
+    message text) or None."""
     after = copy.deepcopy(before)
     queues, overflow = after.get(QUEUES, {}), after.get(OVERFLOW, {})
     for _ in range(8):
@@ -648,7 +653,7 @@ def nack_message(before: Snapshot, group_id: str, token: str, delay: float, now:
     if delay > 0:
         q["available_at"] = now + delay
     else:
-        q.update(available_at=0.0, token=None, wake=int(q.get("wake") or 0) + 1)
+        q.update(available_at=now, token=None, wake=int(q.get("wake") or 0) + 1)
     return after
 
 

@@ -71,10 +71,13 @@ def _sent(rec: Recorder) -> list[str]:
 def test_round_trips_per_path(mongo_url: str, db_name: str) -> None:
     """The round trips of every path, on the wire (docs/production-stack.md says the
     same numbers): publish inline 1, into a full group 4 (it starts the spill), into a
-    spilling group 3, a message over the inline bound 3 (2 into a spilling group); claim of an
-    inline head 1, of an overflow head 2, a claim that finds nothing 1, one that finds a
-    spilled group drained 4 (it ends the spill and looks again); ack inline 1, of an overflow
-    head 2; nack 1, parked or not. Each command is named with its collection."""
+    spilling group 3, a message over the inline bound 3 (2 into a spilling group); claim of a
+    fresh group's inline head 2 (a window of the fresh band read, the group leased as read:
+    Rules 3 and 8), of a served group's 3 (the fresh band read first, found empty), of an
+    overflow head one more, a claim that finds nothing 2 (one window of each band: the last
+    claim was just before), one that finds a spilled group drained 5 (it ends the spill); ack
+    inline 1, of an overflow head 2; nack 1, parked or not. Each command is named with its
+    collection."""
     rec = Recorder()
     t = MongoTransport(pymongo.MongoClient(mongo_url, event_listeners=[rec]), db_name)
     t.init()
@@ -83,15 +86,17 @@ def test_round_trips_per_path(mongo_url: str, db_name: str) -> None:
 
     t.publish("g", Event(kind="first"))
     assert _sent(rec) == [f"update {QS}"]  # inline: the conditional upsert appends
+    claim = [f"find {QS}", f"update {QS}"]  # a window read, then the lease conditional on it
+    served = [f"find {QS}", *claim]  # the fresh band read first
     lease = t.claim("w", 30)
-    assert lease is not None and _sent(rec) == [f"findAndModify {QS}"]
-    t.nack(lease)
+    assert lease is not None and _sent(rec) == claim
+    t.nack(lease)  # back among the served groups
     assert _sent(rec) == [f"update {QS}"]
     lease = t.claim("w", 30)
     t.nack(lease, delay=5)
-    assert lease is not None and _sent(rec) == [f"findAndModify {QS}", f"update {QS}"]
+    assert lease is not None and _sent(rec) == [*served, f"update {QS}"]
     assert t.claim("w", 30) is None  # parked: nothing claimable
-    assert _sent(rec) == [f"findAndModify {QS}"]
+    assert _sent(rec) == [f"find {QS}", f"find {QS}"]
 
     for i in range(INLINE_MAX):
         t.publish("full", Event(kind=f"m{i}"))
@@ -106,17 +111,17 @@ def test_round_trips_per_path(mongo_url: str, db_name: str) -> None:
     assert _sent(rec) == [f"insert {OV}", f"update {QS}", f"update {QS}"]
 
     lease = t.claim("w", 30, min_priority=0)
-    while lease is not None and lease.group_id != "alone":  # an inline head: one command
-        assert _sent(rec) == [f"findAndModify {QS}"]
+    while lease is not None and lease.group_id != "alone":  # an inline head: two commands
+        assert _sent(rec) == claim
         t.ack(lease)
         assert _sent(rec) == [f"update {QS}"]
         lease = t.claim("w", 30)
     assert lease is not None and lease.overflow_id is not None
-    assert _sent(rec) == [f"findAndModify {QS}", f"findAndModify {OV}"]  # the overflow head
+    assert _sent(rec) == [*claim, f"findAndModify {OV}"]  # the overflow head
     t.ack(lease)
     assert _sent(rec) == [f"delete {OV}", f"update {QS}"]
 
-    # a claim that finds a spilled group drained ends the spill (Rule 5), then looks again
+    # a claim that finds a spilled group drained ends the spill (Rule 5)
     solo = MongoTransport(t._client, db_name, prefix="solo")
     solo.init()
     solo.publish("g", Event(kind="big", data=big))
@@ -124,12 +129,12 @@ def test_round_trips_per_path(mongo_url: str, db_name: str) -> None:
     rec.clear()
     assert solo.claim("w", 30) is None
     q, o = "solo_hb_queues", "solo_hb_overflow"
-    assert _sent(rec) == [f"findAndModify {q}", f"findAndModify {o}", f"update {q}", f"findAndModify {q}"]
+    assert _sent(rec) == [f"find {q}", f"find {q}", f"update {q}", f"findAndModify {o}", f"update {q}"]
     t.close()
 
 
 async def test_an_idle_claim_reads_when_to_wake(mongo_url: str, db_name: str) -> None:
-    """An async claim that finds nothing answers after its one command without `idle_wait`
+    """An async claim that finds nothing answers after its read of each band without `idle_wait`
     (harel's behaviour). With it, it also reads when the next lease or park ends (one `find`)
     and asks `timers` (the store's `next_timer`: one `find` on the store's client), then
     claims once more after each wake-up (a notification, or each poll interval without a
@@ -140,7 +145,8 @@ async def test_an_idle_claim_reads_when_to_wake(mongo_url: str, db_name: str) ->
     await t.init()
     rec.clear()
     assert await t.claim("w", 30) is None
-    assert _sent(rec) == [f"findAndModify {QS}"]
+    nothing = [f"find {QS}", f"find {QS}"]
+    assert _sent(rec) == nothing
 
     asked: list[float] = []
 
@@ -162,7 +168,7 @@ async def test_an_idle_claim_reads_when_to_wake(mongo_url: str, db_name: str) ->
     rec.clear()
     assert await waiting.claim("w", 30) is None
     assert waits >= 1 and len(asked) == 1
-    assert _sent(rec) == [f"findAndModify {QS}", f"find {QS}"] + [f"findAndModify {QS}"] * waits
+    assert _sent(rec) == [*nothing, f"find {QS}"] + nothing * waits
     await waiting.close()
 
 
@@ -199,8 +205,9 @@ async def test_claims_racing_acks_on_lapsed_leases_lose_no_message(mongo_url: st
     not at all. On SecantusDB a claim reading the head from the pre-image lost about one
     message in 40 in two runs of five: its pre-image is the document as the claim found it,
     so a claim racing an ack handed over the popped head again, and the next ack popped a
-    message nobody had been given. The claim reads its head from the post-image, which it
-    asks for on the wire."""
+    message nobody had been given. The claim now reads the head before it leases, and its
+    lease is conditional on the acks it read (`acked`, on the wire): an ack in between makes
+    the lease miss (Rule 8)."""
     rec = Recorder()
     t = AsyncMongoTransport(pymongo.AsyncMongoClient(mongo_url, event_listeners=[rec]), db_name)
     deliveries = published = 0
@@ -229,8 +236,14 @@ async def test_claims_racing_acks_on_lapsed_leases_lose_no_message(mongo_url: st
         assert seen == {f"m{i}" for i in range(n)}, sorted({f"m{i}" for i in range(n)} - seen)
     # the race happened: claims took groups whose head was still being acknowledged
     assert deliveries > published, (deliveries, published)
-    claims = [c for name, c in rec.commands if name == "findAndModify" and c["findAndModify"] == "harel_hb_queues"]
-    assert claims and all(c.get("new") is True for c in claims), claims[:1]
+    leases = [
+        u["q"]
+        for name, c in rec.commands
+        if name == "update" and c["update"] == "harel_hb_queues"
+        for u in c["updates"]
+        if isinstance(u["u"], dict) and u["u"].get("$set", {}).get("token") is not None
+    ]
+    assert leases and all("acked" in q and "token" in q for q in leases), leases[:1]
     await t.close()
 
 

@@ -62,7 +62,7 @@ PLANTED = {
     # a claim that comes back after its partition's lease ended keeps the group (Rule 7)
     "the claim's give-back": (
         queues,
-        "_claim_in",
+        "_heads",
         "if owned is not None and (0 if part is None else part) not in owned:",
         "if False:",
     ),

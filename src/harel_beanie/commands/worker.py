@@ -66,6 +66,7 @@ from harel_beanie.history.records import HistoryWriter
 from harel_beanie.queries.samples import sample_if_due, samples_name
 from harel_beanie.store.async_store import AsyncMongoStore
 from harel_beanie.transport.ownership import PartitionOwner
+from harel_beanie.transport.prefetch import PREFETCH_CAP
 from harel_beanie.transport.settings import MAX_VISIBILITY
 
 NAME = "worker"
@@ -350,6 +351,7 @@ async def _start(
                 timers=store.next_timer,
                 partitions=scope,
                 clock=opts.get("clock") or time.time,
+                prefetch=min(opts["concurrency"], PREFETCH_CAP),
             )
         except ConnectionFailure as exc:
             failure = exc

@@ -14,7 +14,7 @@ import logging
 import time
 from typing import Any, Awaitable, Callable, Optional
 
-from pymongo.errors import ConnectionFailure, OperationFailure, WriteConcernError
+from pymongo.errors import BulkWriteError, ConnectionFailure, OperationFailure, WriteConcernError
 
 from harel_beanie.deploy.relay import sweep
 from harel_beanie.transport.ownership import RENEW_EVERY, TAKEOVER_BOUND, PartitionOwner
@@ -114,6 +114,11 @@ async def run_through_outages(worker: Any, stop: asyncio.Event, wid: str, pause:
 
 def passing(exc: OperationFailure) -> bool:
     """A server error that says nothing about the request itself, which a retry can outlive."""
+    if isinstance(exc, BulkWriteError):
+        # a bulk write (a claim of k groups) whose writes all went through, without the
+        # write concern it asked for: as a single write's `WriteConcernError`
+        details = exc.details or {}
+        return not details.get("writeErrors") and bool(details.get("writeConcernErrors"))
     return isinstance(exc, WriteConcernError) or any(
         exc.has_error_label(label) for label in ("RetryableWriteError", "RetryableError")
     )

@@ -162,13 +162,16 @@ async def open_transport(
     idle_wait: float = DEFAULT_IDLE_WAIT,
     timers: Optional[Callable[[float], Any]] = None,
     partitions: Optional[PartitionScope] = None,
+    prefetch: int = 1,
 ) -> Any:
     """The transport `kind` on the target's database and prefix, on a client of its own, its
-    indexes created unless `create_schema` is off. This package's own waits up to `idle_wait`
-    in a claim that finds nothing (woken by a change stream where the server has one, and at
-    `timers`' next timer: pass the store's `next_timer`). `partitions`: the scope shared with
-    the store and the process's partition owner (this package's transport only). Call after
-    `open_store`, which has already waited for the server."""
+        indexes created unless `create_schema` is off. This package's own waits up to `idle_wait`
+        in a claim that finds nothing (woken by a change stream where the server has one, and at
+        `timers`' next timer: pass the store's `next_timer`). `partitions`: the scope shared with
+        the store and the process's partition owner, and `prefetch`: the worker's concurrency, the
+    groups one claim may lease for its next claims (`harel_beanie.transport.prefetch`; this
+    package's transport only). Call after
+        `open_store`, which has already waited for the server."""
     if kind == "harel":
         return await _open_harel_transport(target, clock, listeners, create_schema)
     if kind != "beanie":
@@ -183,6 +186,7 @@ async def open_transport(
         idle_wait=idle_wait,
         timers=timers,
         partitions=partitions,
+        prefetch=prefetch,
     )
     await transport.init()
     return transport

@@ -13,8 +13,10 @@ from typing import Any, Awaitable, Callable, Optional
 
 from harel.engine.transport import Lease
 from harel.spec.states import Event
+from pymongo.errors import PyMongoError
 
 from harel_beanie.core import calls
+from harel_beanie.core.arguments import require_int
 from harel_beanie.core.calls import Flow, T
 from harel_beanie.core.documents import bind
 from harel_beanie.core.partitions import PartitionScope
@@ -23,6 +25,7 @@ from harel_beanie.store.dispatch import acall, adrive, maybe_await
 from harel_beanie.store.settings import is_in_memory
 from harel_beanie.store.sharding import routing_check_async
 from harel_beanie.transport import queues
+from harel_beanie.transport.prefetch import Prefetch
 from harel_beanie.transport.queues import QueueLease, queue_state
 from harel_beanie.transport.settings import (
     DEFAULT_CLOCK,
@@ -47,6 +50,10 @@ class AsyncMongoTransport:
     nothing wait for a publish, the end of a lease or park, or `timers()`'s next timer; the
     production stack (`harel_beanie.deploy.stack`) sets it. `timers` is the store's
     `next_timer`. `sharded` and `partitions` as for the store (`harel_beanie.AsyncMongoStore`).
+    `prefetch` (default 1: none) is the worker's concurrency: a claim that finds no lease
+    kept leases as many groups as the worker has slots free in one claim (round trips:
+    `harel_beanie.transport.queues`, Rule 8) and keeps the others for its next claims
+    (`harel_beanie.transport.prefetch`); `close()` gives back those never handed out.
 
     Every lease, park and wait is bounded (`harel_beanie.transport.settings`): a claim's
     `visibility` at most a day, a nack's `delay` at most a week, `idle_wait` at most an hour
@@ -66,6 +73,7 @@ class AsyncMongoTransport:
         timers: Optional[TimerSource] = None,
         sharded: Optional[bool] = None,
         partitions: Optional[PartitionScope] = None,
+        prefetch: int = 1,
     ) -> None:
         extra = {} if poll_interval is None else {"poll_interval": poll_interval}
         self.settings = TransportSettings(db_name, prefix, create_schema, write_concern, idle_wait, **extra)
@@ -77,6 +85,7 @@ class AsyncMongoTransport:
         self._ready = False
         self._setup_lock: Optional[asyncio.Lock] = None
         self._woken = 0  # calls of `wake()`: a waiting claim that sees it change returns
+        self._prefetch = Prefetch(require_int("prefetch", prefetch, low=1, high=queues.MAX_PREFETCH))
         self.wakeups: Optional[Wakeups] = None
         if idle_wait > 0:
             executions = bind(prefix)[0].Settings.name  # type: ignore[attr-defined]
@@ -156,11 +165,27 @@ class AsyncMongoTransport:
         await self._run(queues.publish(self._state, group_id, event, priority))
         self._notify()  # a claimer of this process need not wait for the stream
 
+    async def claim_many(self, worker_id: str, visibility: float, k: int, min_priority: int = 0) -> list[QueueLease]:
+        """Up to `k` due groups at once, each leased as `claim` leases one, first in the claim
+        order; fewer (or none) when fewer are due. It does not wait."""
+        return await self._run(queues.claim_many(self._state, worker_id, visibility, k, min_priority))
+
+    async def _claim_now(self, worker_id: str, visibility: float, min_priority: int) -> Optional[QueueLease]:
+        """One lease: a prefetched one that suits, else a claim of as many groups as the
+        worker has slots free (`prefetch`), the rest kept for its next claims."""
+        now = self._state.clock()
+        lease = self._prefetch.take(worker_id, visibility, min_priority, now)
+        if lease is not None:
+            return lease
+        k = self._prefetch.room(now)
+        leases = await self._run(queues.claim_many(self._state, worker_id, visibility, k, min_priority))
+        return self._prefetch.keep(worker_id, leases, now + visibility)
+
     async def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Optional[QueueLease]:
         waiting = self.wakeups
         seen = waiting.generation if waiting is not None else 0
         woken = self._woken
-        lease = await self._run(queues.claim(self._state, worker_id, visibility, min_priority))
+        lease = await self._claim_now(worker_id, visibility, min_priority)
         if lease is not None or waiting is None:
             return lease
         # wait, at most until the next lease or park ends, the store's next timer is due, or
@@ -177,21 +202,28 @@ class AsyncMongoTransport:
         while (left := until - time.monotonic()) > 0:
             await waiting.wait(seen, left)  # a notification, or the poll interval without a stream
             seen = waiting.generation
-            lease = await self._run(queues.claim(self._state, worker_id, visibility, min_priority))
+            lease = await self._claim_now(worker_id, visibility, min_priority)
             if lease is not None or self._woken != woken:  # `wake()`: back to the caller now
                 return lease
         return None
 
     async def ack(self, lease: Lease) -> None:
+        self._prefetch.done(lease)
         await self._run(queues.ack(self._state, lease))
         self._notify()  # the group may hold a message published while its head was in flight
 
     async def nack(self, lease: Lease, delay: float = 0.0) -> None:
+        self._prefetch.done(lease)
         await self._run(queues.nack(self._state, lease, delay))
         if not delay:
             self._notify()
 
     async def close(self) -> None:
+        for lease in self._prefetch.drain():
+            try:  # back to the queue now, not when its lease ends
+                await self._run(queues.nack(self._state, lease))
+            except PyMongoError:
+                pass  # it comes back when its lease ends
         if self.wakeups is not None:
             await self.wakeups.close()
         await maybe_await(self._client.close())

@@ -9,9 +9,10 @@ them from one place.
 A queue is one document per group (per execution): its waiting messages inline, in order,
 up to `INLINE_MAX` of them and `INLINE_BYTES` of their JSON, with the group's lease (`token`,
 `available_at`) and priority beside them. That is what makes each operation one round trip
-while a group's messages fit inline:
-a publish is one conditional upsert that appends, a claim one `find_one_and_update` that
-leases the group and returns its head, an ack one update that pops it. A group whose backlog
+(a claim two) while a group's messages fit inline:
+a publish is one conditional upsert that appends, a claim a read of a window of due groups
+with their heads and one conditional update that leases one (or k at once), an ack one
+update that pops it. A group whose backlog
 outgrows the inline bounds keeps its later messages in `OverflowDocument`s, one each, in
 publish order, until it drains: every document stays bounded whatever the backlog.
 """
@@ -74,13 +75,16 @@ class QueueDocument(Document):
         use_state_management = False
         validate_on_save = False
         indexes: ClassVar[list[IndexModel]] = [
-            # claim: the due group served longest ago, among those holding a message
+            # claim: a window of the claim key among the groups holding a message, read with
+            # exactly this partial filter, which is what SecantusDB plans a range on
+            # (transport.queues, Rule 3; its `priority` is read by no filter now, and stays
+            # for the databases that have it: a new key would be a new index to build)
             IndexModel(
                 [("available_at", ASCENDING), ("priority", ASCENDING)],
                 name="hb_claim",
                 partialFilterExpression=WAITING,
             ),
-            # claim by a worker that owns some partitions: its partitions' due groups
+            # claim through a mongos: a window of one partition's claim key (Rule 7)
             IndexModel(
                 [("part", ASCENDING), ("available_at", ASCENDING), ("priority", ASCENDING)],
                 name="hb_part_claim",

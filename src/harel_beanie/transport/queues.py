@@ -6,11 +6,13 @@ of a group in flight, leases that expire, parked nacks, priorities) is kept here
 fewest round trips a message can take, on the queue documents of
 `harel_beanie.transport.documents`. Round trips per path (each asserted on the wire in
 tests/transport/test_transport.py): publish inline 1, into a full group 4 (it starts the spill), into
-a spilling group 3, a message over the inline bound 3 (2 into a spilling group); claim of an
-inline head 1, of an overflow head 2, one that finds nothing 1, one that finds a spilled
-group drained 4 (Rule 5, then it looks again); ack inline 1, of an overflow head 2; nack 1.
-An idle async claim adds `next_due` (1) and the store's `next_timer` (1, on the store's
-client), then a claim per wake-up. The rules, and the argument for each:
+a spilling group 3, a message over the inline bound 3 (2 into a spilling group); claim of a
+fresh group's inline head 2, of a served group's 3, of an overflow head one more, one that
+finds nothing 2 (one window of each band, the last claim just before), one that finds a
+spilled group drained 5 (Rule 5); a claim of k groups 2 (Rule 8, in
+tests/transport/test_transport_claim_structure.py); ack inline 1, of an overflow head 2;
+nack 1. An idle async claim adds `next_due` (1) and the store's `next_timer` (1, on the
+store's client), then a claim per wake-up. The rules, and the argument for each:
 
 Rule 1. A publish is one conditional upsert of the group's queue document that appends the
         message, when the group keeps its messages inline and has room. There is no global
@@ -25,13 +27,31 @@ Rule 2. A group with no room, or a message too large, spills: the message become
         its extra count if it was not): a publish cut short between the two leaves a document
         a claim still finds while the group spills (delivered, perhaps besides the copy
         harel's relay publishes again: harel's dedupe takes one of them).
-Rule 3. A claim is one `find_one_and_update` over the `hb_claim` index: the due group served
-        longest ago (new groups first), leased by a fresh token until `now + visibility`,
-        its head returned with it (`$slice`), read from the document as leased (the
-        post-image: see `_claim_in`). With its inline messages done, a spilling
-        group's head is its oldest overflow document (one more round trip, which also marks
-        that document with the token). Overflow documents are never counted one by one: the
-        overflow is what the documents say, so one cut short never strands another.
+Rule 3. A claim takes the due group first in the claim order: the lowest `available_at`
+        (then `_id`), its key. A group that is fresh (new, or drained since: Rule 6) has
+        its publish time less `FRESH_OFFSET` (544 years), so every fresh group comes before
+        every served one (harel's order: a group never served goes first), in publish order;
+        a served group's key is when it became claimable (its last ack, a nack, the end of
+        its lease or park). A group is due when its key is at or before now: a lease and a
+        park put it in the future, so a group in flight is never due, and one whose lease
+        expired is due again without a write (the visibility timeout). The claim reads the
+        key in windows (`harel_beanie.transport.claim_walk`: the fresh band's, then the
+        served band's, each from where the last claim found its lowest), each a filter of
+        exactly the window and `hb_claim`'s own partial filter (`pending > 0`): SecantusDB
+        plans a range only on an index led by the field, when the rest of the filter is the
+        index's partial filter, and reads every match whatever the limit; so a window
+        costs the few groups it holds, not the queue (a claim with the priority or the
+        partitions in its filter read all 10,000 queued groups, 0.4-1.3 s). The priority and
+        the partitions owned are checked on the documents read (on a mongos the partition
+        is in the filter: Rule 7). The argument that the order is kept: the windows tile the
+        band upward from its start and the first is open below, so the first due group read
+        is the lowest one; the start is the lowest key the last claim read and did not take
+        (or where its reads ended), and a key below it can only come from a write since,
+        which that first window reads. The head comes with the group (`$slice`) as read;
+        with its inline messages done, a spilling group's head is its oldest overflow
+        document (one more round trip, which also marks that document with the token).
+        Overflow documents are never counted one by one: the overflow is what the documents
+        say, so one cut short never strands another.
 Rule 4. An ack, a nack and the overflow head's removal are each conditional on the lease's
         token: a lease that expired and was taken by another worker changes nothing. An ack
         pops the head (or deletes the overflow document), frees the group and puts it at the
@@ -40,13 +60,16 @@ Rule 4. An ack, a nack and the overflow head's removal are each conditional on t
 Rule 5. A claim that finds a group with nothing to deliver (its inline messages and its
         overflow gone) ends the spill and sets the counts to zero, conditional on no publish
         having come in or spilled since the claim read the group (`published`, `spilled`):
-        a publish that did then makes the reset miss, and the group is looked at again.
+        a publish that did then makes the reset miss, and the claim gives the group back,
+        claimable at once.
 Rule 6. A group's priority is set by the publish that finds it drained (`pending` 0, no
         lease), and kept while it holds a message, as harel's transports do (they delete a
         drained group's lock document; a queue document outlives its drain). The publish
         decides it in its own write, an update pipeline reading the document as it was, so
         it stays one round trip. A group that spilled is drained once a claim has found its
-        overflow empty (Rule 5): until then a publish into it keeps its priority.
+        overflow empty (Rule 5): until then a publish into it keeps its priority. The same
+        publish makes a drained group fresh (its key in the fresh band, Rule 3), as harel's
+        transports make it a new group.
 Rule 7. Every queue and overflow document carries its group's partition (`part`, the
         partition of the group's execution). A claim and `next_due` read only the partitions
         the transport's scope owns (all of them without an owner). Through a mongos a claim
@@ -54,15 +77,26 @@ Rule 7. Every queue and overflow document carries its group's partition (`part`,
         `findAndModify` on the whole shard key; it carries the partition lease's epoch as a
         fence (`ep`): a claimer whose lease was taken over by a newer owner no longer takes
         a group that owner has claimed. On one server one claim covers every partition it
-        owns. A claim that comes back for a partition whose lease ended meanwhile gives the
-        group back at once.
+        owns (it keeps the groups read of those). A claim that comes back for a partition
+        whose lease ended meanwhile gives the group back at once.
+Rule 8. A claim leases a group as it read it: one update conditional on the token, key and
+        count of acks it read (`_id`, `token`, `available_at`, `acked`), setting its token
+        and `available_at` to the lease's end. Anything that changed the group since the
+        read (another claim, an ack popping the head read, a nack, a reset) changed one of
+        them, so the update misses and the claim goes on to the next group read: the head
+        handed over is the head the lease holds, and two claims never hold one group. (A
+        `find_one_and_update` would take one round trip, but SecantusDB reads the whole
+        collection for one, even by `_id`: 115 ms with 10,000 queued.) A claim of k groups
+        (`claim_many`) sends the k conditional updates in one unordered bulk write, one
+        token for all (every write names its group too); when fewer than k took, one read
+        of the k by that token says which.
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Generator, Iterator, Optional
 
 from bson import ObjectId
 from harel.engine.transport import Lease
@@ -71,6 +105,7 @@ from pymongo.errors import DuplicateKeyError
 
 from harel_beanie.core.arguments import BadArgumentType, require_int, require_seconds, require_str
 from harel_beanie.core.calls import (
+    BulkWrite,
     CreateIndexes,
     DeleteOne,
     Find,
@@ -82,15 +117,29 @@ from harel_beanie.core.calls import (
 )
 from harel_beanie.core.documents import SCHEMA_MARKER_ID
 from harel_beanie.core.partitions import PART, PartitionScope
+from harel_beanie.transport.claim_walk import BANDS, FRESH_OFFSET, ClaimWalk
 from harel_beanie.transport.documents import INLINE_BYTES, INLINE_MAX, WAITING
 from harel_beanie.transport.settings import MAX_PARK, MAX_VISIBILITY
 
 #: a priority is a small int (harel's transports use 0..4); anything in this range is kept
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
-#: claims of groups found empty (counts set right) before a claim gives up for this call
-_CLAIM_TRIES = 8
+#: the most groups one claim leases (a worker's free slots: harel's AsyncWorker runs 256)
+MAX_PREFETCH = 1024
 
-_HEAD = {"q": {"$slice": 1}, "qn": 1, "pending": 1, "spill": 1, "acked": 1, "published": 1, "spilled": 1, "part": 1}
+#: what a claim reads of each due group: its head, and what its lease is conditional on
+_HEAD = {
+    "q": {"$slice": 1},
+    "pending": 1,
+    "acked": 1,
+    "published": 1,
+    "spilled": 1,
+    "part": 1,
+    "token": 1,
+    "available_at": 1,
+    "priority": 1,
+}
+#: the claim order (Rule 3)
+_ORDER = [("available_at", 1), ("_id", 1)]
 
 
 @dataclass
@@ -100,6 +149,7 @@ class QueueLease(Lease):
 
     size: int = 0
     overflow_id: Optional[ObjectId] = None
+    priority: int = 0  # the group's, as claimed: a prefetched lease goes to a claim it suits
 
 
 @dataclass
@@ -109,6 +159,8 @@ class QueueState:
 
     clock: Callable[[], float]
     scope: PartitionScope = field(default_factory=PartitionScope)
+    # per claim filter: where its windows of the claim key begin (Rule 3)
+    walks: dict[str, ClaimWalk] = field(default_factory=dict)
 
 
 def queue_state(
@@ -137,18 +189,20 @@ def _old(field: str, default: Any) -> dict[str, Any]:
     return {"$ifNull": [f"${field}", default]}
 
 
-def _write(priority: int, fields: dict[str, Any], adds: dict[str, int]) -> list[dict[str, Any]]:
+def _write(now: float, priority: int, fields: dict[str, Any], adds: dict[str, int]) -> list[dict[str, Any]]:
     """An update pipeline (one stage, so every expression reads the document as it was):
     `fields` set, `adds` added to counts that may be missing, a new group's defaults, and the
     priority `priority` if the group was drained (nothing waiting, no lease), as harel's
     transports give it (Rule 6)."""
     drained = {"$and": [{"$lte": [_old("pending", 0), 0]}, {"$eq": [_old("token", None), None]}]}
-    kept = {"available_at": 0.0, "token": None, "acked": 0, "spill": False}
+    kept = {"token": None, "acked": 0, "spill": False}
     return [
         {
             "$set": {
                 **{k: _old(k, v) for k, v in kept.items()},
                 "priority": {"$cond": [drained, priority, _old("priority", priority)]},
+                # a drained (or new) group is fresh: its key is in the fresh band (Rule 3)
+                "available_at": {"$cond": [drained, now - FRESH_OFFSET, _old("available_at", now)]},
                 **{k: {"$add": [_old(k, 0), n]} for k, n in adds.items()},
                 **fields,
             }
@@ -167,7 +221,7 @@ def publish(st: QueueState, group_id: str, event: Event, priority: int = 0) -> F
         # `$literal`: the message is a value, never an expression or a field path
         pushed = {"q": {"$concatArrays": [_old("q", []), {"$literal": [{"e": text}]}]}}
         append = _write(
-            priority, {**pushed, PART: part}, {"qn": 1, "qb": size, "pending": 1, "published": 1, "wake": 1}
+            st.clock(), priority, {**pushed, PART: part}, {"qn": 1, "qb": size, "pending": 1, "published": 1, "wake": 1}
         )
         try:
             yield UpdateOne("enqueue", room, append, upsert=True)  # Rule 1
@@ -177,7 +231,9 @@ def publish(st: QueueState, group_id: str, event: Event, priority: int = 0) -> F
     yield InsertOne("overflow", {"_id": ObjectId(), "g": group_id, "e": text, PART: part})
     told = {"$inc": {"spilled": 1, "published": 1, "wake": 1}}
     # `pending` + 1: the extra count the spill holds
-    start = _write(priority, {"spill": True, PART: part}, {"spilled": 1, "published": 1, "wake": 1, "pending": 1})
+    start = _write(
+        st.clock(), priority, {"spill": True, PART: part}, {"spilled": 1, "published": 1, "wake": 1, "pending": 1}
+    )
     for _ in range(3):  # a racing publish may start the spill between the two forms
         if (yield UpdateOne("enqueue", {"_id": group_id, "spill": True}, told)):
             return
@@ -189,25 +245,36 @@ def publish(st: QueueState, group_id: str, event: Event, priority: int = 0) -> F
 
 
 def claim(st: QueueState, worker_id: str, visibility: float, min_priority: int = 0) -> Flow[Optional[QueueLease]]:
+    """harel's claim: the one due group first in the claim order (Rule 3), leased."""
+    leases = yield from claim_many(st, worker_id, visibility, 1, min_priority)
+    return leases[0] if leases else None
+
+
+def claim_many(
+    st: QueueState, worker_id: str, visibility: float, k: int, min_priority: int = 0
+) -> Flow[list[QueueLease]]:
+    """Up to `k` due groups, first in the claim order, each leased on its own (Rule 8)."""
     worker_id = require_str("worker_id", worker_id)
     visibility = require_seconds("visibility", visibility, positive=True, high=MAX_VISIBILITY)
+    k = require_int("k", k, low=1, high=MAX_PREFETCH)
     min_priority = require_int("min_priority", min_priority, low=PRIORITY_RANGE[0], high=PRIORITY_RANGE[1])
-    now = st.clock()
-    due = {**WAITING, "available_at": {"$lte": now}, "priority": {"$gte": min_priority}}
+    until = st.clock() + visibility
+    leases: list[QueueLease] = []
     for scoped, fence in _claim_scopes(st.scope):
-        found = yield from _claim_in(st, worker_id, now + visibility, {**due, **scoped}, fence)
-        if found is not None:
-            return found
-    return None
+        leases += yield from _claim_in(st, worker_id, until, scoped, fence, k - len(leases), min_priority)
+        if len(leases) >= k:
+            break
+    return leases
 
 
 def _claim_scopes(scope: PartitionScope) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-    """The filters a claim tries in turn (Rule 7), each with the fence it sets."""
+    """The filters a claim tries in turn (Rule 7), each with the fence it sets: on one
+    server a single one, sent as no filter (the partitions owned are checked on the documents
+    read, Rule 3), or none when it owns no partition now."""
     owned = scope.owned()
     if not scope.sharded:
-        scoped = scope.sweep_filter()
-        if scoped is not None:
-            yield scoped, {}
+        if scope.sweep_filter() is not None:
+            yield {}, {}
         return
     parts = list(range(scope.parts)) if owned is None else sorted(owned)
     if not parts:
@@ -222,42 +289,134 @@ def _claim_scopes(scope: PartitionScope) -> Iterator[tuple[dict[str, Any], dict[
 
 
 def _claim_in(
-    st: QueueState, worker_id: str, until: float, due: dict[str, Any], fence: dict[str, Any]
-) -> Flow[Optional[QueueLease]]:
-    """Rules 3 and 5 within one claim filter."""
-    now = st.clock()
-    for _ in range(_CLAIM_TRIES):
-        token = f"{worker_id}:{uuid.uuid4().hex}"
-        lease = {"$set": {"token": token, "available_at": until, **fence}}
-        # The head is read from the document as the lease left it (`after`): the lease
-        # changes no field read here, and a server whose pre-image is the document as it
-        # found it, not as it wrote it (SecantusDB), would otherwise hand over a head an ack
-        # had just popped, and the next ack would pop a message never delivered.
-        doc = yield FindOneAndUpdate(
-            "queues", due, lease, sort=[("available_at", 1), ("_id", 1)], projection=_HEAD, after=True
-        )
-        if doc is None:
-            return None
-        group_id, seq = doc["_id"], int(doc.get("acked") or 0) + 1
-        owned, part = st.scope.owned(), doc.get(PART)
+    st: QueueState,
+    worker_id: str,
+    until: float,
+    due: dict[str, Any],
+    fence: dict[str, Any],
+    want: int = 1,
+    min_priority: int = PRIORITY_RANGE[0],
+) -> Flow[list[QueueLease]]:
+    """Rules 3, 5 and 8 within one claim filter: the fresh band's windows, then the served
+    band's, read in turn (`harel_beanie.transport.claim_walk`), the due groups they hold
+    leased `want` at a time."""
+    token = f"{worker_id}:{uuid.uuid4().hex}"
+    leases: list[QueueLease] = []
+    tried: set[str] = set()  # read and tried, by this claim
+    for band in BANDS:
+        if len(leases) >= want:
+            break
+        # one walk per band and partition read (not per epoch: a takeover keeps what it learnt)
+        walk = st.walks.setdefault(f"{band.name} {due.get(PART)}", ClaimWalk())
+        taken: set[str] = set()  # read and leased: their key has moved (Rule 8)
+        windows = walk.windows(band.floor, band.ceiling(st.clock()), band.inclusive, want)
+        step = next(windows, None)
+        while step is not None and len(leases) < want:
+            bounds, limit = step
+            docs = yield Find("queues", {"available_at": bounds, **WAITING, **due}, _HEAD, sort=_ORDER, limit=limit)
+            step = _send(windows, docs)
+            owned = st.scope.owned()
+            usable = [
+                d
+                for d in docs
+                if d["_id"] not in tried
+                and int(d.get("priority") or 0) >= min_priority
+                and (owned is None or st.scope.sharded or _part(d) in owned)
+            ]
+            while usable and len(leases) < want:
+                batch, usable = usable[: want - len(leases)], usable[want - len(leases) :]
+                tried.update(d["_id"] for d in batch)
+                won = yield from _lease_all(batch, token, until, due, fence)
+                taken.update(d["_id"] for d in won)
+                leases += yield from _heads(st, won, token)
+        windows.close()
+        walk.settle(taken)
+    return leases
+
+
+def _heads(st: QueueState, won: list[dict[str, Any]], token: str) -> Flow[list[QueueLease]]:
+    """The leases of the groups a claim just won, in claim order (Rules 5 and 7)."""
+    leases: list[QueueLease] = []
+    owned = st.scope.owned()
+    for doc in won:
+        group_id, part = doc["_id"], doc.get(PART)
         if owned is not None and (0 if part is None else part) not in owned:  # no part: written before them
             # its partition's lease ended while the claim was on its way (Rule 7): give it back
-            yield UpdateOne("queues", {"_id": group_id, "token": token}, {"$set": {"available_at": 0.0, "token": None}})
-            return None
-        if doc.get("q"):
-            text = doc["q"][0]["e"]
-            event = Event.model_validate_json(text)
-            return QueueLease(seq, group_id, event, token=token, size=len(text.encode()))
-        head = yield FindOneAndUpdate(
-            "overflow", {"g": group_id}, {"$set": {"tok": token}}, sort=[("_id", 1)], after=True
-        )  # as above: the document as marked
-        if head is not None:
-            event = Event.model_validate_json(head["e"])
-            return QueueLease(seq, group_id, event, token=token, overflow_id=head["_id"])
-        # nothing to deliver: the spill is over, or a count is off (Rule 5)
-        same = {"_id": group_id, "token": token, "published": doc.get("published"), "spilled": doc.get("spilled")}
-        fixed = {"pending": 0, "qn": 0, "qb": 0, "spill": False, "token": None, "available_at": now}
-        yield UpdateOne("queues", same, {"$set": fixed})
+            yield UpdateOne(
+                "queues", {"_id": group_id, "token": token}, {"$set": {"available_at": st.clock(), "token": None}}
+            )
+            continue
+        lease = yield from _head(st, doc, token)
+        if lease is not None:
+            leases.append(lease)
+    return leases
+
+
+def _send(windows: Generator[Any, Any, None], docs: list[dict[str, Any]]) -> Any:
+    try:
+        return windows.send(docs)
+    except StopIteration:
+        return None
+
+
+def _part(doc: dict[str, Any]) -> int:
+    part = doc.get(PART)
+    return 0 if part is None else int(part)  # no part: written before partitions, partition 0's
+
+
+def _lease_all(
+    docs: list[dict[str, Any]], token: str, until: float, due: dict[str, Any], fence: dict[str, Any]
+) -> Flow[list[dict[str, Any]]]:
+    """Lease each of `docs` as it was read: a write conditional on the lease and the count
+    of acks it read (Rule 8), in one round trip; the documents whose write took."""
+    lease = {"$set": {"token": token, "available_at": until, **fence}}
+
+    def as_read(d: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "_id": d["_id"],
+            "token": d.get("token"),
+            "available_at": d["available_at"],
+            "acked": d.get("acked"),
+            **WAITING,
+            **due,
+        }
+
+    if len(docs) == 1:
+        return docs if (yield UpdateOne("queues", as_read(docs[0]), lease)) else []
+    taken = yield BulkWrite("queues", tuple(UpdateOne("queues", as_read(d), lease) for d in docs))
+    if taken == len(docs):
+        return docs
+    if not taken:
+        return []
+    # another claimer took some of them between the read and the write: which ones (on a
+    # mongos, in the one partition they were read from)
+    mine = {"_id": {"$in": [d["_id"] for d in docs]}, "token": token, **{k: v for k, v in due.items() if k == PART}}
+    ids = {d["_id"] for d in (yield Find("queues", mine, {"_id": 1}))}
+    return [d for d in docs if d["_id"] in ids]
+
+
+def _head(st: QueueState, doc: dict[str, Any], token: str) -> Flow[Optional[QueueLease]]:
+    """The head of a group just leased by `token`, read with it (inline) or marked in its
+    overflow; None when it had nothing to deliver (Rule 5: its counts set right)."""
+    group_id, seq = doc["_id"], int(doc.get("acked") or 0) + 1
+    priority = int(doc.get("priority") or 0)
+    if doc.get("q"):
+        text = doc["q"][0]["e"]
+        event = Event.model_validate_json(text)
+        return QueueLease(seq, group_id, event, token=token, size=len(text.encode()), priority=priority)
+    head = yield FindOneAndUpdate(
+        "overflow", {"g": group_id}, {"$set": {"tok": token}}, sort=[("_id", 1)], after=True
+    )  # the document as marked (SecantusDB's pre-image is the document as it found it)
+    if head is not None:
+        event = Event.model_validate_json(head["e"])
+        return QueueLease(seq, group_id, event, token=token, overflow_id=head["_id"], priority=priority)
+    # nothing to deliver: the spill is over, or a count is off (Rule 5)
+    same = {"_id": group_id, "token": token, "published": doc.get("published"), "spilled": doc.get("spilled")}
+    fixed = {"pending": 0, "qn": 0, "qb": 0, "spill": False, "token": None, "available_at": st.clock()}
+    if not (yield UpdateOne("queues", same, {"$set": fixed})):
+        # a publish came in since the read: the group goes back as it is, claimable now
+        released = {"$set": {"token": None, "available_at": st.clock()}, "$inc": {"wake": 1}}
+        yield UpdateOne("queues", {"_id": group_id, "token": token}, released)
     return None
 
 
@@ -294,7 +453,7 @@ def nack(st: QueueState, lease: Lease, delay: float = 0.0) -> Flow[None]:
         # parked: the token stays, so the head is not claimed again before the delay passes
         yield UpdateOne("queues", held, {"$set": {"available_at": st.clock() + delay}})
     else:
-        yield UpdateOne("queues", held, {"$set": {"available_at": 0.0, "token": None}, "$inc": {"wake": 1}})
+        yield UpdateOne("queues", held, {"$set": {"available_at": st.clock(), "token": None}, "$inc": {"wake": 1}})
 
 
 def next_due(st: QueueState) -> Flow[Optional[float]]:

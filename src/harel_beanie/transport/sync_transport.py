@@ -113,6 +113,11 @@ class MongoTransport:
     def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Optional[QueueLease]:
         return self._run(queues.claim(self._state, worker_id, visibility, min_priority))
 
+    def claim_many(self, worker_id: str, visibility: float, k: int, min_priority: int = 0) -> list[QueueLease]:
+        """Up to `k` due groups at once, each leased as `claim` leases one, first in the claim
+        order (`harel_beanie.transport.queues`, Rule 8); fewer (or none) when fewer are due."""
+        return self._run(queues.claim_many(self._state, worker_id, visibility, k, min_priority))
+
     def ack(self, lease: Lease) -> None:
         self._run(queues.ack(self._state, lease))
 

@@ -40,18 +40,20 @@ from pymongo.errors import PyMongoError
 
 from harel_beanie.commands import cli
 from harel_beanie.commands import worker as worker_command
-from harel_beanie.core.calls import Find, FindOneAndUpdate, UpdateOne
+from harel_beanie.core.calls import Find, UpdateOne
 from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.transport import ownership, queues
 
 _GIVE_BACK_LEASE = {"$set": {"until": 0.0, "owner": None}}  # ownership.tick, Rule 2c
-_GIVE_BACK_GROUP = {"$set": {"available_at": 0.0, "token": None}}  # queues._claim_in, Rule 7
+#: the claim's give-back (queues._heads, Rule 7): the lease's token cleared, the group due now
+_GIVE_BACK_GROUP = {"available_at", "token"}
 #: the callers whose reads of `owned()` are not decisions to act (the claim's re-check after
 #: the fact is recorded by the claim's own hook)
-_NOT_DECISIONS = {"_claim_in"}
+_NOT_DECISIONS = {"_heads"}
 #: what each caller of `owned()` is, as the records name it (any other: its function's name)
 _LABELS = {
     "_claim_scopes": "claim filter",
+    "_claim_in": "claim filter",
     "sweep": "relay sweep",
     "due_timers": "timer sweep",
     "_parts": "counts fold",
@@ -152,43 +154,51 @@ def install(rec: Recorder) -> None:
             rec.write("drop", t=now, p=p, ep=old.epoch, why="released")
         return (yield from original_release(st))
 
-    def claim_in(st: queues.QueueState, worker_id: str, until: float, due: Any, fence: Any) -> Any:
-        found: dict[str, Any] = {}
+    def claim_in(st: queues.QueueState, worker_id: str, until: float, due: Any, fence: Any, *rest: Any) -> Any:
+        read: dict[str, dict[str, Any]] = {}  # the groups the claim's windows returned
+        found: dict[str, dict[str, Any]] = {}  # ... and those it leased, with when
 
         def before(call: Any) -> None:
-            if isinstance(call, UpdateOne) and call.target == "queues" and call.update == _GIVE_BACK_GROUP:
-                p = found.get("part")
+            if _gives_back(call):
+                group = call.filter.get("_id")
+                info = found.get(group, {})
+                p = info.get("part")
                 lease = (st.scope.held or {}).get(0 if p is None else p)
                 rec.write(
                     "refused",
-                    t=found["t"],
-                    true=found["true"],
+                    t=info.get("t"),
+                    true=info.get("true"),
                     what="claim",
                     parts=[rec.lease(p, lease)],
                     why="given back",
-                    group=call.filter.get("_id"),
+                    group=group,
                 )
 
         def after(call: Any, reply: Any) -> None:
-            if isinstance(call, FindOneAndUpdate) and call.target == "queues":
+            if isinstance(call, Find) and call.target == "queues":
+                read.update({d["_id"]: d for d in reply})
+            elif isinstance(call, UpdateOne) and call.target == "queues" and reply and _leases(call):
                 # the time is read before the flow's own re-check of the lease reads its clock
                 true = time.time()
-                found.clear()
-                found.update(true=true, t=st.scope.clock(), doc=reply, part=(reply or {}).get("part"))
+                group = call.filter.get("_id")
+                found[group] = dict(true=true, t=st.scope.clock(), part=read.get(group, {}).get("part"))
 
-        lease = yield from _observed(original_claim_in(st, worker_id, until, due, fence), before, after)
-        if lease is not None and found.get("doc") is not None:
-            p = found["part"]
+        leases = yield from _observed(original_claim_in(st, worker_id, until, due, fence, *rest), before, after)
+        for lease in leases:
+            info = found.get(lease.group_id)
+            if info is None:
+                continue
+            p = info["part"]
             held = (st.scope.held or {}).get(0 if p is None else p)
             rec.write(
                 "act",
-                t=found["t"],
-                true=found["true"],
+                t=info["t"],
+                true=info["true"],
                 what="claim",
                 parts=[rec.lease(p, held)],
                 group=lease.group_id,
             )
-        return lease
+        return leases
 
     def owned(self: PartitionScope) -> Optional[dict[int, int]]:
         true = time.time()  # before the clock the decision reads
@@ -209,6 +219,22 @@ def install(rec: Recorder) -> None:
     ownership.release = release  # type: ignore[assignment]
     queues._claim_in = claim_in  # type: ignore[assignment]
     PartitionScope.owned = owned  # type: ignore[method-assign]
+
+
+def _gives_back(call: Any) -> bool:
+    """The claim's give-back of a group whose partition's lease ended (Rule 7)."""
+    update = call.update if isinstance(call, UpdateOne) and call.target == "queues" else None
+    return (
+        isinstance(update, dict)
+        and set(update) == {"$set"}
+        and set(update["$set"]) == _GIVE_BACK_GROUP
+        and update["$set"]["token"] is None
+    )
+
+
+def _leases(call: UpdateOne) -> bool:
+    """A claim's lease of a group it read (Rule 8): a token set."""
+    return isinstance(call.update, dict) and call.update.get("$set", {}).get("token") is not None
 
 
 def _caller() -> str:
