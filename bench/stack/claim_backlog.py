@@ -70,7 +70,9 @@ def claim_figures(url: str, groups: int, claims: int) -> dict[str, Any]:
 
 
 async def _drain(url: str, db: str, prefetch: int, seconds: float) -> tuple[int, float]:
-    options = {"prefetch": prefetch} if "prefetch" in inspect.signature(AsyncMongoTransport).parameters else {}
+    options: dict[str, Any] = (
+        {"prefetch": prefetch} if "prefetch" in inspect.signature(AsyncMongoTransport).parameters else {}
+    )
     t = AsyncMongoTransport(pymongo.AsyncMongoClient(url), db, **options)
     done = 0
     started = time.perf_counter()
