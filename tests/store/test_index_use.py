@@ -119,6 +119,23 @@ def test_the_transport_over_every_partition(mongo_url: str, recorded: list[Recor
     t.close()
 
 
+def test_the_transport_as_it_claims_through_a_mongos(mongo_url: str, recorded: list[Recorder]) -> None:
+    """The claim's mongos path (`sharded=True`: one partition a claim, the whole shard key
+    named), sent to this server as it would be to a mongos: what `hb_part_claim` serves."""
+    rec = _recorder(recorded)
+    client: Any = pymongo.MongoClient(mongo_url, event_listeners=[rec])
+    t = Labelled(MongoTransport(client, rec.db_name, sharded=True, partitions=PartitionScope(held=None)))
+    t.init()
+    for g in ("a", "b", "c"):
+        t.publish(g, Event(kind="e"))
+    handled = 0
+    while (lease := t.claim("w", 30.0)) is not None:
+        t.ack(lease)
+        handled += 1
+    assert handled == 3
+    t.close()
+
+
 async def test_a_worker_owning_its_partitions_running_the_shop(mongo_url: str, recorded: list[Recorder]) -> None:
     """harel's worker logic on a store and a transport behind partition leases (so its
     claims, sweeps and folds name the partitions it owns), running the shop's models."""
