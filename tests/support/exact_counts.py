@@ -105,7 +105,7 @@ async def store_says(store: Any) -> dict[str, Tally]:
     counted = await queries.execution_counts(doc=doc)
     out: dict[str, Tally] = {}
     if counted is not None:
-        out["execution_counts()"] = Tally.of(counted.per, purged=counted.purged, commits=counted.commits)
+        out["execution_counts()"] = Tally.of(counted.per, purged=counted.purged)
         definitions = sorted(counted.per)
     else:
         definitions = []
