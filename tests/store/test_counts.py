@@ -15,7 +15,7 @@ import pytest
 from fastapi import FastAPI
 from harel.engine.execution import Execution, Status
 from harel.engine.schema import DEFAULT_PREFIX
-from harel.engine.store.base import Step
+from harel.engine.store.base import Step, TimerOp
 from prometheus_client import CollectorRegistry
 
 from harel_beanie import queries
@@ -329,6 +329,45 @@ def test_commits_that_keep_the_status_leave_the_counts_alone(mongo_url: str, cli
         check(st, db)
     finally:
         st.close()
+    client.drop_database(name)
+
+
+def test_a_commit_pins_what_its_load_saw_it_wait_on(mongo_url: str, client: Any, db_name: str) -> None:
+    """core/commit.py: a commit that keeps a RUNNING execution RUNNING and gives it no entry or
+    timer pins what the store's load saw it wait on. Waiting on a timer, loaded by this
+    store: one update, not marked, no `quiet`. Loaded by another store (no hint): it pins
+    "waits on nothing", misses, reads the version back and is sent again marked, and the
+    fold decides `quiet` (counted on the wire)."""
+    name = f"{db_name}_hint"
+    rec = Recorder()
+    st = MongoStore(pymongo.MongoClient(mongo_url, event_listeners=[rec]), name)
+    other = MongoStore(pymongo.MongoClient(mongo_url, event_listeners=[rec]), name)
+    running = Step(cause="event", from_status=Status.RUNNING, to_status=Status.RUNNING)
+    try:
+        st.init()
+        exe = Execution(id="w", definition_id="D", status=Status.RUNNING, updated_at=1.0)
+        st.commit(exe, [], timers=(TimerOp("schedule", "t", fire_at=9e9),))
+        st.fold_counts()
+        db = client[name]
+        for n, committer in enumerate((st, other, st)):
+            loaded = st.load("w")
+            assert loaded is not None
+            loaded.updated_at = 2.0 + n
+            rec.clear()
+            committer.commit(loaded, [], step=running)
+            sent = [c for c in rec.names() if c in ("update", "find")]  # (a first operation reads the marker)
+            doc = db[EXES].find_one({"_id": "w"})
+            assert doc is not None and QUIET not in doc
+            if committer is st:
+                assert sent == ["update"] and DIRTY not in doc, (sent, doc)
+            else:  # no hint: pinned "waits on nothing", missed, read back, sent again marked
+                assert sent[-3:] == ["update", "find", "update"] and doc.get(DIRTY) is True, (sent, doc)
+                st.fold_counts()
+                assert QUIET not in db[EXES].find_one({"_id": "w"})  # type: ignore[operator]
+        check(st, db)
+    finally:
+        st.close()
+        other.close()
     client.drop_database(name)
 
 

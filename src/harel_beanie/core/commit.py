@@ -93,6 +93,8 @@ class CommitPlan:
     token: str = ""  # written with the commit: tells a writer whose reply was lost that it landed
     new_bytes: int = 0  # what this commit's new outbox entries and spawns take
     pinned: bool = False  # sent without `cdirty`, its filter pinning what it is counted as
+    pending: bool = False  # it adds an outbox entry or a spawn
+    armed: bool = False  # it arms a timer
 
 
 def bson_date(epoch_seconds: float) -> datetime:
@@ -147,6 +149,7 @@ def plan_commit(
     trace_step_bytes: int = DEFAULT_TRACE_STEP_BYTES,
     part_of: Optional[Callable[[str], int]] = None,
     pin: bool = True,
+    waited: Optional[tuple[bool, bool]] = None,
 ) -> CommitPlan:
     """Build the commit of `request.exe` at its version + 1, its outbox entries and spawns
     taking `seqs` (minted by the caller, one per emit then one per spawn, increasing): the
@@ -154,7 +157,9 @@ def plan_commit(
     execution itself is not changed: the store bumps its version only once the write has
     landed. `part_of` gives the partition a new document carries
     (`harel_beanie.core.partitions`). `pin` False sends it unpinned whatever harel says
-    (the resend of a pinned commit that missed: see the module)."""
+    (the resend of a pinned commit that missed: see the module); `waited` is what the
+    execution waited on when loaded at this version, (an entry pending, a timer bound held),
+    if the store knows: which `quiet` a pinned commit pins."""
     exe = request.exe
     c = _parts(request, seqs, trace_max, trace_step_bytes)
     insert: Optional[dict[str, Any]] = None
@@ -167,7 +172,7 @@ def plan_commit(
             insert["part"] = part_of(exe.id)
     else:
         pinned = pin and keeps_counted(request, c)
-        cas, update = _cas_update(exe, c, dedupe_window, pinned)
+        cas, update = _cas_update(exe, c, dedupe_window, pinned, waited)
     return CommitPlan(
         exe.id,
         exe.version,
@@ -180,6 +185,8 @@ def plan_commit(
         token=c.token,
         new_bytes=_entries_bytes(c.outbox, c.spawns),
         pinned=pinned,
+        pending=bool(c.outbox or c.spawns),
+        armed=bool(c.schedules),
     )
 
 
@@ -301,7 +308,11 @@ def _new_document(exe: Execution, c: _CommitParts) -> dict[str, Any]:
 
 
 def _cas_update(
-    exe: Execution, c: _CommitParts, dedupe_window: int, pinned: bool = False
+    exe: Execution,
+    c: _CommitParts,
+    dedupe_window: int,
+    pinned: bool = False,
+    waited: Optional[tuple[bool, bool]] = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The filter (the CAS on the loaded version, the seq floor, and a pinned commit's pins)
     and the partial update of an existing execution."""
@@ -315,10 +326,16 @@ def _cas_update(
         quiet = exe.updated_at
         if exe.status is Status.RUNNING and not (c.outbox or c.spawns or c.schedules) and quiet is not None:
             # it waits on nothing exactly if nothing was pending and no timer bound held
-            # before (this commit adds neither): pinned, so its `quiet` is a fact (core.stuck)
-            cas.update(pending={"$exists": False}, next_fire={"$exists": False})
-            set_ops[QUIET] = float(quiet)
-            del unset_ops[QUIET]
+            # before (this commit adds neither): the filter pins what the load saw, so its
+            # `quiet` is a fact (core.stuck); seen nothing, it pins "waits on nothing"
+            if waited is not None and waited[1]:
+                cas["next_fire"] = {"$exists": True}  # not quiet: a timer bound held
+            elif waited is not None and waited[0]:
+                cas["pending"] = True  # not quiet: an entry pending
+            else:
+                cas.update(pending={"$exists": False}, next_fire={"$exists": False})
+                set_ops[QUIET] = float(quiet)
+                del unset_ops[QUIET]
     else:
         # it may move the status: the counts' mark rides along, and a commit to an
         # execution prune has begun removing keeps it (core.counting, Rules 2 and 5); no

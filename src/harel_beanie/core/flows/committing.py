@@ -152,6 +152,7 @@ def _plan(st: StoreState, request: CommitRequest, floor: int, pin: bool = True) 
         dedupe_window=st.dedupe_window,
         part_of=st.scope.part_of,
         pin=pin,
+        waited=st.waited(request.exe.id, request.exe.version),
     )
     _check_budget(st, request.exe, plan)
     return plan
@@ -197,6 +198,11 @@ def _token_found(found: Optional[Mapping[str, Any]], sent: Mapping[str, CommitPl
 
 
 def _landed(st: StoreState, exe: Execution, plan: CommitPlan) -> list[int]:
+    waited = st.waited(exe.id, plan.old_version)
+    if plan.insert is not None:
+        waited = (False, False)  # a new document: what it holds is what this commit wrote
+    if waited is not None:  # what it waits on now, for the commit after this one
+        st.loaded(exe.id, plan.old_version + 1, waited[0] or plan.pending, waited[1] or plan.armed)
     exe.version = plan.old_version + 1
     st.remember({s: exe.id for s in plan.seqs + plan.spawn_seqs})
     return plan.seqs
