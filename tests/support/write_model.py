@@ -144,12 +144,8 @@ def counted_as(doc: Mapping[str, Any]) -> Optional[dict[str, Any]]:
         return {"t": 1}
     if doc.get("definition_id") is None:
         return None
-    status, version = doc.get("status"), doc.get("version")
-    return {
-        "d": str(doc["definition_id"]),
-        "s": status if isinstance(status, str) else "UNKNOWN",
-        "v": version if isinstance(version, int) and not isinstance(version, bool) else 0,
-    }
+    status = doc.get("status")  # its status and definition, not its version
+    return {"d": str(doc["definition_id"]), "s": status if isinstance(status, str) else "UNKNOWN"}
 
 
 def holds_entries(doc: Mapping[str, Any]) -> bool:
@@ -410,7 +406,6 @@ def _add(inc: dict[str, int], cc: Optional[Mapping[str, Any]], sign: int) -> Non
         return
     path = ("n", "d" + _esc(str(cc["d"])), "s" + _esc(str(cc["s"])))
     inc[".".join(path)] = inc.get(".".join(path), 0) + sign
-    inc["v"] = inc.get("v", 0) + sign * int(cc.get("v") or 0)
 
 
 def _apply(counter: dict[str, Any], inc: Mapping[str, int]) -> None:
@@ -443,7 +438,7 @@ def _build(exes: dict[Any, dict[str, Any]], counts: dict[Any, dict[str, Any]], p
     """A partition's counter built: every document never counted and not dirty given its
     `cc`, the counter the sums of its partition's `cc`."""
     counter = counts.setdefault(
-        part, {"_id": part, "part": part, "seq": 0, "n": {}, "t": 0, "v": 0, "last": [], "built": False}
+        part, {"_id": part, "part": part, "seq": 0, "n": {}, "t": 0, "last": [], "built": False}
     )
     mine = [d for d in exes.values() if d.get("part") == part]
     for d in mine:
@@ -456,7 +451,7 @@ def _build(exes: dict[Any, dict[str, Any]], counts: dict[Any, dict[str, Any]], p
     counted = [d for d in mine if isinstance(d.get("cc"), dict)]
     for d in counted:
         _add(sums, d["cc"], +1)
-    counter.update(n={}, t=0, v=0, built=True)
+    counter.update(n={}, t=0, built=True)
     _apply(counter, sums)
     ids = [d["_id"] for d in counted if isinstance(d["_id"], str)]
     counter["low"] = min(ids, default=NO_ID)
