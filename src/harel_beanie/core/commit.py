@@ -25,10 +25,12 @@ once, with no I/O, for both stores. Compared with harel's MongoStore it:
   *pinned*: its filter also requires the stored status, definition and no leaving mark to
   be what it writes, it does not set `cdirty`, and it sets or clears `quiet` itself
   (`core.stuck`). Where it cannot know `quiet` from what it writes (a RUNNING execution
-  it gives no new entry or timer), the filter pins that nothing is pending and no timer
-  bound is held, and it sets `quiet`. A pinned commit whose pins do not hold (harel's
-  description was wrong, an old document, an entry still pending) misses, and is sent
-  again unpinned, marked for the fold as before (`flows.committing`).
+  it gives no new entry or timer), the filter pins what the store's load saw it wait on
+  (a timer bound held, else an entry pending: not quiet; else, or nothing seen, neither:
+  quiet, set to the `updated_at` it writes). A pinned commit whose pins do not hold
+  (harel's description was wrong, an old document, an ack or the sweep since the load)
+  misses, and is sent again unpinned, marked for the fold as before (`flows.committing`):
+  one read and one write more, on that path only.
 """
 
 from __future__ import annotations
