@@ -151,7 +151,9 @@ def _plan(st: StoreState, request: CommitRequest, floor: int, pin: bool = True) 
         trace_step_bytes=st.trace_step_bytes,
         dedupe_window=st.dedupe_window,
         part_of=st.scope.part_of,
-        pin=pin,
+        # not on harel's layout (not migrated): its documents may lack the promoted status
+        # and the `pending` flag a pin would check, so a commit there is marked, as before
+        pin=pin and not st.compat,
         waited=st.waited(request.exe.id, request.exe.version),
     )
     _check_budget(st, request.exe, plan)
