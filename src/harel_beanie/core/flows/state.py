@@ -106,6 +106,8 @@ class StoreState:
 
     def waited(self, execution_id: str, version: int) -> Optional[tuple[bool, bool]]:
         """The hint `loaded` left for this execution at this version, if any."""
+        if not isinstance(execution_id, str):
+            return None  # not an id: the commit's plan refuses it, naming it
         with self._ops_lock:
             hint = self.waits.get(execution_id)
         return None if hint is None or hint[0] != version else (hint[1], hint[2])
