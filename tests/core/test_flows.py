@@ -1237,11 +1237,13 @@ def test_purge_in_memory_pulls_without_the_pipeline() -> None:
 
 SNAPSHOT = execution(version=4).model_dump_json()
 LOAD_FILTER = {"_id": ID}
+#: a load reads the snapshot and what the execution waits on (the next commit's hint)
+LOAD = {"data": 1, "pending": 1, "next_fire": 1}
 
 
 def load_read(keys: list[str]) -> Expect:
     return on(
-        FindOne, "executions", filter=LOAD_FILTER, projection={"data": 1, "processed": {"$elemMatch": {"$in": keys}}}
+        FindOne, "executions", filter=LOAD_FILTER, projection={**LOAD, "processed": {"$elemMatch": {"$in": keys}}}
     )
 
 
@@ -1304,7 +1306,7 @@ def test_load_for_event(event_id: str, steps: list[Step], exists: bool, seen: bo
         assert exe.id == ID and exe.version == 4
 
 
-IN_MEMORY_READ = on(FindOne, "executions", filter=LOAD_FILTER, projection={"data": 1, "processed": 1})
+IN_MEMORY_READ = on(FindOne, "executions", filter=LOAD_FILTER, projection={**LOAD, "processed": 1})
 IN_MEMORY_LOADS = [
     ("processed", {"_id": ID, "data": SNAPSHOT, "processed": ["x", "ev-1"]}, True, True),
     ("not processed", {"_id": ID, "data": SNAPSHOT, "processed": ["x"]}, True, False),

@@ -167,7 +167,7 @@ def test_the_charts_draw_the_samples(shop: dict[str, Any], browser: Any) -> None
             {
                 "_id": at,
                 "executions": 100 + 5 * i,
-                "commits": 1000 + 40 * i,
+                "active": 40,
                 "finished": 50 + 3 * i,
                 "failed": 2,
                 "outbox_age": 1.0 * i,
@@ -177,8 +177,9 @@ def test_the_charts_draw_the_samples(shop: dict[str, Any], browser: Any) -> None
         )
     points = drawn()
     # a rate needs two samples: seven for the rates, eight for the levels
-    assert points["events handled"] == 7 and points["oldest outbox entry"] == 8, points
-    assert "40/min" in browser.find_element(By.CSS_SELECTOR, "figure[data-series='events handled']").text
+    assert points["started"] == 7 and points["oldest outbox entry"] == 8, points
+    assert points["executions committing"] == 8, points  # a level: each sample's own minute
+    assert "40/min" in browser.find_element(By.CSS_SELECTOR, "figure[data-series='executions committing']").text
 
 
 def test_search_by_id_prefix_is_a_shareable_url(shop: dict[str, Any], browser: Any) -> None:  # noqa: F811

@@ -1,12 +1,13 @@
 """The front page's charts from the samples a dashboard takes of a real store (the browser test
 draws samples it writes itself; here the samples are the dashboard's own):
 
-- a sample holds what `status` reads: executions, commits, finished and failed, the oldest
-  pending outbox entry's age, the most overdue timer's lateness; a second dashboard taking
-  the same minute changes nothing;
-- the charts are the differences between consecutive minutes: events handled (commits),
-  executions started, finished and failed per minute; the levels as sampled; a minute with
-  no sample is a gap, and a total that went down (a prune) is drawn as 0;
+- a sample holds what `status` reads: executions, finished and failed, the oldest pending
+  outbox entry's age, the most overdue timer's lateness; and the executions whose latest
+  commit fell in the minute before it (`active`, each once); a second dashboard taking the
+  same minute changes nothing;
+- the charts are the differences between consecutive minutes: executions started, finished
+  and failed per minute; the levels as sampled (executions committing among them); a minute
+  with no sample is a gap, and a total that went down (a prune) is drawn as 0;
 - a running dashboard's sampler makes the samples' expiry index and takes this minute's sample;
 - `/metrics` serves the pending entries from a sample at most a minute old, reading none.
 """
@@ -48,22 +49,24 @@ async def test_the_charts_are_the_minutes_differences_of_the_samples(astore: Asy
     doc, samples = _collections(astore)
     now = time.time()
     m0 = now - now % 60 - 300  # five minutes ago
-    for i in range(4):
-        await astore.save(Execution(id=f"a-{i}", definition_id="Order", status=Status.RUNNING, updated_at=now))
+    for i in range(4):  # committed in the minute before the first sample
+        await astore.save(Execution(id=f"a-{i}", definition_id="Order", status=Status.RUNNING, updated_at=m0 - 10))
+    await astore.save(Execution(id="old", definition_id="Order", status=Status.DONE, updated_at=m0 - 3600))
     await take_sample(doc, samples, now=m0 + 1)
     first = await samples.find_one({"_id": m0})
-    assert first is not None and (first["executions"], first["commits"], first["failed"]) == (4, 4, 0)
+    assert first is not None and (first["executions"], first["active"], first["failed"]) == (5, 4, 0)
 
-    # the next minute: two finish, one fails, two more start, and a timer is 30 s overdue
-    for i, status in ((0, Status.DONE), (1, Status.CANCELLED), (2, Status.FAILED)):
+    # the next minute: two finish, one fails (one of them twice), two more start, and a
+    # timer is 30 s overdue on one that commits nothing else in the minute
+    for i, status in ((0, Status.DONE), (1, Status.CANCELLED), (2, Status.FAILED), (2, Status.FAILED)):
         exe = await astore.load(f"a-{i}")
         assert exe is not None
-        await astore.save(exe.model_copy(update={"status": status}))
+        await astore.save(exe.model_copy(update={"status": status, "updated_at": m0 + 30}))
     for i in (4, 5):
-        await astore.save(Execution(id=f"a-{i}", definition_id="Order", status=Status.RUNNING, updated_at=now))
+        await astore.save(Execution(id=f"a-{i}", definition_id="Order", status=Status.RUNNING, updated_at=m0 + 40))
     late = await astore.load("a-3")
     assert late is not None
-    await astore.commit(late, [], None, (TimerOp("schedule", "Wait", m0 + 60 - 30),))
+    await astore.commit(late, [], None, (TimerOp("schedule", "Wait", m0 + 60 - 30),))  # still at m0 - 10
     await take_sample(doc, samples, now=m0 + 61)
     await take_sample(doc, samples, now=m0 + 62)  # another dashboard, the same minute: kept as it was
     kept = await samples.find_one({"_id": m0 + 60})
@@ -73,7 +76,7 @@ async def test_the_charts_are_the_minutes_differences_of_the_samples(astore: Asy
     assert len(drawn.minutes) == SPAN and drawn.minutes[-1] == m0 + 60 and drawn.samples == 2
     last = {s.name: s.points[-1] for s in drawn.series}
     assert last == {
-        "events handled": 6.0,
+        "executions committing": 5.0,  # a-0, a-1, a-2 (twice, counted once), a-4, a-5
         "started": 2.0,
         "finished": 2.0,
         "failed": 1.0,
@@ -81,7 +84,8 @@ async def test_the_charts_are_the_minutes_differences_of_the_samples(astore: Asy
         "timer lag": 31.0,
     }
     before = {s.name: s.points[-2] for s in drawn.series}
-    assert before["events handled"] is None and before["timer lag"] == 0.0  # no sample before m0: no rate
+    assert before["started"] is None and before["timer lag"] == 0.0  # no sample before m0: no rate
+    assert before["executions committing"] == 4.0  # a level, not a rate: m0's own
     assert all(p is None for s in drawn.series for p in s.points[:-2])  # minutes never sampled: gaps
 
     # a total that went down (executions removed by a prune) is drawn as 0, not negative

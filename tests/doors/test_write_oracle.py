@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import pytest
 from harel.engine.execution import Execution, Status
+from harel.engine.store import base as harel_base
 from harel.engine.store.base import StoreConflict, TimerOp
 from harel.spec.states import Event
 from hypothesis import Phase, given, settings
@@ -220,6 +221,13 @@ def commit_property(h: Harness, world: World, data: st.DataObject, case: str) ->
     exe.status = data.draw(statuses)
     exe.context = data.draw(json_object)
     saving = case == "save"  # `save`: a commit with nothing but the execution
+    # harel's description: none, or a step from the status it was loaded with or any other
+    # (a wrong one: the store's pins must catch it, core/commit.py)
+    stored_status = next((d.get("status") for d in h.stored() if d["_id"] == target), None)
+    said = data.draw(st.one_of(st.just(stored_status), statuses.map(lambda s: s.value)))
+    step = (
+        None if saving or data.draw(st.booleans()) else harel_base.Step("event", Status(said or exe.status), exe.status)
+    )
     call = model.Commit(
         exe=exe.model_copy(deep=True),
         version=exe.version,
@@ -231,13 +239,16 @@ def commit_property(h: Harness, world: World, data: st.DataObject, case: str) ->
         ring=RING,
         window=WINDOW,
         encode=encode_path,
+        step=step,
     )
     before = h.before()
     try:
         if saving:
             h.store.save(exe)
         else:
-            h.store.commit(exe, list(call.emits), call.processed, tuple(call.timers), tuple(call.spawns), call.trace)
+            h.store.commit(
+                exe, list(call.emits), call.processed, tuple(call.timers), tuple(call.spawns), call.trace, step
+            )
         outcome = "landed"
     except StoreConflict:
         outcome = "conflict"

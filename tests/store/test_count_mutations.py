@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import pytest
 
-from harel_beanie.core import counting
+from harel_beanie.core import commit, counting
 from harel_beanie.core.flows import counting as counting_flows
 from harel_beanie.retention import archive
 from tests.store.test_count_schedules import test_a_late_mark_does_not_land_on_an_id_created_again as late_mark
@@ -25,6 +25,8 @@ from tests.support.count_families import (
     race,
     reader_and_folds,
     stalled_folder,
+    state_only_and_prune,
+    state_only_commits,
 )
 from tests.support.explore import Actor
 from tests.support.mutation import mutated
@@ -78,6 +80,26 @@ EXPLORED: dict[str, tuple[ModuleType, str, str, str, Family, dict[str, Any]]] = 
         "return [True for d in docs]",
         commit_reviving,
         dict(preemptions=1, kills=0),
+    ),
+    # a commit described as keeping its status, which moves it, lands unmarked: the
+    # counters keep counting it as it was (Rule 2's pin on the stored status)
+    "a pinned commit's status pin": (
+        commit,
+        "_cas_update",
+        "cas.update(status=point(exe.status.value), definition_id=point(exe.definition_id))",
+        "pass",
+        state_only_and_prune,
+        dict(preemptions=0, kills=0),
+    ),
+    # a pinned commit sets `quiet` on a document whose timer bound it did not pin: a
+    # RUNNING execution waiting on a timer listed among the silent ones (core.stuck)
+    "a pinned commit's quiet pins": (
+        commit,
+        "_cas_update",
+        'cas.update(pending={"$exists": False}, next_fire={"$exists": False})',
+        "pass",
+        state_only_commits,
+        dict(preemptions=0, kills=0),
     ),
 }
 

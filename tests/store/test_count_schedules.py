@@ -28,6 +28,8 @@ from tests.support.count_families import (
     race,
     reader_and_folds,
     stalled_folder,
+    state_only_and_prune,
+    state_only_commits,
 )
 
 #: family -> the bounds its default run explores: (preemptions, kills, most schedules)
@@ -39,6 +41,8 @@ FAMILIES: dict[Callable[[World], list[Actor]], tuple[int, int, int]] = {
     purge_and_creation: (2, 1, 120),
     prune_and_recreation: (1, 1, 120),
     commit_reviving: (2, 1, 120),
+    state_only_commits: (1, 1, 60),
+    state_only_and_prune: (1, 1, 60),
 }
 
 

@@ -13,14 +13,16 @@ import httpx
 import pymongo
 import pytest
 from fastapi import FastAPI
-from harel.engine.execution import Execution
+from harel.engine.execution import Execution, Status
 from harel.engine.schema import DEFAULT_PREFIX
+from harel.engine.store.base import Step, TimerOp
 from prometheus_client import CollectorRegistry
 
 from harel_beanie import queries
 from harel_beanie.core import calls, flows
 from harel_beanie.core.count_documents import counts_collection
 from harel_beanie.core.counting import COUNTED, DIRTY, LEAVING
+from harel_beanie.core.stuck import QUIET
 from harel_beanie.dashboard import dashboard_router, no_auth
 from harel_beanie.deploy.loader import load_models
 from harel_beanie.harness.drivers import ManualClock, SyncDurable, order_steps
@@ -40,11 +42,11 @@ def definitions() -> dict[str, Any]:
     return load_models()
 
 
-def full_counts(db: Any) -> tuple[dict[str, dict[str, int]], int, int]:
+def full_counts(db: Any) -> tuple[dict[str, dict[str, int]], int]:
     """What the counters must equal: every execution (not one prune has begun removing) by
-    definition and status, the tombstones, the sum of the versions; one pass over all."""
+    definition and status, and the tombstones; one pass over all."""
     per: dict[str, dict[str, int]] = {}
-    purged = commits = 0
+    purged = 0
     for d in db[EXES].find({}, {"definition_id": 1, "status": 1, "version": 1, "tomb": 1, LEAVING: 1}):
         if d.get(LEAVING):
             continue
@@ -53,14 +55,13 @@ def full_counts(db: Any) -> tuple[dict[str, dict[str, int]], int, int]:
             continue
         s = per.setdefault(d["definition_id"], {})
         s[d.get("status") or "UNKNOWN"] = s.get(d.get("status") or "UNKNOWN", 0) + 1
-        commits += d.get("version") or 0
-    return per, purged, commits
+    return per, purged
 
 
 def check(store: MongoStore, db: Any) -> None:
     got = store.read_counts()
     assert got is not None
-    assert (got.per, got.purged, got.commits) == full_counts(db)
+    assert (got.per, got.purged) == full_counts(db)
     # and the lowest id the counters know is below every stored one (where a first page starts)
     ids = [d["_id"] for d in db[EXES].find({}, {"_id": 1}) if isinstance(d["_id"], str)]
     assert got.low is not None if ids else got.low is None, got.low
@@ -284,6 +285,113 @@ def test_reading_the_counts_sends_the_same_commands_whatever_the_collection_hold
     assert seen[0] == seen[1] and len(seen[0]) == 4, seen
 
 
+def test_commits_that_keep_the_status_leave_the_counts_alone(mongo_url: str, client: Any, db_name: str) -> None:
+    """core/counting.py, Rule 2: a commit harel describes as keeping the status (its `Step`)
+    sets no `cdirty` and its own `quiet`; after 40 of them a fold reads no dirty document
+    and an exact read of the counts reads only the counter documents (documents returned,
+    counted on the wire). One that moves the status is marked, and read by both."""
+    name = f"{db_name}_pinned"
+    rec = Recorder()
+    st = MongoStore(pymongo.MongoClient(mongo_url, event_listeners=[rec]), name)
+    try:
+        st.init()
+        ids = [f"p-{i}" for i in range(20)]
+        for i in ids:
+            st.save(Execution(id=i, definition_id="D", status=Status.RUNNING))
+        st.fold_counts()
+        running = Step(cause="event", from_status=Status.RUNNING, to_status=Status.RUNNING)
+        for n in range(40):
+            exe = st.load(ids[n % len(ids)])
+            assert exe is not None
+            exe.active_path, exe.updated_at = f"s{n}", 100.0 + n
+            st.commit(exe, [], step=running)
+        db = client[name]
+        assert db[EXES].count_documents({DIRTY: True, "part": {"$gte": 0}}) == 0
+        # each one's `quiet` is the time it wrote: it waits on nothing (core/stuck.py)
+        assert all(d.get(QUIET) == d["updated_at"] for d in db[EXES].find({}, {QUIET: 1, "updated_at": 1}))
+        rec.clear()
+        st.fold_counts()
+        assert rec.read_from(EXES) == 0, rec.commands
+        rec.clear()
+        got = st.read_counts()
+        assert got is not None and got.per == {"D": {"RUNNING": 20}}
+        assert rec.read_from(EXES) == 0, rec.commands
+        assert rec.read_from(counts_collection(DEFAULT_PREFIX)) > 0
+        # a status change is marked, and read by the next exact read and fold
+        exe = st.load(ids[0])
+        assert exe is not None
+        exe.status = Status.DONE
+        st.commit(exe, [], step=Step(cause="event", from_status=Status.RUNNING, to_status=Status.DONE))
+        rec.clear()
+        got = st.read_counts()
+        assert got is not None and got.per == {"D": {"RUNNING": 19, "DONE": 1}}
+        assert rec.read_from(EXES) == 1
+        check(st, db)
+    finally:
+        st.close()
+    client.drop_database(name)
+
+
+def test_a_commit_pins_what_its_load_saw_it_wait_on(mongo_url: str, client: Any, db_name: str) -> None:
+    """core/commit.py: a commit that keeps a RUNNING execution RUNNING and gives it no entry or
+    timer pins what the store's load saw it wait on. Waiting on a timer, loaded by this
+    store: one update, not marked, no `quiet`. Loaded by another store (no hint): it pins
+    "waits on nothing", misses, reads the version back and is sent again marked, and the
+    fold decides `quiet` (counted on the wire)."""
+    name = f"{db_name}_hint"
+    rec = Recorder()
+    st = MongoStore(pymongo.MongoClient(mongo_url, event_listeners=[rec]), name)
+    other = MongoStore(pymongo.MongoClient(mongo_url, event_listeners=[rec]), name)
+    running = Step(cause="event", from_status=Status.RUNNING, to_status=Status.RUNNING)
+    try:
+        st.init()
+        exe = Execution(id="w", definition_id="D", status=Status.RUNNING, updated_at=1.0)
+        st.commit(exe, [], timers=(TimerOp("schedule", "t", fire_at=9e9),))
+        st.fold_counts()
+        db = client[name]
+        for n, committer in enumerate((st, other, st)):
+            loaded = st.load("w")
+            assert loaded is not None
+            loaded.updated_at = 2.0 + n
+            rec.clear()
+            committer.commit(loaded, [], step=running)
+            sent = [c for c in rec.names() if c in ("update", "find")]  # (a first operation reads the marker)
+            doc = db[EXES].find_one({"_id": "w"})
+            assert doc is not None and QUIET not in doc
+            if committer is st:
+                assert sent == ["update"] and DIRTY not in doc, (sent, doc)
+            else:  # no hint: pinned "waits on nothing", missed, read back, sent again marked
+                assert sent[-3:] == ["update", "find", "update"] and doc.get(DIRTY) is True, (sent, doc)
+                st.fold_counts()
+                assert QUIET not in db[EXES].find_one({"_id": "w"})  # type: ignore[operator]
+        check(st, db)
+    finally:
+        st.close()
+        other.close()
+    client.drop_database(name)
+
+
+def test_an_old_database_whose_marks_count_versions_counts_right(store: MongoStore, client: Any, db_name: str) -> None:
+    """Rule 1: a `cc` written before the counts stopped counting versions carries a `v`, and
+    a counter a `v` sum; no migration: every delta and reader ignores them."""
+    store.init()
+    for i in range(6):
+        store.save(Execution(id=f"o-{i}", definition_id="D", status=Status.RUNNING))
+    store.fold_counts()
+    db = client[db_name]
+    db[EXES].update_many({"cc": {"$type": "object"}}, {"$set": {"cc.v": 7}})
+    db[counts_collection(DEFAULT_PREFIX)].update_many({"seq": {"$exists": True}}, {"$set": {"v": 42}})
+    for i in range(3):  # status changes, from marks carrying a `v`
+        exe = store.load(f"o-{i}")
+        assert exe is not None
+        exe.status = Status.DONE
+        store.commit(exe, [], step=Step(cause="event", from_status=Status.RUNNING, to_status=Status.DONE))
+    check(store, db)  # read with the dirty ones
+    store.fold_counts()
+    check(store, db)  # and from the counters alone
+    assert store.read_counts().per == {"D": {"RUNNING": 3, "DONE": 3}}  # type: ignore[union-attr]
+
+
 async def test_the_front_page_and_metrics_show_the_full_counts(
     astore: AsyncMongoStore, store: MongoStore, client: Any, db_name: str, definitions: dict[str, Any]
 ) -> None:
@@ -293,7 +401,7 @@ async def test_the_front_page_and_metrics_show_the_full_counts(
     await asyncio.to_thread(run_orders, store, definitions, random.Random(11), 8, "m")
     store.fold_counts()
     await asyncio.to_thread(run_orders, store, definitions, random.Random(12), 3, "m2")  # some unfolded
-    per, _, _ = full_counts(db)
+    per, _ = full_counts(db)
     totals: dict[str, int] = {}
     for ss in per.values():
         for s, n in ss.items():

@@ -21,6 +21,7 @@ from typing import Any, Awaitable, Callable, Optional
 import pymongo
 import pytest
 from harel.engine.execution import Execution, Status
+from harel.engine.store.base import Step, TimerOp
 
 from harel_beanie.core import commit as commit_module
 from harel_beanie.core import flows
@@ -136,8 +137,11 @@ class World:
     def fold(self) -> Flow[Any]:
         return flows.fold_counts(self.st.scope, [self.part])
 
-    def commit(self, execution_id: str, **changes: Any) -> Callable[[], Flow[Any]]:
-        """A commit of the execution as the start state holds it, with `changes`."""
+    def commit(self, execution_id: str, said: Optional[Status] = None, **changes: Any) -> Callable[[], Flow[Any]]:
+        """A commit of the execution as the start state holds it, with `changes`, described
+        as harel describes it (`Step`: the status it was loaded with, or `said`, a wrong
+        description, and the status it writes): a commit that keeps the status is sent
+        pinned (core/commit.py)."""
         loaded = self.store.load(execution_id)
         assert loaded is not None
 
@@ -145,7 +149,8 @@ class World:
             exe = copy.deepcopy(loaded)
             for k, v in changes.items():
                 setattr(exe, k, v)
-            return flows.commit(self.st, CommitRequest(exe))
+            step = Step(cause="event", from_status=said or loaded.status, to_status=exe.status)
+            return flows.commit(self.st, CommitRequest(exe, step=step))
 
         return make
 
@@ -316,6 +321,45 @@ def commit_reviving(world: World) -> list[Actor]:
     return [
         Actor("prune", world.prune(x)),
         Actor("commit", world.commit(x, status=Status.RUNNING)),
+        Actor("fold", world.fold),
+    ]
+
+
+def state_only_commits(world: World) -> list[Actor]:
+    """Commits that keep the status (sent pinned: no `cdirty`, their own `quiet`) racing two
+    folders: one on an execution waiting on nothing, one on an execution dirty from before
+    (the fold's mark must miss after the commit), one on an execution waiting on a timer
+    (its pins miss: sent again marked, never quiet)."""
+    x = running(world, "a")
+    z = running(world, "c")
+    exe = world.store.load(z)
+    assert exe is not None
+    world.store.commit(exe, [], timers=(TimerOp("schedule", "t", fire_at=2_000_000.0),))
+    world.store.fold_counts([world.part])
+    y = running(world, "b")  # dirty, never folded
+    world.keep()
+    return [
+        Actor("commit x", world.commit(x, active_path="x.next", updated_at=5.0)),
+        Actor("commit y", world.commit(y, active_path="y.next", updated_at=6.0)),
+        Actor("commit z", world.commit(z, active_path="z.next", updated_at=7.0)),
+        Actor("fold1", world.fold),
+        Actor("fold2", world.fold),
+    ]
+
+
+def state_only_and_prune(world: World) -> list[Actor]:
+    """A commit that keeps a DONE execution DONE between prune's mark and its delete: its
+    pin on the leaving mark misses, and it is sent again unpinned, keeping the execution
+    (Rule 5); and a commit whose description is wrong (it says the status stays, it moves:
+    a stale description or an old document), which its status pin sends again marked."""
+    x = done(world, "a", fold=True)
+    y = running(world, "b")
+    world.store.fold_counts([world.part])
+    world.keep()
+    return [
+        Actor("prune", world.prune(x)),
+        Actor("commit x", world.commit(x, outcome="again")),
+        Actor("commit y", world.commit(y, said=Status.DONE, status=Status.DONE, finished_at=1.0)),
         Actor("fold", world.fold),
     ]
 

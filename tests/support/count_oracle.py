@@ -30,14 +30,15 @@ from harel_beanie.core.counting import Counts, combine, effective_cc, state_of
 from harel_beanie.core.stuck import QUIET, quiet_of
 
 EXES = f"{DEFAULT_PREFIX}_executions"
-Tally = tuple[dict[str, dict[str, int]], int, int]
+Tally = tuple[dict[str, dict[str, int]], int]
 
 
 def independent(docs: list[dict[str, Any]]) -> Tally:
     """What the counts must be: executions by definition and status (not those prune has
-    begun removing), tombstones, and the sum of the executions' versions."""
+    begun removing), and tombstones (`core.counting`, Rule 1: an execution is counted as its
+    definition and status, not its version)."""
     per: dict[str, dict[str, int]] = {}
-    purged = commits = 0
+    purged = 0
     for d in docs:
         if d.get("leaving"):
             continue
@@ -49,13 +50,11 @@ def independent(docs: list[dict[str, Any]]) -> Tally:
         status = d.get("status") if isinstance(d.get("status"), str) else "UNKNOWN"
         s = per.setdefault(str(d["definition_id"]), {})
         s[status] = s.get(status, 0) + 1
-        version = d.get("version")
-        commits += version if isinstance(version, int) and not isinstance(version, bool) else 0
-    return per, purged, commits
+    return per, purged
 
 
 def tally(counts: Counts) -> Tally:
-    return counts.per, counts.purged, counts.commits
+    return counts.per, counts.purged
 
 
 class CountsOracle:

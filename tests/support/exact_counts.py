@@ -8,7 +8,7 @@ queries (`status_counts()`, `execution_counts()`), the dashboard (its JSON and `
 of commits, folds and purges is where a count goes wrong for good, so each multi-process
 reliability run ends here, once the work has drained and its workers have stopped:
 `exact_counts` reads every source, counts the documents with plain aggregations (executions
-by definition and status, tombstones, the sum of versions), and names every difference. It
+by definition and status, tombstones), and names every difference. It
 does so twice: as the run left the counters, and again after a fold of every partition
 (which must change nothing a reader sees).
 
@@ -35,13 +35,11 @@ STATUS_TIMEOUT = 120.0
 @dataclass
 class Tally:
     """What one source says: executions per status (`totals`), per definition where it
-    says so (`per`), tombstones and the sum of versions where it says them (None: it does
-    not)."""
+    says so (`per`), and tombstones where it says them (None: it does not)."""
 
     totals: dict[str, int]
     per: Optional[dict[str, dict[str, int]]] = None
     purged: Optional[int] = None
-    commits: Optional[int] = None
 
     @classmethod
     def of(cls, per: dict[str, dict[str, int]], **more: Any) -> "Tally":
@@ -78,7 +76,7 @@ async def count_documents(url: str, db: str, prefix: str) -> tuple[Tally, list[s
     client: Any = pymongo.AsyncMongoClient(url)
     try:
         coll = client[db][Names(prefix).executions]
-        by = {"_id": {"d": "$definition_id", "s": "$status"}, "n": {"$sum": 1}, "v": {"$sum": "$version"}}
+        by = {"_id": {"d": "$definition_id", "s": "$status"}, "n": {"$sum": 1}}
         groups = await (await coll.aggregate([{"$match": {"tomb": {"$exists": False}}}, {"$group": by}])).to_list(None)
         tombs = await (
             await coll.aggregate([{"$match": {"tomb": {"$exists": True}}}, {"$group": {"_id": None, "n": {"$sum": 1}}}])
@@ -90,9 +88,8 @@ async def count_documents(url: str, db: str, prefix: str) -> tuple[Tally, list[s
     for g in groups:
         ss = per.setdefault(str(g["_id"].get("d")), {})
         ss[str(g["_id"].get("s"))] = int(g["n"])
-    commits = sum(int(g.get("v") or 0) for g in groups)
     odd = [f"{leaving} document(s) still marked leaving: a prune began removing them and never finished"]
-    return Tally.of(per, purged=int(tombs[0]["n"]) if tombs else 0, commits=commits), odd if leaving else []
+    return Tally.of(per, purged=int(tombs[0]["n"]) if tombs else 0), odd if leaving else []
 
 
 async def store_says(store: Any) -> dict[str, Tally]:
@@ -105,7 +102,7 @@ async def store_says(store: Any) -> dict[str, Tally]:
     counted = await queries.execution_counts(doc=doc)
     out: dict[str, Tally] = {}
     if counted is not None:
-        out["execution_counts()"] = Tally.of(counted.per, purged=counted.purged, commits=counted.commits)
+        out["execution_counts()"] = Tally.of(counted.per, purged=counted.purged)
         definitions = sorted(counted.per)
     else:
         definitions = []
@@ -168,7 +165,6 @@ async def status_says(url: str, db: str, prefix: str) -> dict[str, Tally]:
     if sum(said["totals"].values()) != said["executions"]:
         raise AssertionError(f"harel-beanie status: totals {said['totals']} but executions {said['executions']}")
     tally = Tally(totals=dict(said["totals"]), per=_kept(said["counts"]), purged=said["purged"])
-    tally.commits = said.get("commits")
     return {"harel-beanie status --json": tally}
 
 
@@ -186,8 +182,6 @@ def compare(documents: Tally, sources: dict[str, Tally], when: str) -> list[str]
             problems.append(f"{when}: {name} says {said.per} per definition, the documents {documents.per}")
         if said.purged is not None and said.purged != documents.purged:
             problems.append(f"{when}: {name} says {said.purged} tombstones, the documents {documents.purged}")
-        if said.commits is not None and said.commits != documents.commits:
-            problems.append(f"{when}: {name} says {said.commits} commits (versions), the documents {documents.commits}")
     return problems
 
 

@@ -42,6 +42,7 @@ class Recorder(monitoring.CommandListener):
         self.faults: Counter[str] = Counter()
         self.hits: list[Hit] = []
         self.write_errors: dict[int, list[int]] = {}
+        self.returned: dict[int, int] = {}  # documents a read's reply carried, by command index
         self._in_flight: dict[tuple[Any, int], int] = {}  # (server, request id) -> index
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
@@ -54,6 +55,11 @@ class Recorder(monitoring.CommandListener):
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
         with self._lock:
             at = self._in_flight.pop((event.connection_id, event.request_id), -1)
+            cursor = event.reply.get("cursor")
+            if isinstance(cursor, dict) and at >= 0:
+                # the documents a read returned, by the command's index (a cursor's batches)
+                batch = cursor.get("firstBatch", cursor.get("nextBatch")) or []
+                self.returned[at] = self.returned.get(at, 0) + len(batch)
             if "writeConcernError" in event.reply:
                 self._hit(at, "writeConcernError", event)
             if event.reply.get("writeErrors") and at >= 0:
@@ -85,7 +91,18 @@ class Recorder(monitoring.CommandListener):
     def clear(self) -> None:
         with self._lock:
             self.commands.clear()
+            self.returned.clear()
             self._in_flight.clear()
+
+    def read_from(self, collection: str) -> int:
+        """The documents the reads on `collection` returned since the last clear."""
+        with self._lock:
+            named = [
+                i
+                for i, (n, c) in enumerate(self.commands)
+                if c.get(n) == collection or (n == "getMore" and c.get("collection") == collection)
+            ]
+            return sum(self.returned.get(i, 0) for i in named)
 
     def take(self) -> list[tuple[str, dict[str, Any]]]:
         """The commands sent since the last take or clear."""

@@ -145,12 +145,8 @@ def counted_as(doc: Mapping[str, Any]) -> Optional[dict[str, Any]]:
         return {"t": 1}
     if doc.get("definition_id") is None:
         return None
-    status, version = doc.get("status"), doc.get("version")
-    return {
-        "d": str(doc["definition_id"]),
-        "s": status if isinstance(status, str) else "UNKNOWN",
-        "v": version if isinstance(version, int) and not isinstance(version, bool) else 0,
-    }
+    status = doc.get("status")  # its status and definition, not its version
+    return {"d": str(doc["definition_id"]), "s": status if isinstance(status, str) else "UNKNOWN"}
 
 
 def holds_entries(doc: Mapping[str, Any]) -> bool:
@@ -185,6 +181,7 @@ class Commit:
     ring: int = 1000
     window: int = 1000
     encode: Callable[[str], str] = str  # a timer path's key (core/keys.py's encoding, its own tests)
+    step: Any = None  # harel's description (`Step`): its `from_status` may be wrong
 
 
 def commit(before: Snapshot, c: Commit) -> tuple[Snapshot, str]:
@@ -233,7 +230,7 @@ def _summary(c: Commit) -> dict[str, Any]:
         "updated_at": exe.updated_at,
         "finished_at": exe.finished_at,
         "finished_on": None if exe.finished_at is None else bson_date(exe.finished_at),
-        "cdirty": True,  # every commit leaves the execution to be folded (Rule 2)
+        "cdirty": True,  # left to be folded, unless it keeps what it is counted as (Rule 2)
     }
 
 
@@ -273,9 +270,16 @@ def _created(c: Commit, tombstone: Optional[dict[str, Any]]) -> dict[str, Any]:
 def _updated(stored: dict[str, Any], c: Commit) -> dict[str, Any]:
     doc = copy.deepcopy(stored)
     outbox, spawns = _entries(c)
+    kept = _keeps_counted(stored, c)
     doc.update(_summary(c))
-    doc.pop("leaving", None)  # a commit keeps an execution prune had begun removing
-    doc.pop("quiet", None)  # no longer silent: the next fold decides again (core.stuck)
+    if kept:
+        # what it is counted as is as it was: the counts are left alone (Rule 2), and
+        # `quiet` is what the document after it calls for (set below, core.stuck)
+        if not stored.get("cdirty"):
+            del doc["cdirty"]
+    else:
+        doc.pop("leaving", None)  # a commit keeps an execution prune had begun removing
+        doc.pop("quiet", None)  # no longer silent: the next fold decides again (core.stuck)
     timers = doc.setdefault("timers", {})
     for path, at in _timers(c).items():
         if at is None:
@@ -297,7 +301,25 @@ def _updated(stored: dict[str, Any], c: Commit) -> dict[str, Any]:
         doc["processed"] = (list(doc.get("processed") or []) + [dedupe_key(c.processed)])[-c.window :]
     if c.seqs:
         doc["seq_hi"] = max([*c.seqs, *([doc["seq_hi"]] if "seq_hi" in doc else [])])
+    if kept:
+        doc.pop("quiet", None)
+        if doc["status"] == "RUNNING" and not doc.get("pending") and "next_fire" not in doc:
+            if isinstance(doc.get("updated_at"), (int, float)):
+                doc["quiet"] = float(doc["updated_at"])
     return doc
+
+
+def _keeps_counted(stored: Mapping[str, Any], c: Commit) -> bool:
+    """Whether the commit leaves the counts alone (core/counting.py, Rule 2): harel says the
+    status stays, it cancels no timer, and the document truly holds the status and
+    definition it writes and no leaving mark. (What it waits on, which decides its `quiet`,
+    is pinned as the store's load just before the commit saw it: it holds here.)"""
+    step, exe = c.step, c.exe
+    if step is None or step.from_status != exe.status or None in _timers(c).values():
+        return False
+    if stored.get("status") != exe.status.value or stored.get("definition_id") != exe.definition_id:
+        return False
+    return "leaving" not in stored
 
 
 def purge(before: Snapshot, execution_id: str, expected_version: int, now: float) -> tuple[Snapshot, bool]:
@@ -385,7 +407,6 @@ def _add(inc: dict[str, int], cc: Optional[Mapping[str, Any]], sign: int) -> Non
         return
     path = ("n", "d" + _esc(str(cc["d"])), "s" + _esc(str(cc["s"])))
     inc[".".join(path)] = inc.get(".".join(path), 0) + sign
-    inc["v"] = inc.get("v", 0) + sign * int(cc.get("v") or 0)
 
 
 def _apply(counter: dict[str, Any], inc: Mapping[str, int]) -> None:
@@ -418,7 +439,7 @@ def _build(exes: dict[Any, dict[str, Any]], counts: dict[Any, dict[str, Any]], p
     """A partition's counter built: every document never counted and not dirty given its
     `cc`, the counter the sums of its partition's `cc`."""
     counter = counts.setdefault(
-        part, {"_id": part, "part": part, "seq": 0, "n": {}, "t": 0, "v": 0, "last": [], "built": False}
+        part, {"_id": part, "part": part, "seq": 0, "n": {}, "t": 0, "last": [], "built": False}
     )
     mine = [d for d in exes.values() if d.get("part") == part]
     for d in mine:
@@ -431,7 +452,7 @@ def _build(exes: dict[Any, dict[str, Any]], counts: dict[Any, dict[str, Any]], p
     counted = [d for d in mine if isinstance(d.get("cc"), dict)]
     for d in counted:
         _add(sums, d["cc"], +1)
-    counter.update(n={}, t=0, v=0, built=True)
+    counter.update(n={}, t=0, built=True)
     _apply(counter, sums)
     ids = [d["_id"] for d in counted if isinstance(d["_id"], str)]
     counter["low"] = min(ids, default=NO_ID)

@@ -19,7 +19,18 @@ once, with no I/O, for both stores. Compared with harel's MongoStore it:
   is remembered by its digest, and the execution's own JSON gets what is left of the
   server's limit (`data_budget`); the bounds themselves are `harel_beanie.core.sizes`;
 - remembers the tokens of its last `COMMIT_TOKENS` commits, so a writer whose reply was
-  lost learns that its commit landed even if others committed after it.
+  lost learns that its commit landed even if others committed after it;
+- pays for the counts only when it changes what they count (`core.counting`, Rule 2): a
+  commit harel describes as leaving the status as it was (`Step.from_status`) is sent
+  *pinned*: its filter also requires the stored status, definition and no leaving mark to
+  be what it writes, it does not set `cdirty`, and it sets or clears `quiet` itself
+  (`core.stuck`). Where it cannot know `quiet` from what it writes (a RUNNING execution
+  it gives no new entry or timer), the filter pins what the store's load saw it wait on
+  (a timer bound held, else an entry pending: not quiet; else, or nothing seen, neither:
+  quiet, set to the `updated_at` it writes). A pinned commit whose pins do not hold
+  (harel's description was wrong, an old document, an ack or the sweep since the load)
+  misses, and is sent again unpinned, marked for the fold as before (`flows.committing`):
+  one read and one write more, on that path only.
 """
 
 from __future__ import annotations
@@ -30,7 +41,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Callable, Optional, Sequence
 
-from harel.engine.execution import Execution
+from harel.engine.execution import Execution, Status
 from harel.engine.store.base import Step, TimerOp
 from harel.spec.states import Event
 
@@ -83,6 +94,9 @@ class CommitPlan:
     data_bytes: int = 0
     token: str = ""  # written with the commit: tells a writer whose reply was lost that it landed
     new_bytes: int = 0  # what this commit's new outbox entries and spawns take
+    pinned: bool = False  # sent without `cdirty`, its filter pinning what it is counted as
+    pending: bool = False  # it adds an outbox entry or a spawn
+    armed: bool = False  # it arms a timer
 
 
 def bson_date(epoch_seconds: float) -> datetime:
@@ -136,16 +150,22 @@ def plan_commit(
     dedupe_window: int,
     trace_step_bytes: int = DEFAULT_TRACE_STEP_BYTES,
     part_of: Optional[Callable[[str], int]] = None,
+    pin: bool = True,
+    waited: Optional[tuple[bool, bool]] = None,
 ) -> CommitPlan:
     """Build the commit of `request.exe` at its version + 1, its outbox entries and spawns
     taking `seqs` (minted by the caller, one per emit then one per spawn, increasing): the
     whole document of a new execution (version 0), else one conditional update. The
     execution itself is not changed: the store bumps its version only once the write has
     landed. `part_of` gives the partition a new document carries
-    (`harel_beanie.core.partitions`)."""
+    (`harel_beanie.core.partitions`). `pin` False sends it unpinned whatever harel says
+    (the resend of a pinned commit that missed: see the module); `waited` is what the
+    execution waited on when loaded at this version, (an entry pending, a timer bound held),
+    if the store knows: which `quiet` a pinned commit pins."""
     exe = request.exe
     c = _parts(request, seqs, trace_max, trace_step_bytes)
     insert: Optional[dict[str, Any]] = None
+    pinned = False
     if exe.version == 0:
         cas: dict[str, Any] = {"_id": exe.id}
         update: dict[str, Any] = {}
@@ -153,7 +173,8 @@ def plan_commit(
         if part_of is not None:
             insert["part"] = part_of(exe.id)
     else:
-        cas, update = _cas_update(exe, c, dedupe_window)
+        pinned = pin and keeps_counted(request, c)
+        cas, update = _cas_update(exe, c, dedupe_window, pinned, waited)
     return CommitPlan(
         exe.id,
         exe.version,
@@ -165,7 +186,20 @@ def plan_commit(
         data_bytes=len(c.data.encode()),
         token=c.token,
         new_bytes=_entries_bytes(c.outbox, c.spawns),
+        pinned=pinned,
+        pending=bool(c.outbox or c.spawns),
+        armed=bool(c.schedules),
     )
+
+
+def keeps_counted(request: CommitRequest, c: "_CommitParts") -> bool:
+    """Whether the commit is sent pinned (see the module): harel says it leaves the status
+    as it was, and it cancels no timer (a cancel leaves the bound stale, and `quiet` is
+    the fold's to decide then, as after the sweep's repair)."""
+    step = request.step
+    if step is None or step.from_status != request.exe.status:
+        return False
+    return all(at is not None for at in c.timer_ops.values())
 
 
 @dataclass
@@ -275,16 +309,43 @@ def _new_document(exe: Execution, c: _CommitParts) -> dict[str, Any]:
     return doc
 
 
-def _cas_update(exe: Execution, c: _CommitParts, dedupe_window: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The filter (the CAS on the loaded version, and the seq floor) and the partial update
-    of an existing execution."""
-    # every commit moves the version (and may move the status): the counts' mark rides along,
-    # and a commit to an execution prune has begun removing keeps it (core.counting, Rule 5)
-    set_ops: dict[str, Any] = {"data": c.data, "version": c.new_version, **c.promoted, DIRTY: True}
+def _cas_update(
+    exe: Execution,
+    c: _CommitParts,
+    dedupe_window: int,
+    pinned: bool = False,
+    waited: Optional[tuple[bool, bool]] = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The filter (the CAS on the loaded version, the seq floor, and a pinned commit's pins)
+    and the partial update of an existing execution."""
+    set_ops: dict[str, Any] = {"data": c.data, "version": c.new_version, **c.promoted}
+    cas: dict[str, Any] = {"_id": point(exe.id), "version": point(exe.version)}
+    unset_ops: dict[str, str] = {QUIET: ""}
+    if pinned:
+        # what it is counted as stays (core.counting, Rule 2): checked by the server
+        cas.update(status=point(exe.status.value), definition_id=point(exe.definition_id))
+        cas[LEAVING] = {"$exists": False}
+        quiet = exe.updated_at
+        if exe.status is Status.RUNNING and not (c.outbox or c.spawns or c.schedules) and quiet is not None:
+            # it waits on nothing exactly if nothing was pending and no timer bound held
+            # before (this commit adds neither): the filter pins what the load saw, so its
+            # `quiet` is a fact (core.stuck); seen nothing, it pins "waits on nothing"
+            if waited is not None and waited[1]:
+                cas["next_fire"] = {"$exists": True}  # not quiet: a timer bound held
+            elif waited is not None and waited[0]:
+                cas["pending"] = True  # not quiet: an entry pending
+            else:
+                cas.update(pending={"$exists": False}, next_fire={"$exists": False})
+                set_ops[QUIET] = float(quiet)
+                del unset_ops[QUIET]
+    else:
+        # it may move the status: the counts' mark rides along, and a commit to an
+        # execution prune has begun removing keeps it (core.counting, Rules 2 and 5); no
+        # longer silent: the fold gives it its `quiet` again if it waits on nothing
+        set_ops[DIRTY] = True
+        unset_ops[LEAVING] = ""
     if c.outbox or c.spawns:
         set_ops["pending"] = True  # cleared by the write that removes the last entry
-    # no longer silent: the fold gives it its `quiet` again if it waits on nothing (core.stuck)
-    unset_ops: dict[str, str] = {LEAVING: "", QUIET: ""}
     for path, at in c.timer_ops.items():
         if at is None:
             unset_ops[timer_field(path)] = ""
@@ -307,7 +368,6 @@ def _cas_update(exe: Execution, c: _CommitParts, dedupe_window: int) -> tuple[di
         push["processed"] = {"$each": c.processed, "$slice": -dedupe_window}
     update["$push"] = push
 
-    cas: dict[str, Any] = {"_id": point(exe.id), "version": point(exe.version)}
     if c.minted:
         # this execution's seqs must keep increasing even if our clock is behind the last
         # writer's: the server refuses the write if it has issued one at or above ours

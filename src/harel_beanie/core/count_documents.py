@@ -21,8 +21,8 @@ from harel_beanie.core.documents import bound_class
 class CountsDocument(Document):
     """One partition's execution counts, kept up to date by folds (`harel_beanie.core.counting`
     states the rules): `_id` the partition; `n` executions by definition and status (keys
-    escaped: `core.counting.definition_key`), `t` tombstones, `v` the sum of the versions;
-    `seq` the batches applied, `last` the last one (each id and what it is counted as now),
+    escaped: `core.counting.definition_key`), `t` tombstones (a counter written before the
+    counts stopped counting versions may still hold `v`, their sum: read by nothing); `seq` the batches applied, `last` the last one (each id and what it is counted as now),
     `marked` whether its documents carry that, `built` whether the counter holds the
     partition's documents written before it existed; `low` the smallest id the partition
     has held (where a first page may start: `harel_beanie.queries.parts`)."""
@@ -34,7 +34,6 @@ class CountsDocument(Document):
     seq: int = 0
     n: dict[str, dict[str, int]] = {}
     t: int = 0
-    v: int = 0
     last: list[dict[str, Any]] = []
     marked: bool = False
     built: bool = False

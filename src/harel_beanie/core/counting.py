@@ -6,18 +6,27 @@ O(executions) on every server, for every page view and scrape. Instead each part
 counter document (`CountsDocument`) and every execution document says what it is counted as.
 The rules, each write keeping them in the one update it already makes:
 
-Rule 1. An execution document holds `cc`, what the counters count it as: `{d, s, v}` (its
-        definition, status and version) for an execution, `{t: 1}` for a tombstone, null
-        for nothing; `cseq`, the batch that last set `cc` (Rule 3). `cc` is meaningful only
+Rule 1. An execution document holds `cc`, what the counters count it as: `{d, s}` (its
+        definition and status) for an execution, `{t: 1}` for a tombstone, null for
+        nothing; `cseq`, the batch that last set `cc` (Rule 3). `cc` is meaningful only
         with `cseq`: a document never folded has neither, and the counters may count it
         (Rule 4's `last`) although it carries no `cc`. `state_of` is what it should be
         counted as now: a document that prune has begun removing (`leaving`) counts as
-        nothing.
-Rule 2. Every write that creates a document or changes what it is counted as (a commit, the
-        creation over a tombstone, a purge, prune's `leaving` mark) also sets `cdirty`, in
-        the same update, as does every write that may make an execution wait on nothing
-        (an ack, a timer's removal or the repair of its bound: the fold decides its `quiet`,
-        `core.stuck`). The partial index `hb_part_cdirty` holds only those documents.
+        nothing. The version is not counted: a `cc` written before this rule may still
+        carry a `v` (and a counter a `v` sum), which every delta and reader ignores, so an
+        old database counts right with no migration (tests/store/test_counts.py).
+Rule 2. Every write that creates a document or may change what it is counted as (a commit
+        that may change its status, definition or leaving mark, the creation over a
+        tombstone, a purge, prune's `leaving` mark) also sets `cdirty`, in the same update,
+        as does every write that may make an execution wait on nothing (an ack, a timer's
+        removal or the repair of its bound: the fold decides its `quiet`, `core.stuck`). A
+        commit that provably changes none of them does not: its filter pins the stored
+        status, definition and the absence of a leaving mark to what it writes (the
+        version alone pins the document, these make "unchanged" a fact the server checks,
+        not a hint believed), and it sets or clears `quiet` itself (`core.stuck`,
+        `core.commit`). So the counts, the folds and the exact reads follow status
+        changes, not events. The partial index `hb_part_cdirty` holds only the dirty
+        documents.
         A purge and a creation over a tombstone carry `cc` and `cseq` on to the document
         that replaces the old one (guarded on them), so what the counters count an id as
         moves with it; together they form the id's counted lineage, which ends only when
@@ -124,12 +133,7 @@ def state_of(doc: Mapping[str, Any]) -> Optional[dict[str, Any]]:
     if doc.get("definition_id") is None:
         return None
     status = doc.get("status")
-    return {"d": str(doc["definition_id"]), "s": status if isinstance(status, str) else UNKNOWN, "v": _int(doc)}
-
-
-def _int(doc: Mapping[str, Any]) -> int:
-    v = doc.get("version")
-    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+    return {"d": str(doc["definition_id"]), "s": status if isinstance(status, str) else UNKNOWN}
 
 
 def add_delta(inc: dict[str, int], cc: Optional[Mapping[str, Any]], sign: int) -> None:
@@ -140,8 +144,7 @@ def add_delta(inc: dict[str, int], cc: Optional[Mapping[str, Any]], sign: int) -
         inc["t"] = inc.get("t", 0) + sign
         return
     path = f"n.{definition_key(str(cc.get('d')))}.{status_key(str(cc.get('s')))}"
-    inc[path] = inc.get(path, 0) + sign
-    inc["v"] = inc.get("v", 0) + sign * int(cc.get("v") or 0)
+    inc[path] = inc.get(path, 0) + sign  # a `v` an older `cc` carries is not counted (Rule 1)
 
 
 def effective_cc(doc: Mapping[str, Any], counter: Mapping[str, Any]) -> Optional[dict[str, Any]]:
@@ -239,12 +242,11 @@ def plan_fold(docs: list[Mapping[str, Any]], counter: Mapping[str, Any]) -> tupl
 
 @dataclass
 class Counts:
-    """Executions by definition and status, tombstones, and the sum of the executions'
-    versions (the commits they have had), exact at the moment they were read."""
+    """Executions by definition and status, and tombstones, exact at the moment they were
+    read. (The commits figure is not counted here: `queries.samples`.)"""
 
     per: dict[str, dict[str, int]] = field(default_factory=dict)  # definition -> status -> n
     purged: int = 0
-    commits: int = 0
     #: no id stored is below this one (a lower bound: a deletion leaves it where it was);
     #: None where a counter does not know (built before counters kept it)
     low: Optional[str] = None
@@ -265,11 +267,9 @@ class Counts:
         per = self.per.setdefault(str(cc.get("d")), {})
         status = str(cc.get("s"))
         per[status] = per.get(status, 0) + sign
-        self.commits += sign * int(cc.get("v") or 0)
 
     def add_counter(self, counter: Mapping[str, Any]) -> None:
-        self.purged += int(counter.get("t") or 0)
-        self.commits += int(counter.get("v") or 0)
+        self.purged += int(counter.get("t") or 0)  # a counter's `v` (Rule 1) is not read
         for dkey, statuses in (counter.get("n") or {}).items():
             per = self.per.setdefault(unkey(dkey), {})
             for skey, n in (statuses or {}).items():
@@ -305,7 +305,6 @@ def build_pipeline() -> list[dict[str, Any]]:
     live = {
         "d": "$definition_id",
         "s": {"$ifNull": ["$status", UNKNOWN]},
-        "v": {"$ifNull": ["$version", 0]},
     }
     state = {
         "$cond": [
@@ -329,7 +328,6 @@ def build_sums(parts: list[int]) -> list[dict[str, Any]]:
                 "_id": {"p": "$part", "d": f"${COUNTED}.d", "s": f"${COUNTED}.s"},
                 "n": {"$sum": 1},
                 "t": {"$sum": {"$ifNull": [f"${COUNTED}.t", 0]}},
-                "v": {"$sum": {"$ifNull": [f"${COUNTED}.v", 0]}},
                 LOW: {"$min": "$_id"},
             }
         },
@@ -349,18 +347,17 @@ def sums_by_part(groups: list[Mapping[str, Any]], parts: list[int]) -> dict[int,
 def built_counter(groups: list[Mapping[str, Any]]) -> dict[str, Any]:
     """The `$set` of a partition's counter from `build_sums`' groups."""
     n: dict[str, dict[str, int]] = {}
-    t = v = 0
+    t = 0
     low = NO_ID
     for g in groups:
         t += int(g.get("t") or 0)
-        v += int(g.get("v") or 0)
         if isinstance(g.get(LOW), str):
             low = min(low, g[LOW])
         key = g.get("_id") or {}
         if key.get("d") is not None and key.get("s") is not None:
             per = n.setdefault(definition_key(str(key["d"])), {})
             per[status_key(str(key["s"]))] = int(g["n"])
-    return {"n": n, "t": t, "v": v, LOW: low, "built": True}
+    return {"n": n, "t": t, LOW: low, "built": True}
 
 
 def fold_low(docs: list[Mapping[str, Any]], counter: Mapping[str, Any]) -> dict[str, Any]:

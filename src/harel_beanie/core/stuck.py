@@ -14,14 +14,29 @@ of them were read on every scrape, page and `status`. Waiting is not being stuck
   than the threshold ago (the sweep did not fire it).
 
 How it is read without reading the waiting ones. Each execution document carries `quiet`
-(its `updated_at`) exactly while it is RUNNING with no timer bound and nothing pending, as
-of the last fold of the counts (`core.counting`, Rule 3: the fold reads every document
-written since the last one, and every write that can change this, a commit, an ack, a
-timer's removal or repair, marks the document for it). The partial index `hb_quiet` holds
-only those documents, so the silent ones are a range of it; the long-overdue timers are a
-range of the timer index `hb_timer_pending`; and the documents written since the last fold
-are the few the counts read anyway (`hb_part_cdirty`). Each candidate is then checked
-against its own fields (`is_stuck`): a bound may be stale, a document may have moved since.
+(its `updated_at`) exactly while it is RUNNING with no timer bound and nothing pending, except
+while it is marked for the counts' fold (`cdirty`). Who keeps it so:
+
+- a commit that may change what the counts count it as is marked for the fold, and clears
+  `quiet`; the fold (`core.counting`, Rule 3) decides it from the document it read, and its
+  mark lands only if the document is still as read (version, pending flag, timer bound);
+- a commit that leaves the status as it was (sent pinned, `core.commit`) decides it itself,
+  and is not marked: it knows the status it writes and whether it adds an entry or a timer
+  (any of these: not quiet, whatever the document held); only a RUNNING execution it gives
+  neither may be quiet, and then its filter pins what it assumed (nothing pending, no timer
+  bound held) and it sets `quiet` to the `updated_at` it writes. A pin that does not hold
+  makes it miss, and it is sent again marked for the fold. A commit that cancels a timer is
+  marked (the bound it leaves stale is the sweep's to repair): so `quiet` follows status
+  changes and the writes that cannot know it, not every event;
+- an ack, a timer's removal or the repair of its bound may make it wait on nothing without
+  knowing the rest of the document: it is marked for the fold (one write where a pinned
+  update would need to know the status, the other entries and the timers).
+
+The partial index `hb_quiet` holds only those documents, so the silent ones are a range of
+it; the long-overdue timers are a range of the timer index `hb_timer_pending`; and the
+documents marked since the last fold are the few the counts read anyway (`hb_part_cdirty`).
+Each candidate is then checked against its own fields (`is_stuck`): a bound may be stale, a
+document may have moved since.
 """
 
 from __future__ import annotations

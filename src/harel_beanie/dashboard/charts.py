@@ -1,12 +1,13 @@
 """The front page's charts over the last hour, from a sample the dashboard takes every minute.
 
 Why this module exists, and why samples: an operator wants to see at a glance whether work
-is flowing (events handled, executions started, finished and failed per minute) and whether
+is flowing (executions committing, started, finished and failed per minute) and whether
 it is falling behind (the age of the oldest pending outbox entry, how late the most overdue
 timer is). The store keeps no per-minute history, and reading one from the executions (by
 their creation or update times) would scan them. So the dashboard takes one sample a minute
-of what `harel_beanie.queries.backlog` already reads (counts by status, the sum of the
-versions, which counts commits, the pending work's age, the timers' lateness) into a small
+of what `harel_beanie.queries.backlog` already reads (counts by status, the pending work's age,
+the timers' lateness) and of the executions that committed in the last minute
+(`queries.samples`, a lower bound of the events handled) into a small
 collection of its own, `<prefix>_hb_samples`, one document per minute (`_id` = the minute;
 several dashboards write the same minute once), expired after a few hours. The charts are the
 differences between consecutive samples, drawn server-side as small SVG lines (no script).
@@ -123,7 +124,8 @@ async def charts(samples: Any, now: Optional[float] = None, hint: bool = False) 
         return [float(by_minute[m][field]) if m in by_minute else None for m in [minutes[0] - MINUTE, *minutes]]
 
     series = [
-        Series(name="events handled", unit="/min", points=_rate(column("commits"))[1:]),
+        # not a rate: each sample counts the executions that committed in its minute
+        Series(name="executions committing", unit="/min", points=column("active")[1:]),
         Series(name="started", unit="/min", points=_rate(column("executions"))[1:]),
         Series(name="finished", unit="/min", points=_rate(column("finished"))[1:]),
         Series(name="failed", unit="/min", points=_rate(column("failed"))[1:]),

@@ -38,7 +38,6 @@ class Backlog:
     now: float
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # definition -> status -> n
     purged: int = 0  # tombstones: ids whose execution a purge removed
-    commits: int = 0  # commits the stored executions have had (the sum of their versions)
     pending_outbox: int = 0
     oldest_outbox_age: Optional[float] = None  # seconds; None if none pending or unknown
     pending_spawns: int = 0
@@ -84,7 +83,7 @@ async def backlog(
     coll = doc.get_pymongo_collection()
     counted = await execution_counts(doc=doc)
     if counted is not None:
-        out.counts, out.purged, out.commits = counted.per, counted.purged, counted.commits
+        out.counts, out.purged = counted.per, counted.purged
     else:
         await _counted_whole(coll, out)
     if await _in_harel_layout(coll):
@@ -108,14 +107,12 @@ async def _counted_whole(coll: Any, out: Backlog) -> None:
                     "$group": {
                         "_id": {"d": "$definition_id", "s": {"$ifNull": ["$status", UNKNOWN]}},
                         "n": {"$sum": 1},
-                        "v": {"$sum": {"$ifNull": ["$version", 0]}},
                     }
                 },
             ]
         )
     ).to_list(None)
     for g in groups:
-        out.commits += int(g.get("v") or 0)
         definition = g["_id"].get("d")
         if definition is None:  # only a tombstone lacks a definition
             out.purged += g["n"]

@@ -11,8 +11,10 @@ three reads, each of candidates only, each bounded by what is shown:
   `show` documents once a process has read it once);
 - the long-overdue timers: the lowest of `hb_timer_pending` below now less the threshold
   (due timers the sweep did not fire; none on a healthy deployment);
-- the documents written since the counts' last fold, silent for longer than the threshold:
-  their `quiet` is not set yet (`hb_part_cdirty`: what the exact counts read anyway).
+- the documents marked for the counts' fold since the last one, silent for longer than the
+  threshold: their `quiet` is not decided yet (`hb_part_cdirty`: what the exact counts read
+  anyway); a commit that keeps the status sets its `quiet` itself and is not marked
+  (`core.stuck`).
 """
 
 from __future__ import annotations

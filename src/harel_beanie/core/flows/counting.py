@@ -134,7 +134,7 @@ def build(parts: Sequence[int]) -> Flow[None]:
     if not todo:
         return
     for part in todo:
-        fresh = {"part": part, "seq": 0, "n": {}, "t": 0, "v": 0, "last": [], "built": False}
+        fresh = {"part": part, "seq": 0, "n": {}, "t": 0, "last": [], "built": False}
         yield UpdateOne("counts", {"_id": part}, {"$setOnInsert": fresh}, upsert=True)
     # never a dirty document: every one this package writes is dirty from its creation on,
     # and the readers count it by its state until a fold gives it its `cc`

@@ -20,10 +20,21 @@ from harel_beanie.core.keys import prefix_range
 from harel_beanie.core.listing import listing_page, listing_query
 from harel_beanie.core.sizes import dedupe_keys
 
+#: what a load reads beside the snapshot: what the execution waits on (an entry pending, a
+#: timer bound held), two small fields, kept as the next commit's hint (`StoreState.loaded`)
+_LOAD = {**projection(LoadView), "pending": 1, "next_fire": 1}
+
+
+def _loaded(st: StoreState, doc: Optional[dict[str, Any]]) -> Optional[Execution]:
+    exe = records.execution(doc)
+    if exe is not None and doc is not None:
+        st.loaded(exe.id, exe.version, bool(doc.get("pending")), "next_fire" in doc)
+    return exe
+
 
 def load(st: StoreState, execution_id: str) -> Flow[Optional[Execution]]:
-    doc = yield FindOne("executions", {"_id": require_str("execution_id", execution_id)}, projection(LoadView))
-    return records.execution(doc)
+    doc = yield FindOne("executions", {"_id": require_str("execution_id", execution_id)}, _LOAD)
+    return _loaded(st, doc)
 
 
 def load_for_event(st: StoreState, execution_id: str, event_id: str) -> Flow[tuple[Optional[Execution], bool]]:
@@ -36,13 +47,13 @@ def load_for_event(st: StoreState, execution_id: str, event_id: str) -> Flow[tup
     if st.in_memory:
         # mongomock has no `$elemMatch` projection of a scalar array; in memory, the whole
         # window costs no transfer (and there is no replica set to confirm against)
-        proj = {**projection(LoadView), "processed": 1}
+        proj = {**_LOAD, "processed": 1}
         doc = yield FindOne("executions", {"_id": require_str("execution_id", execution_id)}, proj)
-        exe = records.execution(doc)
+        exe = _loaded(st, doc)
         return exe, exe is not None and any(k in (doc or {}).get("processed", ()) for k in keys)
-    proj = {**projection(LoadView), "processed": {"$elemMatch": {"$in": keys}}}
+    proj = {**_LOAD, "processed": {"$elemMatch": {"$in": keys}}}
     doc = yield FindOne("executions", {"_id": require_str("execution_id", execution_id)}, proj)
-    exe = records.execution(doc)
+    exe = _loaded(st, doc)
     if exe is None or not (doc or {}).get("processed"):
         return exe, False
     return exe, (yield from is_processed(st, execution_id, event_id))

@@ -3,7 +3,8 @@
 `StoreState` is shared by every flow of one store instance: its settings, its seq mint
 and lease (taken on first mint), whether the database is a not-yet-migrated harel layout,
 which document holds each outbox/spawn seq it has seen (so an ack is addressed by `_id`),
-and the count of operations that lets one relay read answer two calls (`flows.relays`).
+what each execution it loaded waited on (so a commit that keeps the status pins the right
+`quiet`: `core.commit`), and the count of operations that lets one relay read answer two calls (`flows.relays`).
 It lives apart from the flows so that each of them can import it without importing
 another. `setup` is the first flow a store runs.
 """
@@ -29,6 +30,7 @@ from harel_beanie.core.sizes import DEFAULT_TRACE_STEP_BYTES
 log = logging.getLogger("harel_beanie")
 
 _OWNERS_MAX = 100_000  # seq -> owner hints kept for addressing acks by _id
+_WAITS_MAX = 10_000  # execution -> what it waited on when loaded, hints for its next commit
 
 
 @dataclass
@@ -51,6 +53,7 @@ class StoreState:
     unpartitioned: bool = False
     mint: SeqMint = field(default_factory=SeqMint)
     owners: dict[int, str] = field(default_factory=dict)
+    waits: dict[str, tuple[int, bool, bool]] = field(default_factory=dict)  # see `loaded`
     # operations started or finished on this instance, and the outbox entries the last
     # `pending_spawns` read with the count they are valid at (see `flows.relays`)
     ops: int = 0
@@ -91,6 +94,23 @@ class StoreState:
         if len(self.owners) + len(owners) > _OWNERS_MAX:
             self.owners.clear()  # only hints: an ack without one finds its entry by index
         self.owners.update(owners)
+
+    def loaded(self, execution_id: str, version: int, pending: bool, timer: bool) -> None:
+        """What execution `execution_id` waited on at `version` (an entry pending, a timer
+        bound held), as read or as committed by this store: a hint, never believed
+        (`core.commit` pins it in the commit's filter)."""
+        with self._ops_lock:
+            if len(self.waits) >= _WAITS_MAX:
+                self.waits.clear()  # only hints: a commit without one pins "waits on nothing"
+            self.waits[execution_id] = (version, pending, timer)
+
+    def waited(self, execution_id: str, version: int) -> Optional[tuple[bool, bool]]:
+        """The hint `loaded` left for this execution at this version, if any."""
+        if not isinstance(execution_id, str):
+            return None  # not an id: the commit's plan refuses it, naming it
+        with self._ops_lock:
+            hint = self.waits.get(execution_id)
+        return None if hint is None or hint[0] != version else (hint[1], hint[2])
 
 
 #: The layouts a store of this version still runs on while `migrate up` brings them to
