@@ -28,6 +28,8 @@ from harel_beanie.core.calls import Find, Flow
 from harel_beanie.core.commit import CommitRequest
 from harel_beanie.core.count_documents import counts_collection
 from harel_beanie.core.flows import purging as purging_module
+from harel_beanie.core.flows.counting import build
+from harel_beanie.core.stuck import QUIET
 from harel_beanie.retention.archive import CollectionArchive
 from harel_beanie.retention.pruning import is_candidate
 from harel_beanie.retention.removal import removal
@@ -177,6 +179,11 @@ class World:
 
         return make
 
+    def builder(self) -> Flow[Any]:
+        """The family partition's counter built a document a batch (core.counting's last
+        paragraph), as a worker's sweeps or `migrate up` build it."""
+        return build([self.part], batch=1)
+
     def reader(self) -> Flow[Any]:
         return self.oracle.reader(lambda: flows.read_counts(self.st.scope))
 
@@ -316,6 +323,23 @@ def commit_reviving(world: World) -> list[Actor]:
     return [
         Actor("prune", world.prune(x)),
         Actor("commit", world.commit(x, status=Status.RUNNING)),
+        Actor("fold", world.fold),
+    ]
+
+
+def build_commit_and_fold(world: World) -> list[Actor]:
+    """A partition's counter built in batches while a commit changes one of its executions
+    and a fold (which builds what is left first) runs: the executions as a version before
+    the counters left them, no mark on any and no counter."""
+    x = running(world, "a")
+    done(world, "b", fold=False)
+    running(world, "c")
+    world.db[EXES].update_many({"part": world.part}, {"$unset": {"cdirty": "", "cc": "", "cseq": "", QUIET: ""}})
+    world.db[counts_collection("harel")].delete_one({"_id": world.part})
+    world.keep()
+    return [
+        Actor("build", world.builder),
+        Actor("commit", world.commit(x, status=Status.DONE, finished_at=1.0)),
         Actor("fold", world.fold),
     ]
 

@@ -43,6 +43,8 @@ class Recorder(monitoring.CommandListener):
         self.hits: list[Hit] = []
         self.write_errors: dict[int, list[int]] = {}
         self._in_flight: dict[tuple[Any, int], int] = {}  # (server, request id) -> index
+        #: documents the replies returned, by collection (cleared with the commands)
+        self.returned: Counter[str] = Counter()
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         if event.command_name in NOT_THE_WORK:
@@ -54,6 +56,10 @@ class Recorder(monitoring.CommandListener):
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
         with self._lock:
             at = self._in_flight.pop((event.connection_id, event.request_id), -1)
+            cursor = event.reply.get("cursor")
+            if isinstance(cursor, dict):  # the documents a find, an aggregate or a getMore returned
+                batch = cursor.get("firstBatch", cursor.get("nextBatch")) or []
+                self.returned[str(cursor.get("ns", "")).split(".", 1)[-1]] += len(batch)
             if "writeConcernError" in event.reply:
                 self._hit(at, "writeConcernError", event)
             if event.reply.get("writeErrors") and at >= 0:
@@ -85,6 +91,7 @@ class Recorder(monitoring.CommandListener):
     def clear(self) -> None:
         with self._lock:
             self.commands.clear()
+            self.returned.clear()
             self._in_flight.clear()
 
     def take(self) -> list[tuple[str, dict[str, Any]]]:

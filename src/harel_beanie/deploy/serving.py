@@ -61,7 +61,9 @@ async def sweep_forever(
         except Exception:  # an outage: the run loop will meet it too; keep sweeping after it
             log.warning("relay sweep failed; retrying in %ss", every, exc_info=True)
         try:
-            await store.fold_counts()  # the counts of the partitions this worker owns (core.counting)
+            # the counts of the partitions this worker owns (core.counting): a counter not
+            # built yet gets one batch a sweep, between the worker's other work
+            await store.fold_counts(build_batches=1)
         except Exception:  # as for the sweep: the next one folds what this one could not
             log.warning("counts fold failed; retrying in %ss", every, exc_info=True)
 

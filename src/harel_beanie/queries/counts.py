@@ -71,6 +71,20 @@ async def execution_counts(*, doc: Executions = ExecutionDocument, fold: bool = 
     return None if read is None else read[0]
 
 
+async def unbuilt_partitions(*, doc: Executions = ExecutionDocument) -> tuple[list[int], int]:
+    """The partitions whose counters are not built yet (their executions left out of the
+    counts), and how many partitions there are: two reads of O(partitions) documents; ([], 0)
+    on another layout, whose counts are a count of the collection."""
+    colls = _collections(doc)
+    marker = await colls["counters"].find_one({"_id": SCHEMA_MARKER_ID}, {"n": 1, "parts": 1})
+    if marker is None or marker.get("n") != SCHEMA_VERSION:
+        return [], 0
+    parts = marker["parts"] if isinstance(marker.get("parts"), int) else PartitionScope().parts
+    built = await colls["counts"].find({"_id": {"$in": list(range(parts))}, "built": True}, {"_id": 1}).to_list(None)
+    done = {c["_id"] for c in built}
+    return [p for p in range(parts) if p not in done], parts
+
+
 async def definition_ids(*, doc: Executions = ExecutionDocument) -> list[str]:
     """The definitions that have executions stored, for a page's choice of definition: read
     from the counters (O(partitions)), or, where they cannot answer, a `distinct` over the

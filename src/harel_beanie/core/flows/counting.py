@@ -152,14 +152,15 @@ class Built:
         return self.built == self.of
 
 
-def build(parts: Sequence[int], *, batch: int = BUILD_BATCH, batches: Optional[int] = None) -> Flow[Built]:
+def build(parts: Sequence[int], *, batch: Optional[int] = None, batches: Optional[int] = None) -> Flow[Built]:
     """Build the counters of `parts` (core.counting's last paragraph): at most `batches`
-    batches of `batch` documents (None: until every one is built). Each batch reads `batch`
+    batches of `batch` documents (None: `BUILD_BATCH`; `batches` None: until every one is
+    built). Each batch reads `batch`
     ids, then updates and sums only those ids (points on the `_id` index on every server);
     the id read is a range of `_id` sorted, which a server where `limit` bounds nothing
     (SecantusDB) answers by reading the collection. Resumable: each counter keeps its
     cursor, moved only with the sums of the batch that reached it."""
-    batch = require_int("batch", batch, low=1)
+    batch = BUILD_BATCH if batch is None else require_int("batch", batch, low=1)
     todo = sorted(set(parts))
     out = Built(of=len(todo))
     if not todo:
