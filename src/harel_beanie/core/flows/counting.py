@@ -122,7 +122,27 @@ def _fold_batch(part: int, ids: Optional[Sequence[str]], counter: Optional[dict[
 
 
 def _mark(part: int, seq: int, entries: list[dict[str, Any]]) -> Flow[None]:
-    """Mark each document of batch `seq` as counted (Rule 3), then the batch as marked."""
+    """Mark each document of batch `seq` as counted (Rule 3), then the batch as marked.
+    The usual case, every document unchanged since the fold read it, is one bulk write for
+    the whole batch (a round trip per document made prune's cost per execution); where some
+    mark missed, each document is marked in turn as before: one the bulk write marked
+    already has `cseq` at `seq`, which every guard below refuses, so it is not marked twice."""
+    if not entries:
+        yield UpdateOne("counts", {"_id": part, "seq": seq}, {"$set": {"marked": True}})
+        return
+    bulk = []
+    for entry in entries:
+        base = {"_id": entry["_id"], PART: part, COUNTED_SEQ: {"$not": {"$gte": seq}}}
+        sets, unsets = marked(entry)
+        update = {"$set": {COUNTED: entry["cc"], COUNTED_SEQ: seq, **sets}, "$unset": unsets}
+        bulk.append(UpdateOne("executions", {**base, **unchanged(entry)}, update))
+    if (yield BulkWrite("executions", tuple(bulk))) < len(entries):
+        yield from _mark_each(part, seq, entries)
+    yield UpdateOne("counts", {"_id": part, "seq": seq}, {"$set": {"marked": True}})
+
+
+def _mark_each(part: int, seq: int, entries: list[dict[str, Any]]) -> Flow[None]:
+    """`_mark`'s documents one at a time, each tried as unchanged, then by its lineage."""
     for entry in entries:
         base = {"_id": entry["_id"], PART: part, COUNTED_SEQ: {"$not": {"$gte": seq}}}
         counted = {COUNTED: entry["cc"], COUNTED_SEQ: seq}
@@ -135,7 +155,6 @@ def _mark(part: int, seq: int, entries: list[dict[str, Any]]) -> Flow[None]:
             for form in lineage(entry):
                 if (yield UpdateOne("executions", {**base, **form}, {"$set": counted})):
                     break
-    yield UpdateOne("counts", {"_id": part, "seq": seq}, {"$set": {"marked": True}})
 
 
 @dataclass
