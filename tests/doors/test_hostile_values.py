@@ -80,6 +80,7 @@ KINDS: dict[str, tuple[str, Any]] = {
     "parts": ("parts", None),
     "ids": ("ids", None),
     "build_batches": ("count0-or-none", None),
+    "build_batch": ("count0-or-none", None),
     "status": ("status", "FAILED"),
     "doc": ("doc", ExecutionDocument),
     "flt": ("filter", queries.ExecutionFilter()),

@@ -23,6 +23,7 @@ from harel_beanie.core.counting import COUNTED, DIRTY
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, Held, PartitionScope
 from harel_beanie.dashboard import dashboard_router, no_auth
 from harel_beanie.migrate import Migrator, counts_build
+from harel_beanie.queries.server import MONGOD
 from harel_beanie.store.async_store import AsyncMongoStore
 from harel_beanie.store.sync_store import MongoStore
 from harel_beanie.telemetry.metrics import StoreMetrics
@@ -116,6 +117,11 @@ async def test_migrate_up_builds_every_counter_in_batches_saying_its_progress_an
     unbuilt_database(mongo_url, name, 150)
     monkeypatch.setattr(counts_build, "BATCH", 20)
     monkeypatch.setattr(counts_build, "SAY_EVERY", 2)
+
+    async def a_server_where_limit_bounds_work(_: Any) -> Any:
+        return MONGOD  # batches, as on mongod (on this server the build is one pass: below)
+
+    monkeypatch.setattr(counts_build, "server_of", a_server_where_limit_bounds_work)
     said: list[str] = []
 
     class Killed(Exception):
@@ -184,3 +190,32 @@ def test_a_worker_sweep_builds_the_partitions_it_owns_a_batch_at_a_time(
         st.close()
     assert got is not None and got.unbuilt == list(range(4, DEFAULT_PARTITIONS))
     assert got.per == truth(db, {"part": {"$in": owned}})  # exactly the owned partitions' executions
+
+
+async def test_on_the_embedded_server_migrate_up_builds_the_counts_in_one_pass(
+    mongo_url: str, client: Any, db_name: str, names: list[str]
+) -> None:
+    """Where `limit` bounds no work (SecantusDB), each batch's read of its next ids would read
+    the collection: `migrate up` builds the rest in one pass there (an update and a sum over
+    the executions, no id read), and says so in one line."""
+    name = f"{db_name}_one"
+    names.append(name)
+    unbuilt_database(mongo_url, name, 90)
+    rec = Recorder()
+    said: list[str] = []
+    aclient: Any = pymongo.AsyncMongoClient(mongo_url, event_listeners=[rec])
+    try:
+        await Migrator(aclient[name], say=said.append).up()
+    finally:
+        await aclient.close()
+    assert [line for line in said if line.startswith("counts:")] == [
+        f"counts: {DEFAULT_PARTITIONS}/{DEFAULT_PARTITIONS} partitions built, 90 executions read"
+    ]
+    on_exes = [c for c, body in rec.commands if body.get(c) == EXES]
+    assert on_exes.count("update") == 1 and on_exes.count("aggregate") == 1 and "find" not in on_exes, on_exes
+    st = MongoStore(pymongo.MongoClient(mongo_url), name)
+    try:
+        got = st.read_counts()
+    finally:
+        st.close()
+    assert got is not None and got.unbuilt == [] and got.per == truth(client[name])

@@ -329,14 +329,14 @@ def build_pipeline() -> list[dict[str, Any]]:
     return [{"$set": {COUNTED: state, COUNTED_SEQ: 0, QUIET: quiet_expression()}}]
 
 
-def build_sums(parts: list[int], ids: Optional[list[Any]] = None) -> list[dict[str, Any]]:
-    """The aggregation summing the `cc` of each of `parts` (of its documents among `ids`:
-    one build batch), one group per partition, definition and status: one read for every
-    partition being built, where one read per partition would read the collection once
-    each on a server with no index led by `part` alone."""
+def build_sums(parts: list[int], ids: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
+    """The aggregation summing the `cc` of each of `parts` (of its documents whose `_id`
+    matches `ids`: one build batch), one group per partition, definition and status: one
+    read for every partition being built, where one read per partition would read the
+    collection once each on a server with no index led by `part` alone."""
     match: dict[str, Any] = {"part": parts[0] if len(parts) == 1 else {"$in": parts}, COUNTED: {"$type": "object"}}
     if ids is not None:
-        match["_id"] = {"$in": ids}
+        match["_id"] = ids
     return [
         {"$match": match},
         {

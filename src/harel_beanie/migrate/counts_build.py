@@ -17,6 +17,7 @@ from harel_beanie.core.count_documents import counts_collection
 from harel_beanie.core.documents import SCHEMA_MARKER_ID
 from harel_beanie.core.flows.counting import BUILD_BATCH, Built, build
 from harel_beanie.core.flows.state import marker_parts
+from harel_beanie.queries.server import server_of
 from harel_beanie.store.dispatch import acall, adrive
 
 #: build batches between two lines of progress, and the documents of each
@@ -29,12 +30,16 @@ async def build_counts(
 ) -> Built:
     """Build every partition's counter of the executions `exes` (async PyMongo collections,
     `counters` harel's counters collection holding the schema marker), saying progress:
-    partitions built of all, executions read so far. Resumes where a killed run stopped."""
+    partitions built of all, executions read so far. Batches of `batch` (None: `BATCH`, or
+    on a server where `limit` bounds no work, SecantusDB, the whole build in one pass: there
+    each batch's read of its ids reads the collection). Resumes where a killed run stopped."""
     colls = {"executions": exes, "counts": exes.database[counts_collection(prefix)]}
     parts = marker_parts(await counters.find_one({"_id": SCHEMA_MARKER_ID}))
+    if batch is None and not (await server_of(exes)).limit_bounds_work:
+        batch = 0  # each batch's id read would read the collection: the rest in one pass
     total = Built(of=parts)
     while True:
-        flow = build(range(parts), batch=batch or BATCH, batches=SAY_EVERY)
+        flow = build(range(parts), batch=BATCH if batch is None else batch, batches=SAY_EVERY)
         step = await adrive(flow, lambda c: acall(colls, c))
         total.read += step.read
         total.built = step.built

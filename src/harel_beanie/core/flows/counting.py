@@ -59,10 +59,12 @@ def fold_counts(
     *,
     ids: Optional[Sequence[str]] = None,
     build_batches: Optional[int] = None,
+    build_batch: Optional[int] = None,
 ) -> Flow[int]:
     """Fold the dirty documents of `parts` (default: the partitions `scope` works on) into
     their counters, building a counter not built yet first (at most `build_batches` batches
-    of it, None: all; a partition still unbuilt after them is not folded); `ids` limits the
+    of `build_batch` documents, as `build` takes them; None: all; a partition still unbuilt
+    after them is not folded); `ids` limits the
     fold to those documents (prune folds what it is about to delete). Returns the
     documents folded."""
     if ids is not None:
@@ -71,6 +73,8 @@ def fold_counts(
         ids = [require_str("ids", i) for i in ids]
     if build_batches is not None:
         build_batches = require_int("build_batches", build_batches, low=0)
+    if build_batch is not None:
+        build_batch = require_int("build_batch", build_batch, low=0)
     folded = 0
     chosen = _parts(scope, parts)
     # every chosen counter in one read: the unbuilt are built together (one batch reads the
@@ -78,7 +82,7 @@ def fold_counts(
     counters = yield from _counters(chosen)
     unbuilt = [p for p in chosen if not counters.get(p, {}).get("built")]
     if unbuilt and build_batches != 0:
-        yield from build(unbuilt, batches=build_batches)
+        yield from build(unbuilt, batch=build_batch, batches=build_batches)
         counters.update((yield from _counters(unbuilt)))
     for part in chosen:
         known = counters.get(part)
@@ -173,13 +177,14 @@ class Built:
 
 def build(parts: Sequence[int], *, batch: Optional[int] = None, batches: Optional[int] = None) -> Flow[Built]:
     """Build the counters of `parts` (core.counting's last paragraph): at most `batches`
-    batches of `batch` documents (None: `BUILD_BATCH`; `batches` None: until every one is
-    built). Each batch reads `batch`
+    batches of `batch` documents (None: `BUILD_BATCH`; 0: all of them in one pass, for a
+    server where `limit` bounds no work; `batches` None: until every one is built). Each
+    batch reads `batch`
     ids, then updates and sums only those ids (points on the `_id` index on every server);
     the id read is a range of `_id` sorted, which a server where `limit` bounds nothing
     (SecantusDB) answers by reading the collection. Resumable: each counter keeps its
     cursor, moved only with the sums of the batch that reached it."""
-    batch = BUILD_BATCH if batch is None else require_int("batch", batch, low=1)
+    batch = BUILD_BATCH if batch is None else require_int("batch", batch, low=0)
     todo = sorted(set(parts))
     out = Built(of=len(todo))
     if not todo:
@@ -210,17 +215,26 @@ def _build_batch(left: list[int], counters: dict[int, dict[str, Any]], batch: in
     query: dict[str, Any] = {PART: group[0] if len(group) == 1 else {"$in": group}}
     if lowest is not None:
         query["_id"] = {"$gt": lowest}
-    found = yield Find("executions", query, {"_id": 1}, sort=[("_id", 1)], limit=batch)
-    ids = [d["_id"] for d in found]
-    last = len(ids) < batch  # the rest of these partitions: every document after is new (dirty)
-    if ids:
+    if batch == 0:
+        # the rest in one pass: on a server where `limit` bounds no work (SecantusDB) each
+        # batch's id read would read the collection, and this reads it twice in all
+        ids: list[Any] = []
+        span: Optional[dict[str, Any]] = query.get("_id")
+        last = True
+    else:
+        found = yield Find("executions", query, {"_id": 1}, sort=[("_id", 1)], limit=batch)
+        ids = [d["_id"] for d in found]
+        span = {"$in": ids}
+        last = len(ids) < batch  # the rest of these partitions: every document after is new (dirty)
+    groups: Any = []
+    if ids or batch == 0:
         # never a dirty document: every one this package writes is dirty from its creation
         # on, and the readers count it by its state until a fold gives it its `cc`
-        stale = {**query, "_id": {"$in": ids}, COUNTED: {"$exists": False}, DIRTY: {"$exists": False}}
+        stale = {**query, COUNTED: {"$exists": False}, DIRTY: {"$exists": False}}
+        if span is not None:
+            stale["_id"] = span
         yield UpdateMany("executions", stale, build_pipeline())
-        groups = yield Aggregate("executions", build_sums(group, ids))
-    else:
-        groups = []
+        groups = yield Aggregate("executions", build_sums(group, span))
     at = {UPTO: lowest} if lowest is not None else {UPTO: {"$exists": False}}
     moves = []
     for part, its in sums_by_part(groups, group).items():
@@ -233,7 +247,7 @@ def _build_batch(left: list[int], counters: dict[int, dict[str, Any]], batch: in
         # resumed, lands once
         moves.append(UpdateOne("counts", {"_id": part, "built": False, "seq": 0, **at}, update))
     yield BulkWrite("counts", tuple(moves))
-    return len(ids)
+    return len(ids) if batch else sum(int(g.get("n") or 0) for g in groups)
 
 
 def fresh_counters(parts: Sequence[int], *, built: bool) -> Flow[None]:
