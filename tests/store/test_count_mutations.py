@@ -43,10 +43,11 @@ EXPLORED: dict[str, tuple[ModuleType, str, str, str, Family, dict[str, Any]]] = 
         folds_and_a_commit,
         dict(preemptions=1, kills=0),
     ),
-    # a folder's late mark undoes a later batch's: a clean document counted as it was
+    # a folder's late mark undoes a later batch's: a clean document counted as it was (the
+    # marks one at a time, where the batch's bulk write missed: a late folder's misses)
     "the cseq guard on marks": (
         counting_flows,
-        "_mark",
+        "_mark_each",
         'COUNTED_SEQ: {"$not": {"$gte": seq}}}',
         "}",
         stalled_folder,
@@ -56,7 +57,7 @@ EXPLORED: dict[str, tuple[ModuleType, str, str, str, Family, dict[str, Any]]] = 
     "read_counts' second read of the seqs": (
         counting_flows,
         "read_counts",
-        'if {c["_id"]: c.get("seq") for c in again} == {c["_id"]: c.get("seq") for c in counters}:',
+        "if _pins(again) == _pins(counters):",
         "if True:",
         reader_and_folds,
         dict(preemptions=1, kills=0),

@@ -112,7 +112,8 @@ def fold_until(store: MongoStore, stop: Any) -> None:
 
 
 def is_mark(c: calls.Call) -> bool:
-    return isinstance(c, calls.UpdateOne) and c.target == "executions"
+    """A fold's marks: a batch's bulk write of them, or one at a time where it missed."""
+    return isinstance(c, (calls.UpdateOne, calls.BulkWrite)) and c.target == "executions"
 
 
 @pytest.mark.parametrize("marks_done", [0, 3])
@@ -120,7 +121,8 @@ def test_a_fold_killed_between_its_writes_double_counts_nothing(
     store: MongoStore, client: Any, db_name: str, definitions: dict[str, Any], marks_done: int
 ) -> None:
     """Killed after applying a batch to the counter and before marking all of its documents
-    (none, or some): the counts stay exact, and the next fold marks what was left."""
+    (none, or some partitions' batches): the counts stay exact, and the next fold marks what
+    was left."""
     db = client[db_name]
     store.init()
     store.fold_counts()  # built, empty

@@ -236,7 +236,6 @@ def _build_batch(left: list[int], counters: dict[int, dict[str, Any]], batch: in
         yield UpdateMany("executions", stale, build_pipeline())
         groups = yield Aggregate("executions", build_sums(group, span))
     at = {UPTO: lowest} if lowest is not None else {UPTO: {"$exists": False}}
-    moves = []
     for part, its in sums_by_part(groups, group).items():
         inc, low = batch_increment(its)
         update: dict[str, Any] = {"$min": {LOW: low}}
@@ -245,22 +244,26 @@ def _build_batch(left: list[int], counters: dict[int, dict[str, Any]], batch: in
         update["$set"] = {"built": True} if last else {UPTO: ids[-1]}
         # only where the cursor still is: a racing builder's batch, or a killed one's
         # resumed, lands once
-        moves.append(UpdateOne("counts", {"_id": part, "built": False, "seq": 0, **at}, update))
-    yield BulkWrite("counts", tuple(moves))
+        yield UpdateOne("counts", {"_id": part, "built": False, "seq": 0, **at}, update)
     return len(ids) if batch else sum(int(g.get("n") or 0) for g in groups)
 
 
 def fresh_counters(parts: Sequence[int], *, built: bool) -> Flow[None]:
-    """The counters of `parts` where there are none, in one round trip: unbuilt, or (`built`,
-    for a database holding no execution yet) built already, counting nothing."""
-    ops = []
+    """The counters of `parts` where there are none: unbuilt, or (`built`, for a database
+    holding no execution yet) built already, counting nothing. One upsert each and not a
+    bulk write: this runs at a store's set-up, which an in-memory fake (mongomock, whose bulk
+    writes refuse PyMongo's operations) must pass too."""
     for part in sorted(set(parts)):
         fresh: dict[str, Any] = {"part": part, "seq": 0, "n": {}, "t": 0, "v": 0, "last": [], "built": built}
         if built:
             fresh[LOW] = NO_ID
-        ops.append(UpdateOne("counts", {"_id": part}, {"$setOnInsert": fresh}, upsert=True))
-    if ops:
-        yield BulkWrite("counts", tuple(ops))
+        yield UpdateOne("counts", {"_id": part}, {"$setOnInsert": fresh}, upsert=True)
+
+
+def _pins(counters: list[dict[str, Any]]) -> dict[Any, tuple[Any, Any]]:
+    """What a reader's second read of the counters must find unchanged: each one's seq (a
+    fold in between, Rule 4) and whether it is built (a build finished in between)."""
+    return {c["_id"]: (c.get("seq"), c.get("built")) for c in counters}
 
 
 def read_counts(scope: PartitionScope) -> Flow[Optional[tuple[Counts, int]]]:
@@ -283,9 +286,7 @@ def read_counts(scope: PartitionScope) -> Flow[Optional[tuple[Counts, int]]]:
         if done:
             dirty = yield Find("executions", {PART: {"$in": done}, DIRTY: True}, DIRTY_PROJECTION)
         again = yield Find("counts", every, {"seq": 1, "built": 1})
-        if {c["_id"]: (c.get("seq"), c.get("built")) for c in again} == {
-            c["_id"]: (c.get("seq"), c.get("built")) for c in counters
-        }:
+        if _pins(again) == _pins(counters):
             counts = combine(built, dirty, PART)
             if unbuilt:
                 counts.unbuilt = unbuilt
