@@ -64,9 +64,8 @@ def fold_counts(
     """Fold the dirty documents of `parts` (default: the partitions `scope` works on) into
     their counters, building a counter not built yet first (at most `build_batches` batches
     of `build_batch` documents, as `build` takes them; None: all; a partition still unbuilt
-    after them is not folded); `ids` limits the
-    fold to those documents (prune folds what it is about to delete). Returns the
-    documents folded."""
+    after them is not folded); `ids` limits the fold to those documents (prune folds what
+    it is about to delete). Returns the documents folded."""
     if ids is not None:
         if not isinstance(ids, (list, tuple)):
             raise BadArgumentType("ids", "a list of execution ids", ids)
@@ -179,11 +178,10 @@ def build(parts: Sequence[int], *, batch: Optional[int] = None, batches: Optiona
     """Build the counters of `parts` (core.counting's last paragraph): at most `batches`
     batches of `batch` documents (None: `BUILD_BATCH`; 0: all of them in one pass, for a
     server where `limit` bounds no work; `batches` None: until every one is built). Each
-    batch reads `batch`
-    ids, then updates and sums only those ids (points on the `_id` index on every server);
-    the id read is a range of `_id` sorted, which a server where `limit` bounds nothing
-    (SecantusDB) answers by reading the collection. Resumable: each counter keeps its
-    cursor, moved only with the sums of the batch that reached it."""
+    batch reads `batch` ids above the cursor, then updates and sums only those ids; on
+    mongod that is a range of the `_id` index, on a server where `limit` bounds nothing
+    (SecantusDB) the id read reads the collection, hence the one pass there. Resumable: each
+    counter keeps its cursor, moved only with the sums of the batch that reached it."""
     batch = BUILD_BATCH if batch is None else require_int("batch", batch, low=0)
     todo = sorted(set(parts))
     out = Built(of=len(todo))
