@@ -501,3 +501,23 @@ def test_the_embedded_server_a_command_starts_keeps_one_allocator_pool(tmp_path,
         assert b"MALLOC_ARENA_MAX=1" in environ
     finally:
         local.close()
+
+
+async def test_status_says_its_counts_are_partial_while_counters_are_unbuilt(
+    astore, client, mongo_url, db_name, tmp_path
+):
+    """A database whose counters are not all built (an upgrade; core.counting's last
+    paragraph): `status` counts the built partitions only, names the others in `unbuilt`,
+    and says so above its table, instead of building them."""
+    now = time.time()
+    await seed_backlog(astore, now)
+    db = client[db_name]
+    db["harel_executions"].update_many({}, {"$unset": {"cdirty": "", "cc": "", "cseq": ""}})
+    db["harel_hb_counts"].delete_many({"_id": {"$ne": 0}})  # partition 0 stays built
+    where = ["--url", mongo_url, "--db", db_name]
+    data = json.loads(run_cli("status", *where, "--json", cwd=tmp_path).stdout)
+    assert data["unbuilt"] == list(range(1, 16))
+    assert db["harel_hb_counts"].count_documents({}) == 1  # nothing built by the command
+    table = run_cli("status", *where, cwd=tmp_path, env=cli_env(COLUMNS="200")).stdout
+    assert "Counts partial: 15 partition(s) not counted yet" in " ".join(table.split()), table
+    assert "No executions" not in table

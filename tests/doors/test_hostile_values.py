@@ -79,6 +79,8 @@ KINDS: dict[str, tuple[str, Any]] = {
     "fold": ("bool", True),
     "parts": ("parts", None),
     "ids": ("ids", None),
+    "build_batches": ("count0-or-none", None),
+    "build_batch": ("count0-or-none", None),
     "status": ("status", "FAILED"),
     "doc": ("doc", ExecutionDocument),
     "flt": ("filter", queries.ExecutionFilter()),
@@ -162,6 +164,9 @@ def plain(kind: str, v: Any) -> bool:
         "seconds": lambda v: _is_real(v) and math.isfinite(v) and v >= 0,
         "count": lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= INT64_MAX,
         "count0": lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT64_MAX,
+        "count0-or-none": lambda v: (
+            v is None or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT64_MAX)
+        ),
         "int": lambda v: isinstance(v, int) and not isinstance(v, bool) and INT64_MIN <= v <= INT64_MAX,
         "bool": lambda v: isinstance(v, bool),
         "status": lambda v: isinstance(v, Status) or (isinstance(v, str) and v in queries.STATUSES),
@@ -427,8 +432,9 @@ def named(call: str, args: dict[str, Any], before: dict[str, dict[Any, dict[str,
 
 
 def _only_counting(before: dict[str, Any], after: Any) -> bool:
-    """A fold touches nothing of an execution but the counts' bookkeeping."""
-    bookkeeping = {DIRTY, COUNTED, COUNTED_SEQ}
+    """A fold touches nothing of an execution but the counts' bookkeeping (`quiet` is its
+    mark too: core.stuck)."""
+    bookkeeping = {DIRTY, COUNTED, COUNTED_SEQ, "quiet"}
     keep = lambda d: {k: v for k, v in (d or {}).items() if k not in bookkeeping}
     return after is not None and keep(before) == keep(after)
 

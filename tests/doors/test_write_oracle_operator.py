@@ -139,8 +139,9 @@ def scaled(default: int) -> Any:
 def test_a_query_that_folds_writes_exactly_its_model(
     operator: Operator, reader: str, built: bool, examples: int
 ) -> None:
-    """Counters not built yet: the read builds and folds them all; built and folded: it
-    writes nothing."""
+    """Counters not built yet: the read builds nothing (its counts say which partitions they
+    leave out) and folds nothing; built and folded: it writes nothing. Either way it folds
+    only past a batch of dirty documents, which these worlds do not reach."""
 
     @budget(examples)
     @given(world=worlds)
@@ -154,7 +155,7 @@ def test_a_query_that_folds_writes_exactly_its_model(
         before = snapshot(operator.db)
         operator.loop.run_until_complete(READERS[reader]())
         expected, folded = model.counts_read(before)
-        assert folded != built
+        assert not folded
         after = snapshot(operator.db)
         if reader in KEEP_STARTS:
             # not modelled: the start a windowed read keeps for the next reader

@@ -244,11 +244,11 @@ async def test_the_api_reads_in_parts_where_the_indexes_are_there(mongo_url: str
     await store.init()
     await queries.executions_page(queries.ExecutionFilter(), limit=5)
     await queries.status_counts(queries.ExecutionFilter(id_prefix="a"))
-    # the page: the counters asked for the lowest id (built here: one aggregate), then, with no
-    # execution counted yet, one read per part (its first, whole); the counts: one per
-    # status, each in parts
-    assert watched.leads[0] == {"part": {"$in": list(range(16))}, "cc": {"$type": "object"}}
-    assert len(watched.leads) == 1 + len(parts.split(queries.ExecutionFilter().query())) + len(queries.STATUSES)
+    # the page: the counters asked for the lowest id (built, empty, when the store set the
+    # fresh database up: no aggregate), then, with no execution counted yet, one read per
+    # part (its first, whole); the counts: one per status, each in parts
+    assert not any("cc" in lead for lead in watched.leads), watched.leads  # nothing built by a read
+    assert len(watched.leads) == len(parts.split(queries.ExecutionFilter().query())) + len(queries.STATUSES)
     pymongo.MongoClient(mongo_url)[db_name].harel_executions.drop_index("hb_status")
     pages._READY.clear()
     watched.leads.clear()

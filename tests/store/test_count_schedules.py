@@ -1,5 +1,5 @@
 """The counts under every interleaving: folds, commits, purges, creations over tombstones,
-prune's removal and re-creations after it, run one call at a time in every order up to a
+prune's removal and re-creations after it, a counter's build in batches, run one call at a time in every order up to a
 bound (tests/support/explore.py), with a kill after any step, the counts' invariants checked
 after every step (tests/support/count_oracle.py), on the real wire server.
 
@@ -19,6 +19,7 @@ from tests.support.count_families import (
     Actor,
     Runner,
     World,
+    build_commit_and_fold,
     commit_reviving,
     done,
     folds_and_a_commit,
@@ -43,6 +44,7 @@ FAMILIES: dict[Callable[[World], list[Actor]], tuple[int, int, int]] = {
     commit_reviving: (2, 1, 120),
     state_only_commits: (1, 1, 60),
     state_only_and_prune: (1, 1, 60),
+    build_commit_and_fold: (2, 1, 60),
 }
 
 

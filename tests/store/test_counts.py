@@ -81,7 +81,8 @@ def test_counts_follow_runs_and_folds(
     db = client[db_name]
     rng = random.Random(7)
     store.init()
-    assert store.read_counts() is None  # no counter built yet
+    fresh = store.read_counts()  # a fresh database's counters are built at set-up, empty
+    assert fresh is not None and fresh.per == {} and fresh.unbuilt == []
     store.fold_counts()
     check(store, db)
     run_orders(store, definitions, rng, 12, "a")
@@ -112,7 +113,8 @@ def fold_until(store: MongoStore, stop: Any) -> None:
 
 
 def is_mark(c: calls.Call) -> bool:
-    return isinstance(c, calls.UpdateOne) and c.target == "executions"
+    """A fold's marks: a batch's bulk write of them, or one at a time where it missed."""
+    return isinstance(c, (calls.UpdateOne, calls.BulkWrite)) and c.target == "executions"
 
 
 @pytest.mark.parametrize("marks_done", [0, 3])
@@ -120,7 +122,8 @@ def test_a_fold_killed_between_its_writes_double_counts_nothing(
     store: MongoStore, client: Any, db_name: str, definitions: dict[str, Any], marks_done: int
 ) -> None:
     """Killed after applying a batch to the counter and before marking all of its documents
-    (none, or some): the counts stay exact, and the next fold marks what was left."""
+    (none, or some partitions' batches): the counts stay exact, and the next fold marks what
+    was left."""
     db = client[db_name]
     store.init()
     store.fold_counts()  # built, empty
@@ -171,16 +174,22 @@ def test_purges_and_reused_ids_keep_the_counts(
 def test_counts_of_documents_written_before_the_counters_are_built(
     store: MongoStore, client: Any, db_name: str, definitions: dict[str, Any]
 ) -> None:
-    """Documents an earlier version wrote carry no mark: the first fold builds each
-    partition's counter from them, and until then the readers count the collection."""
+    """Documents an earlier version wrote carry no mark and have no counters: the first fold
+    builds each partition's counter from them, and until then the readers answer from the
+    built partitions and name the others (`Counts.unbuilt`)."""
     db = client[db_name]
     store.init()
     run_orders(store, definitions, random.Random(8), 6, "old")
     db[EXES].update_many({}, {"$unset": {DIRTY: "", COUNTED: "", "cseq": ""}})
-    assert store.read_counts() is None
+    db[counts_collection(DEFAULT_PREFIX)].delete_many({})
+    nothing = store.read_counts()
+    assert nothing is not None and nothing.per == {} and nothing.unbuilt == list(range(store.partitions.parts))
     run_orders(store, definitions, random.Random(9), 3, "new")  # dirty before the build
     store.fold_counts([0, 1, 2])  # some partitions built
-    assert store.read_counts() is None
+    some = store.read_counts()
+    assert some is not None and some.unbuilt == list(range(3, store.partitions.parts)) and some.low is None
+    docs = [d for d in db[EXES].find({"part": {"$in": [0, 1, 2]}}) if "tomb" not in d]
+    assert sum(some.totals().values()) == len(docs)  # exactly the built partitions' executions
     store.fold_counts()
     check(store, db)
 

@@ -29,6 +29,8 @@ from harel_beanie.core.calls import Find, Flow
 from harel_beanie.core.commit import CommitRequest
 from harel_beanie.core.count_documents import counts_collection
 from harel_beanie.core.flows import purging as purging_module
+from harel_beanie.core.flows.counting import build
+from harel_beanie.core.stuck import QUIET
 from harel_beanie.retention.archive import CollectionArchive
 from harel_beanie.retention.pruning import is_candidate
 from harel_beanie.retention.removal import removal
@@ -181,6 +183,11 @@ class World:
             return removed
 
         return make
+
+    def builder(self) -> Flow[Any]:
+        """The family partition's counter built a document a batch (core.counting's last
+        paragraph), as a worker's sweeps or `migrate up` build it."""
+        return build([self.part], batch=1)
 
     def reader(self) -> Flow[Any]:
         return self.oracle.reader(lambda: flows.read_counts(self.st.scope))
@@ -360,6 +367,23 @@ def state_only_and_prune(world: World) -> list[Actor]:
         Actor("prune", world.prune(x)),
         Actor("commit x", world.commit(x, outcome="again")),
         Actor("commit y", world.commit(y, said=Status.DONE, status=Status.DONE, finished_at=1.0)),
+        Actor("fold", world.fold),
+    ]
+
+
+def build_commit_and_fold(world: World) -> list[Actor]:
+    """A partition's counter built in batches while a commit changes one of its executions
+    and a fold (which builds what is left first) runs: the executions as a version before
+    the counters left them, no mark on any and no counter."""
+    x = running(world, "a")
+    done(world, "b", fold=False)
+    running(world, "c")
+    world.db[EXES].update_many({"part": world.part}, {"$unset": {"cdirty": "", "cc": "", "cseq": "", QUIET: ""}})
+    world.db[counts_collection("harel")].delete_one({"_id": world.part})
+    world.keep()
+    return [
+        Actor("build", world.builder),
+        Actor("commit", world.commit(x, status=Status.DONE, finished_at=1.0)),
         Actor("fold", world.fold),
     ]
 

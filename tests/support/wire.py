@@ -44,6 +44,8 @@ class Recorder(monitoring.CommandListener):
         self.write_errors: dict[int, list[int]] = {}
         self.returned: dict[int, int] = {}  # documents a read's reply carried, by command index
         self._in_flight: dict[tuple[Any, int], int] = {}  # (server, request id) -> index
+        #: documents the replies returned, by collection (cleared with the commands)
+        self.returned_in: Counter[str] = Counter()
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         if event.command_name in NOT_THE_WORK:
@@ -56,10 +58,11 @@ class Recorder(monitoring.CommandListener):
         with self._lock:
             at = self._in_flight.pop((event.connection_id, event.request_id), -1)
             cursor = event.reply.get("cursor")
-            if isinstance(cursor, dict) and at >= 0:
-                # the documents a read returned, by the command's index (a cursor's batches)
+            if isinstance(cursor, dict):  # the documents a find, an aggregate or a getMore returned
                 batch = cursor.get("firstBatch", cursor.get("nextBatch")) or []
-                self.returned[at] = self.returned.get(at, 0) + len(batch)
+                if at >= 0:  # by the command's index (a cursor's batches)
+                    self.returned[at] = self.returned.get(at, 0) + len(batch)
+                self.returned_in[str(cursor.get("ns", "")).split(".", 1)[-1]] += len(batch)
             if "writeConcernError" in event.reply:
                 self._hit(at, "writeConcernError", event)
             if event.reply.get("writeErrors") and at >= 0:
@@ -92,6 +95,7 @@ class Recorder(monitoring.CommandListener):
         with self._lock:
             self.commands.clear()
             self.returned.clear()
+            self.returned_in.clear()
             self._in_flight.clear()
 
     def read_from(self, collection: str) -> int:

@@ -538,15 +538,16 @@ def _mark(exes: dict[Any, dict[str, Any]], part: int, seq: int, entries: list[di
 
 
 def counts_read(before: Snapshot, dirty_limit: int = 500) -> tuple[Snapshot, bool]:
-    """What a query that reads the counts writes: a fold of every partition when a counter
-    is not built yet or more than a batch of documents is dirty, else nothing. Returns
-    whether it folded."""
+    """What a query that reads the counts writes: a fold of the built partitions when more
+    than a batch of their documents is dirty, else nothing; never a build (a counter not
+    built yet is left to the workers and `migrate up`: the counts say it is missing).
+    Returns whether it folded."""
     counts = before.get(COUNTS, {})
-    unbuilt = any(not counts.get(p, {}).get("built") for p in range(PARTS))
-    dirty = sum(1 for d in before.get(EXES, {}).values() if d.get("cdirty") is True)
-    if not unbuilt and dirty <= dirty_limit:
+    built = [p for p in range(PARTS) if counts.get(p, {}).get("built")]
+    dirty = sum(1 for d in before.get(EXES, {}).values() if d.get("cdirty") is True and d.get("part") in built)
+    if dirty <= dirty_limit:
         return before, False
-    return fold(before, None, None)[0], True
+    return fold(before, built, None)[0], True
 
 
 def finite(v: Any) -> bool:
@@ -704,7 +705,7 @@ def migrate_down_to_1(before: Snapshot) -> Snapshot:
 def migrate_up_from_1(before: Snapshot) -> Snapshot:
     """Up from layout 1 to 4: `pending` exactly where entries are, `part` on every execution,
     queue and overflow document (from its id, or its group's), version 4 recorded (and the
-    count of partitions where none is)."""
+    count of partitions where none is), then the counts built."""
     after = copy.deepcopy(before)
     for doc in after.get(EXES, {}).values():
         with_pending(doc)
@@ -718,6 +719,11 @@ def migrate_up_from_1(before: Snapshot) -> Snapshot:
     marker = after[COUNTERS][MARKER]
     marker["n"] = 4
     marker.setdefault("parts", PARTS)
+    # and, at this package's layout, every partition's counter built (migrate.counts_build)
+    exes, counts = after.setdefault(EXES, {}), after.setdefault(COUNTS, {})
+    for part in range(PARTS):
+        if not counts.get(part, {}).get("built"):
+            _build(exes, counts, part)
     return after
 
 

@@ -80,7 +80,9 @@ async def collect(target: Target, stuck_after: float, show: int) -> dict[str, An
         queued = await db[names.messages].count_documents({})
         leased = await db[names.transport_locks].count_documents({"token": {"$ne": None}})
         # a new or mistyped database: where the server does keep executions
-        found = [] if sum(sum(per.values()) for per in b.counts.values()) else await elsewhere(client, target)
+        # (counts partial: executions are stored, their partitions not counted yet)
+        counted = sum(sum(per.values()) for per in b.counts.values()) or b.unbuilt
+        found = [] if counted else await elsewhere(client, target)
     finally:
         await store.close()
     out = b.as_dict()
@@ -210,7 +212,12 @@ def empty_hint(found: list[dict[str, Any]]) -> list[str]:
 def _executions(console: Console, data: dict[str, Any]) -> None:
     """The executions by definition and status, or what to run when there are none."""
     w = data["where"]
-    if not data["executions"]:
+    if data.get("unbuilt"):
+        console.print(
+            f"Counts partial: {len(data['unbuilt'])} partition(s) not counted yet (their counts are being built "
+            "by the workers that own them, or run `harel-beanie migrate up`); the figures below leave them out."
+        )
+    if not data["executions"] and not data.get("unbuilt"):
         console.print(f"No executions in database {w['db']}, collection {w['prefix']}_executions.")
         for line in empty_hint(data.get("elsewhere") or []):
             console.print(Text(line))

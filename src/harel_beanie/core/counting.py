@@ -60,11 +60,20 @@ Rule 5. A document is deleted only while the counters count it as nothing: prune
         something by a batch not yet marked on it, and is not deleted. A commit in between
         removes the mark (and dirties it), and the execution stays.
 
-A partition's counter starts unbuilt; `build_pipeline` gives every document not yet counted
-its `cc` in one server-side update, and the sums of those `cc` become the counter. The
-partitions found unbuilt together are built together: one update and one sum for all of
-them. Until
-every partition is built, readers count the collection as before.
+A partition's counter starts unbuilt and is built in batches, off the request path (by the
+worker owning it, one batch a sweep, and by `harel-beanie migrate up`): a batch takes the
+next documents of the partitions being built in `_id` order above the counter's cursor
+(`upto`), `build_pipeline` gives those not yet counted their `cc` (a server-side update of
+those ids alone), and the sums of the batch's `cc` (`build_sums`) are added to the counter
+with the cursor moved, on the condition that the cursor is still where the batch began.
+So a counter not yet built holds the sums of the `cc` of its documents up to its cursor,
+and the last batch (fewer documents than asked) marks it built. This stays true under
+commits, purges and prune because only a fold changes a `cc` once set, and no fold runs on
+an unbuilt partition; a document created during the build is dirty, carries no `cc`, and
+is counted by the first fold (Rule 4). A builder killed between its steps leaves the cursor
+where it was: the next one sets no `cc` twice and sums the same ones. Until every partition
+is built, a reader answers from the built ones and says which are not (`Counts.unbuilt`):
+a request never builds.
 """
 
 from __future__ import annotations
@@ -250,6 +259,9 @@ class Counts:
     #: no id stored is below this one (a lower bound: a deletion leaves it where it was);
     #: None where a counter does not know (built before counters kept it)
     low: Optional[str] = None
+    #: the partitions whose counter is not built yet, whose executions these counts leave
+    #: out (empty: the counts are of every execution)
+    unbuilt: list[int] = field(default_factory=list)
 
     def totals(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -316,13 +328,16 @@ def build_pipeline() -> list[dict[str, Any]]:
     return [{"$set": {COUNTED: state, COUNTED_SEQ: 0, QUIET: quiet_expression()}}]
 
 
-def build_sums(parts: list[int]) -> list[dict[str, Any]]:
-    """The aggregation summing the `cc` of each of `parts` (what its built counter starts
-    from), one group per partition, definition and status: one read for every partition
-    being built, where one read per partition would read the collection once each on a
-    server with no index led by `part` alone."""
+def build_sums(parts: list[int], ids: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
+    """The aggregation summing the `cc` of each of `parts` (of its documents whose `_id`
+    matches `ids`: one build batch), one group per partition, definition and status: one
+    read for every partition being built, where one read per partition would read the
+    collection once each on a server with no index led by `part` alone."""
+    match: dict[str, Any] = {"part": parts[0] if len(parts) == 1 else {"$in": parts}, COUNTED: {"$type": "object"}}
+    if ids is not None:
+        match["_id"] = ids
     return [
-        {"$match": {"part": parts[0] if len(parts) == 1 else {"$in": parts}, COUNTED: {"$type": "object"}}},
+        {"$match": match},
         {
             "$group": {
                 "_id": {"p": "$part", "d": f"${COUNTED}.d", "s": f"${COUNTED}.s"},
@@ -358,6 +373,17 @@ def built_counter(groups: list[Mapping[str, Any]]) -> dict[str, Any]:
             per = n.setdefault(definition_key(str(key["d"])), {})
             per[status_key(str(key["s"]))] = int(g["n"])
     return {"n": n, "t": t, LOW: low, "built": True}
+
+
+def batch_increment(groups: list[Mapping[str, Any]]) -> tuple[dict[str, int], str]:
+    """A build batch's `$inc` of its partition's counter from `build_sums`' groups, and the
+    batch's smallest id (`NO_ID`: none) for the counter's `$min` of `low`."""
+    sums = built_counter(groups)
+    inc = {"t": sums["t"]} if sums["t"] else {}
+    for dkey, per in sums["n"].items():
+        for skey, n in per.items():
+            inc[f"n.{dkey}.{skey}"] = n
+    return inc, sums[LOW]
 
 
 def fold_low(docs: list[Mapping[str, Any]], counter: Mapping[str, Any]) -> dict[str, Any]:

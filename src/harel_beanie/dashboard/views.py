@@ -57,6 +57,10 @@ class ExecutionsView(BaseModel):
     after: Optional[str] = None  # the cursor this page started after
     next_after: Optional[str] = None  # pass as `after` for the next page; None on the last
     definitions: list[str]
+    #: the partitions whose executions the counts leave out, their counters not built yet
+    #: (core.counting's last paragraph); empty: the counts are of every execution
+    uncounted: list[int] = []
+    partitions: int = 0
 
 
 class OutboxOut(BaseModel):
@@ -171,6 +175,7 @@ class BacklogView(BaseModel):
     #: when the pending entries were counted: the newest per-minute sample's time (`now`
     #: when there was none at most a minute old and this view read them itself)
     entries_at: Optional[float] = None
+    uncounted: list[int] = []  # as in `ExecutionsView`
 
 
 def _age(seq: int, now: float) -> Optional[float]:
@@ -185,7 +190,10 @@ async def executions_view(
     counts = await queries.status_counts(flt, doc=doc, hint=hint)
     definitions = await queries.definition_ids(doc=doc)
     total = counts.get(flt.status, 0) if flt.status else sum(counts.values())
+    uncounted, partitions = await queries.unbuilt_partitions(doc=doc)
     return ExecutionsView(
+        uncounted=uncounted,
+        partitions=partitions,
         filter=FilterOut(**vars(flt)),
         counts=counts,
         total=total,
@@ -395,4 +403,5 @@ async def backlog_view(*, stuck_after: float, show: int, doc: Doc, samples: Any 
         silent=_silent(b.stuck),
         stuck_after=stuck_after,
         entries_at=b.entries_at,
+        uncounted=b.unbuilt,
     )

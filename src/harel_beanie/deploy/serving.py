@@ -17,6 +17,7 @@ from typing import Any, Awaitable, Callable, Optional
 from pymongo.errors import BulkWriteError, ConnectionFailure, OperationFailure, WriteConcernError
 
 from harel_beanie.deploy.relay import sweep
+from harel_beanie.queries.server import server_of
 from harel_beanie.transport.ownership import RENEW_EVERY, TAKEOVER_BOUND, PartitionOwner
 
 log = logging.getLogger("harel_beanie.worker")
@@ -71,7 +72,12 @@ async def sweep_forever(
         except Exception:  # an outage: the run loop will meet it too; keep sweeping after it
             log.warning("relay sweep failed; retrying in %ss", every, exc_info=True)
         try:
-            await store.fold_counts()  # the counts of the partitions this worker owns (core.counting)
+            # the counts of the partitions this worker owns (core.counting): a counter not
+            # built yet gets one batch a sweep, between the worker's other work; on a server
+            # where `limit` bounds no work a batch's id read would read the collection, so
+            # there the first sweep builds the rest in one pass (two reads of it)
+            whole = not (await server_of(executions)).limit_bounds_work
+            await store.fold_counts(build_batches=1, build_batch=0 if whole else None)
         except Exception:  # as for the sweep: the next one folds what this one could not
             log.warning("counts fold failed; retrying in %ss", every, exc_info=True)
         if sample is not None:

@@ -40,6 +40,7 @@ from pymongo.errors import CursorNotFound
 
 from harel_beanie.core.arguments import require_choice, require_int
 from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
+from harel_beanie.migrate.counts_build import build_counts
 from harel_beanie.migrate.step import DOWN, UP, MigrationError, Step
 from harel_beanie.store.settings import DEFAULT_WRITE_CONCERN
 
@@ -169,7 +170,8 @@ class Migrator:
     # --- whole runs -------------------------------------------------------------------------
 
     async def up(self, to: int = SCHEMA_VERSION) -> list[StepReport]:
-        """Every step up to version `to` (default: the version this package needs)."""
+        """Every step up to version `to` (default: the version this package needs); at this
+        package's version, the counts' counters built last (`migrate.counts_build`)."""
         st = await self.status()
         _check_target(to)
         self._refuse_newer(st)
@@ -181,7 +183,11 @@ class Migrator:
                 raise MigrationError(self._other_in_progress(st.in_progress))
         else:
             first = st.version + 1
-        return [await self.run_step(v, UP) for v in range(first, to + 1)]
+        reports = [await self.run_step(v, UP) for v in range(first, to + 1)]
+        if to == SCHEMA_VERSION:
+            # the counts built here, not inside the first request that reads them
+            await build_counts(self.exes, self.counters, self.prefix, self.say)
+        return reports
 
     async def down(self, to: Optional[int] = None) -> list[StepReport]:
         """Every step down to version `to` (default: one step down; 0 is harel's layout)."""

@@ -32,7 +32,7 @@ migration reads with its summary taken from its snapshot.
 """
 
 from harel_beanie.queries.backlog import MAX_SHOW, Backlog, backlog
-from harel_beanie.queries.counts import definition_ids, execution_counts
+from harel_beanie.queries.counts import definition_ids, execution_counts, unbuilt_partitions
 from harel_beanie.queries.pages import (
     COUNT_CAP,
     MAX_LIMIT,
@@ -74,6 +74,7 @@ __all__ = [
     "executions",
     "definition_ids",
     "execution_counts",
+    "unbuilt_partitions",
     "executions_page",
     "failed_since",
     "purged",

@@ -49,6 +49,9 @@ class Backlog:
     #: when the pending entries' figures were read: `now` when this call read them, a
     #: minute's sample's time when they come from one (`queries.samples.sampled_backlog`)
     entries_at: Optional[float] = None
+    #: the partitions whose counts are not built yet: `counts` and `purged` leave
+    #: their executions out (core.counting's last paragraph); empty: every one counted
+    unbuilt: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,6 +87,7 @@ async def backlog(
     counted = await execution_counts(doc=doc)
     if counted is not None:
         out.counts, out.purged = counted.per, counted.purged
+        out.unbuilt = counted.unbuilt
     else:
         await _counted_whole(coll, out)
     if await _in_harel_layout(coll):

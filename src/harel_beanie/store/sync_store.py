@@ -156,14 +156,28 @@ class MongoStore(StoreShell):
     def purge(self, execution_id: str, expected_version: int) -> bool:
         return self._run(flows.purge(self._state, execution_id, expected_version))
 
-    def fold_counts(self, parts: Optional[Sequence[int]] = None, *, ids: Optional[Sequence[str]] = None) -> int:
+    def fold_counts(
+        self,
+        parts: Optional[Sequence[int]] = None,
+        *,
+        ids: Optional[Sequence[str]] = None,
+        build_batches: Optional[int] = None,
+        build_batch: Optional[int] = None,
+    ) -> int:
         """Fold the executions written since the last fold into the counts of `parts`
-        (default: the partitions this store works on); see `harel_beanie.core.counting`."""
-        return self._run(flows.fold_counts(self._state.scope, parts, ids=ids))
+        (default: the partitions this store works on), building a counter not built yet
+        first: at most `build_batches` batches of it (None: all of it; a worker builds one
+        batch a sweep) of `build_batch` documents (None: the default; 0: the rest in one
+        pass); see `harel_beanie.core.counting`."""
+        flow = flows.fold_counts(
+            self._state.scope, parts, ids=ids, build_batches=build_batches, build_batch=build_batch
+        )
+        return self._run(flow)
 
     def read_counts(self) -> Optional[Counts]:
-        """Exact counts of the stored executions by definition and status, or None while the
-        counters cannot answer (not built yet, or another layout)."""
+        """Exact counts of the stored executions by definition and status, or None where the
+        counters cannot answer (another layout); while some partitions' counters are not
+        built, the counts of the others, naming them in `Counts.unbuilt`."""
         read = self._run(flows.read_counts(self._state.scope))
         return None if read is None else read[0]
 

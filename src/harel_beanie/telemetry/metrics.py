@@ -43,6 +43,12 @@ class StoreMetrics:
         self.purged = Gauge(
             "harel_executions_purged", "Tombstones: ids whose execution a purge removed", registry=registry
         )
+        self.unbuilt = Gauge(
+            "harel_counts_unbuilt_partitions",
+            "Partitions whose execution counts are not built yet (the workers and `harel-beanie migrate up` "
+            "build them): harel_executions and harel_executions_purged leave their executions out while above 0",
+            registry=registry,
+        )
         self.pending = Gauge(
             "harel_pending_entries",
             "Pending work not yet relayed: outbox entries (events) and spawns (children); from the per-minute "
@@ -116,6 +122,7 @@ class StoreMetrics:
             for status, n in per.items():
                 self.executions.labels(definition, status).set(n)
         self.purged.set(b.purged)
+        self.unbuilt.set(len(b.unbuilt))
         self.pending.labels("outbox").set(b.pending_outbox)
         self.pending.labels("spawn").set(b.pending_spawns)
         self.oldest_pending.labels("outbox").set(b.oldest_outbox_age or 0.0)

@@ -23,6 +23,7 @@ from harel.engine.store.base import OutboxEntry
 from harel_beanie.core.calls import CreateIndexes, FindOne, Flow, UpdateOne
 from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
 from harel_beanie.core.errors import SchemaMismatch
+from harel_beanie.core.flows.counting import fresh_counters
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, MAX_PARTITIONS, PartitionScope
 from harel_beanie.core.seqs import SeqMint
 from harel_beanie.core.sizes import DEFAULT_TRACE_STEP_BYTES
@@ -163,4 +164,8 @@ def setup(st: StoreState) -> Flow[None]:
             # a racing set-up may have recorded its own count first: the record decides
             marker = yield FindOne("counters", {"_id": SCHEMA_MARKER_ID})
             st.scope.parts = marker_parts(marker)
+            # a fresh database: its counters are built now, counting nothing (every execution
+            # written from now on is dirty, counted by the folds), so no reader ever finds
+            # them partial (core.counting's last paragraph)
+            yield from fresh_counters(range(st.scope.parts), built=True)
     st.ready = True

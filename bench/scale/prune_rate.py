@@ -1,0 +1,104 @@
+"""Prune's rate on the embedded server, with the counts' fold marking a batch in one bulk
+write or (`--old-marks`) one round trip per execution, as before issue 39's item 4; and the
+counts' one-pass build over the same executions first (what `migrate up` and a worker's first
+sweep do on this server).
+
+Run: `.venv/bin/python -m bench.scale.prune_rate 20000 5000` (executions stored, executions pruned
+at most), then again with `--old-marks`; compare within one run of both, the machine may be
+shared. The executions are one finished execution's document cloned (DONE long ago, every
+partition), written as a version before the counters wrote them (no marks, no counters).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import time
+from typing import Any, Iterator
+
+import pymongo
+from harel.engine.execution import Execution, Status
+
+from harel_beanie import MongoStore
+from harel_beanie.core.calls import Flow, UpdateOne
+from harel_beanie.core.flows import counting as counting_flows
+from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
+from harel_beanie.deploy.embedded import EmbeddedServer
+from harel_beanie.retention import prune
+
+OLD = 1_700_000_000.0
+DB = "hbbench_prune"
+BATCH = 500
+
+
+def _old_mark(part: int, seq: int, entries: list[dict[str, Any]]) -> Flow[None]:
+    """The fold's marks one round trip each (before the bulk write)."""
+    yield from counting_flows._mark_each(part, seq, entries)
+    yield UpdateOne("counts", {"_id": part, "seq": seq}, {"$set": {"marked": True}})
+
+
+def _clones(template: dict[str, Any], n: int) -> Iterator[dict[str, Any]]:
+    for i in range(n):
+        d = copy.deepcopy(template)
+        d["_id"] = f"x{i:07d}"
+        d["part"] = part_of(d["_id"], DEFAULT_PARTITIONS)
+        d["born"] = f"b{i}"
+        d["updated_at"] = d["finished_at"] = OLD + i * 0.001
+        for k in ("cdirty", "cc", "cseq", "quiet"):
+            d.pop(k, None)
+        yield d
+
+
+def run(n: int, most: int, old_marks: bool) -> None:
+    if old_marks:
+        counting_flows._mark = _old_mark  # type: ignore[assignment]
+    with EmbeddedServer() as server:
+        client: Any = pymongo.MongoClient(server.url)
+        store = MongoStore(pymongo.MongoClient(server.url), DB)
+        store.init()
+        store.save(Execution(id="tmpl", definition_id="Order", status=Status.DONE, updated_at=OLD, finished_at=OLD))
+        exes = client[DB].harel_executions
+        template = exes.find_one({"_id": "tmpl"})
+        exes.delete_many({})
+        rows = list(_clones(template, n))
+        for i in range(0, n, 5000):
+            exes.insert_many(rows[i : i + 5000])
+        client[DB].harel_hb_counts.delete_many({})
+        t = time.perf_counter()
+        store.fold_counts(build_batch=0)
+        print(f"{n:,} executions; the counts built in one pass in {time.perf_counter() - t:.1f} s", flush=True)
+        marks: list[tuple[float, int]] = []
+
+        async def pruned() -> None:
+            aclient: Any = pymongo.AsyncMongoClient(server.url)
+            t0 = time.perf_counter()
+            try:
+                await prune(
+                    aclient[DB].harel_executions,
+                    OLD + n,
+                    batch_size=BATCH,
+                    on_batch=lambda r: marks.append((time.perf_counter() - t0, r.removed)),
+                    stop_after_batches=most // BATCH,
+                )
+            finally:
+                await aclient.close()
+
+        asyncio.run(pruned())
+        store.close()
+        seconds, removed = marks[-1]
+        kind = "one round trip per execution" if old_marks else "one bulk write per partition"
+        print(f"prune ({kind}): {removed:,} removed in {seconds:.1f} s, {removed / seconds:.0f}/s", flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("n", type=int, help="executions stored")
+    p.add_argument("most", type=int, help="executions pruned at most (whole batches of 500)")
+    p.add_argument("--old-marks", action="store_true", help="the fold's marks one round trip each, as before")
+    a = p.parse_args()
+    run(a.n, a.most, a.old_marks)
+
+
+if __name__ == "__main__":
+    main()
