@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from operator import attrgetter
-from typing import Any, Awaitable, Callable, Generic, Mapping, Optional
+from typing import Any, Awaitable, Callable, Generic, Mapping, Optional, Sequence
 
 import pymongo
 from pymongo import ReturnDocument
@@ -77,6 +77,52 @@ def _bulk_op(op: calls.Call) -> Any:
     raise TypeError(f"not a bulk write op: {op!r}")
 
 
+@dataclasses.dataclass
+class _Tally:
+    """What `_one_by_one` did, shaped as a bulk write's result."""
+
+    matched_count: int = 0
+    deleted_count: int = 0
+
+    def add(self, answer: Any) -> "_Tally":
+        self.matched_count += int(getattr(answer, "matched_count", 0) or 0)
+        self.deleted_count += int(getattr(answer, "deleted_count", 0) or 0)
+        return self
+
+
+def _fake(coll: Any) -> Optional[str]:
+    """ "mongomock" or "mongomock_motor" for a collection of those in-memory fakes (the
+    latter presents itself as Motor's: look along its bases), else None."""
+    for k in type(coll).__mro__:
+        if k.__module__.split(".")[0] in ("mongomock", "mongomock_motor"):
+            return k.__module__.split(".")[0]
+    return None
+
+
+def _in_memory(coll: Any) -> bool:
+    return _fake(coll) is not None
+
+
+def _one_by_one(coll: Any, ops: Sequence[calls.Call]) -> Any:
+    """A bulk write's ops sent one at a time, for an in-memory fake whose bulk write refuses
+    PyMongo's operation objects; its answer is awaitable where the fake's calls are (an
+    unordered bulk write promises no order, so one at a time keeps its meaning)."""
+    answers = (start(coll, op)[0] for op in ops)
+    if _fake(coll) != "mongomock_motor":
+        tally = _Tally()
+        for answer in answers:
+            tally.add(answer)
+        return tally
+
+    async def awaited() -> _Tally:
+        tally = _Tally()
+        for answer in answers:
+            tally.add(await answer)
+        return tally
+
+    return awaited()
+
+
 def start(coll: Any, c: calls.Call) -> tuple[Any, Callable[[Any], Any]]:
     """Make call `c` on `coll`, a collection of any client with PyMongo's API (PyMongo's
     sync or async client, Motor, mongomock): the driver's answer (awaitable on an async
@@ -102,6 +148,8 @@ def start(coll: Any, c: calls.Call) -> tuple[Any, Callable[[Any], Any]]:
     if isinstance(c, calls.DeleteOne):
         return coll.delete_one(c.filter), _deleted
     if isinstance(c, calls.BulkWrite):
+        if _in_memory(coll):  # mongomock's bulk writes refuse PyMongo 4.9+'s operations
+            return _one_by_one(coll, c.ops), _touched
         return coll.bulk_write([_bulk_op(op) for op in c.ops], ordered=False), _touched
     if isinstance(c, calls.Increment):
         inc = {"$inc": {c.field: c.by}}
