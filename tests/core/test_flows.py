@@ -238,7 +238,7 @@ def _swap(value: Any, old: Any, new: Any) -> Any:
 
 def cas(version: int = 3, first_seq: Optional[int] = FIRST_SEQ) -> Expect:
     """The CAS update of the execution loaded at `version`, minting from `first_seq`: its
-    equalities are one-element `$in`s (`commit.point`)."""
+    equalities are one-element `$in`s (`keys.point`)."""
     want: dict[str, Any] = {"_id": point(ID), "version": point(version)}
     if first_seq is not None:
         want["seq_hi"] = {"$not": {"$gte": first_seq}}
@@ -936,7 +936,13 @@ SETUPS = [
         "a fresh database gets its marker, and the count of partitions it records",
         True,
         None,
-        [(ANY_EXECUTION, None), (WRITE_MARKER, None), (MARKER, {**THIS_LAYOUT, "parts": DEFAULT_PARTITIONS})],
+        [
+            (ANY_EXECUTION, None),
+            (WRITE_MARKER, None),
+            (MARKER, {**THIS_LAYOUT, "parts": DEFAULT_PARTITIONS}),
+            # and its counters, built counting nothing (core.counting's last paragraph)
+            *[(on(UpdateOne, "counts", filter={"_id": p}, upsert=True), None) for p in range(DEFAULT_PARTITIONS)],
+        ],
         False,
     ),
     ("harel's layout: compat, no marker", True, None, [(ANY_EXECUTION, {"_id": "old"})], True),
@@ -964,7 +970,7 @@ def test_setup(
     "marker, parts, unpartitioned",
     [
         ({"n": SCHEMA_VERSION, "parts": 4}, 4, False),  # the recorded count decides, not the default
-        ({"n": SCHEMA_VERSION - 1}, DEFAULT_PARTITIONS, True),  # the layout `migrate up` brings up live
+        ({"n": 2}, DEFAULT_PARTITIONS, True),  # the layout `migrate up` brings up live (partitions)
     ],
 )
 def test_setup_takes_the_partitions_the_marker_records(

@@ -197,7 +197,7 @@ def definitions() -> dict:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    return {**load_models(), **load_models(root / "bench")}
+    return {**load_models(), **load_models(root / "models" / "bench")}
 
 
 class PurgeDuringRelay(MongoStore):

@@ -96,7 +96,7 @@ EXPLORED: dict[str, tuple[ModuleType, str, str, str, Family, dict[str, Any]]] = 
     # counters keep counting it as it was (Rule 2's pin on the stored status)
     "a pinned commit's status pin": (
         commit,
-        "_cas_update",
+        "_pin",
         "cas.update(status=point(exe.status.value), definition_id=point(exe.definition_id))",
         "pass",
         state_only_and_prune,
@@ -106,7 +106,7 @@ EXPLORED: dict[str, tuple[ModuleType, str, str, str, Family, dict[str, Any]]] = 
     # RUNNING execution waiting on a timer listed among the silent ones (core.stuck)
     "a pinned commit's quiet pins": (
         commit,
-        "_cas_update",
+        "_pin",
         'cas.update(pending={"$exists": False}, next_fire={"$exists": False})',
         "pass",
         state_only_commits,

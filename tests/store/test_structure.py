@@ -123,7 +123,7 @@ def test_sync_commit_round_trips(counted: tuple[MongoStore, Recorder]) -> None:
     sent = rec.take()
     _check_commit_round_trips("state-only commit", sent)
     assert [n for n, _ in sent] == ["update"]
-    # the CAS as point clauses (commit.point): mongod's plain equality, no index planning on
+    # the CAS as point clauses (keys.point): mongod's plain equality, no index planning on
     # SecantusDB
     assert sent[0][1]["updates"][0]["q"] == {"_id": {"$in": [exe.id]}, "version": {"$in": [1]}}
 
@@ -794,7 +794,7 @@ def test_writes_by_id_are_point_writes(observed: dict[int, dict[str, list[Observ
     """Every server: the filter is an `_id` equality (plus guards on that one document)."""
     for n, o in _one(observed, key).items():
         ident = o.filter.get("_id")
-        # a plain equality, or the one-element `$in` mongod canonicalises to it (commit.point)
+        # a plain equality, or the one-element `$in` mongod canonicalises to it (keys.point)
         point = isinstance(ident, dict) and set(ident) == {"$in"} and len(ident["$in"]) == 1
         assert isinstance(ident, str) or point, f"{key} at N={n}: not addressed by _id: {o.filter}"
 

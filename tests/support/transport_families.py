@@ -33,7 +33,7 @@ from harel_beanie.core.calls import Call, Flow
 from harel_beanie.core.names import partition_collection, queue_names
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, Held, PartitionScope, part_of
 from harel_beanie.store.dispatch import call
-from harel_beanie.transport import MongoTransport, ownership, queues
+from harel_beanie.transport import MongoTransport, claiming, ownership, queues
 from tests.support.explore import Actor
 
 #: the virtual time the families start at, and the first owner's lease on the group's partition
@@ -162,7 +162,7 @@ class TransportWorld:
 
     def _claim_and_ack(self, w: Worker) -> Flow[Any]:
         st = queues.QueueState(w.clock, w.scope)
-        lease = yield from queues.claim(st, w.name, VISIBILITY)
+        lease = yield from claiming.claim(st, w.name, VISIBILITY)
         if lease is None:
             return
         self._acting(w, lease)

@@ -14,7 +14,7 @@ import pymongo
 import pytest
 
 from harel_beanie.core import partitions
-from harel_beanie.transport import queues
+from harel_beanie.transport import claiming
 from tests.support.explore import Actor, Explorer, Report
 from tests.support.mutation import mutated
 from tests.support.transport_families import TransportWorld, beyond_the_margin, families
@@ -27,7 +27,7 @@ def world(mongo_url: str, db_name: str, monkeypatch: pytest.MonkeyPatch) -> Tran
     w = TransportWorld(pymongo.MongoClient(mongo_url), db_name)
     w.setup()
     # claim tokens the same in every schedule, so a state met again is recognised
-    monkeypatch.setattr(queues, "uuid", SimpleNamespace(uuid4=lambda: SimpleNamespace(hex=w.hex())))
+    monkeypatch.setattr(claiming, "uuid", SimpleNamespace(uuid4=lambda: SimpleNamespace(hex=w.hex())))
     return w
 
 
@@ -61,7 +61,7 @@ def test_a_clock_ahead_beyond_the_margin_makes_two_owners(world: TransportWorld)
 PLANTED = {
     # a claim that comes back after its partition's lease ended keeps the group (Rule 7)
     "the claim's give-back": (
-        queues,
+        claiming,
         "_heads",
         "if owned is not None and (0 if part is None else part) not in owned:",
         "if False:",

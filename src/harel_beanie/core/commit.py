@@ -47,7 +47,7 @@ from harel.spec.states import Event
 
 from harel_beanie.core.arguments import require_str
 from harel_beanie.core.counting import DIRTY, LEAVING
-from harel_beanie.core.keys import encode_path, timer_field
+from harel_beanie.core.keys import encode_path, point, timer_field
 from harel_beanie.core.sizes import DEFAULT_TRACE_STEP_BYTES, dedupe_key, ring_length, strict_json, trace_item
 from harel_beanie.core.stuck import QUIET
 
@@ -322,22 +322,7 @@ def _cas_update(
     cas: dict[str, Any] = {"_id": point(exe.id), "version": point(exe.version)}
     unset_ops: dict[str, str] = {QUIET: ""}
     if pinned:
-        # what it is counted as stays (core.counting, Rule 2): checked by the server
-        cas.update(status=point(exe.status.value), definition_id=point(exe.definition_id))
-        cas[LEAVING] = {"$exists": False}
-        quiet = exe.updated_at
-        if exe.status is Status.RUNNING and not (c.outbox or c.spawns or c.schedules) and quiet is not None:
-            # it waits on nothing exactly if nothing was pending and no timer bound held
-            # before (this commit adds neither): the filter pins what the load saw, so its
-            # `quiet` is a fact (core.stuck); seen nothing, it pins "waits on nothing"
-            if waited is not None and waited[1]:
-                cas["next_fire"] = {"$exists": True}  # not quiet: a timer bound held
-            elif waited is not None and waited[0]:
-                cas["pending"] = True  # not quiet: an entry pending
-            else:
-                cas.update(pending={"$exists": False}, next_fire={"$exists": False})
-                set_ops[QUIET] = float(quiet)
-                del unset_ops[QUIET]
+        _pin(exe, c, waited, cas, set_ops, unset_ops)
     else:
         # it may move the status: the counts' mark rides along, and a commit to an
         # execution prune has begun removing keeps it (core.counting, Rules 2 and 5); no
@@ -376,14 +361,30 @@ def _cas_update(
     return cas, update
 
 
-def point(value: Any) -> dict[str, Any]:
-    """An equality on `value` written as a one-element `$in`. mongod canonicalises it to the
-    plain equality (the same plan: the `_id` index); SecantusDB's write path plans a filter
-    of two plain equalities by walking its catalog of secondary indexes several times
-    (compound, range and partial candidates) before it falls back to the `_id` lookup, and
-    skips those walks for `$in` clauses: a state-only commit on this store's indexes costs
-    about a fifth less there (bench/RESULTS.md)."""
-    return {"$in": [value]}
+def _pin(
+    exe: Execution,
+    c: _CommitParts,
+    waited: Optional[tuple[bool, bool]],
+    cas: dict[str, Any],
+    set_ops: dict[str, Any],
+    unset_ops: dict[str, str],
+) -> None:
+    """A pinned commit's pins and its own `quiet`: what it is counted as stays (Rule 2)."""
+    cas.update(status=point(exe.status.value), definition_id=point(exe.definition_id))
+    cas[LEAVING] = {"$exists": False}
+    quiet = exe.updated_at
+    if exe.status is Status.RUNNING and not (c.outbox or c.spawns or c.schedules) and quiet is not None:
+        # it waits on nothing exactly if nothing was pending and no timer bound held
+        # before (this commit adds neither): the filter pins what the load saw, so its
+        # `quiet` is a fact (core.stuck); seen nothing, it pins "waits on nothing"
+        if waited is not None and waited[1]:
+            cas["next_fire"] = {"$exists": True}  # not quiet: a timer bound held
+        elif waited is not None and waited[0]:
+            cas["pending"] = True  # not quiet: an entry pending
+        else:
+            cas.update(pending={"$exists": False}, next_fire={"$exists": False})
+            set_ops[QUIET] = float(quiet)
+            del unset_ops[QUIET]
 
 
 def _entries_bytes(outbox: list[dict[str, Any]], spawns: list[dict[str, Any]]) -> int:

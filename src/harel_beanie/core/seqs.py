@@ -205,3 +205,10 @@ def minted_at(seq: int) -> float | None:
     if ms <= 0 or seq < 1 << 40:
         return None
     return (ms + EPOCH_MS) / 1000.0
+
+
+def age_of(seq: int, now: float) -> float | None:
+    """How long ago (at `now`) a seq of this store was minted; None for one harel's own
+    counter handed out (the backlog's and the execution page's pending entries' ages)."""
+    born = minted_at(seq)
+    return None if born is None else max(0.0, now - born)

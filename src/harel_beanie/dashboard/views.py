@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from harel_beanie import queries
 from harel_beanie.core.documents import ExecutionDocument
 from harel_beanie.core.keys import decode_path
-from harel_beanie.core.seqs import minted_at
+from harel_beanie.core.seqs import age_of
 from harel_beanie.dashboard import statechart
 from harel_beanie.queries.samples import sampled_backlog
 from harel_beanie.queries.stuck import stuck
@@ -172,15 +172,9 @@ class BacklogView(BaseModel):
     next_timers: list[NextTimerOut]
     silent: list[SilentOut]
     stuck_after: float
-    #: when the pending entries were counted: the newest per-minute sample's time (`now`
-    #: when there was none at most a minute old and this view read them itself)
+    #: when the pending entries were counted (the newest per-minute sample's time, or `now`)
     entries_at: Optional[float] = None
     uncounted: list[int] = []  # as in `ExecutionsView`
-
-
-def _age(seq: int, now: float) -> Optional[float]:
-    born = minted_at(seq)
-    return None if born is None else max(0.0, now - born)
 
 
 async def executions_view(
@@ -205,8 +199,7 @@ async def executions_view(
 
 
 def _text(value: Any) -> Optional[str]:
-    """A stored value shown as text: a str as it is, anything else as its JSON (a trace step or
-    an outbox entry written by another store may hold any shape)."""
+    """A stored value as text: a str as it is, anything else (another store's shapes) as JSON."""
     if value is None or isinstance(value, str):
         return value
     return json.dumps(value, default=str, sort_keys=True)
@@ -308,7 +301,7 @@ async def execution_view(
             seq=e["seq"],
             target_id=_text(e.get("target_id")),
             event_kind=_event_kind(e.get("event")),
-            age=_age(e["seq"], now),
+            age=age_of(e["seq"], now),
         )
         for e in d.outbox
     ]
@@ -317,7 +310,7 @@ async def execution_view(
             seq=s["seq"],
             child_id=_text(s.get("child_id")) or "",
             root_path=_text(s.get("root_path")) or "",
-            age=_age(s["seq"], now),
+            age=age_of(s["seq"], now),
         )
         for s in d.spawns
     ]

@@ -21,7 +21,7 @@ from harel_beanie.core.counting import LEAVING, UNKNOWN
 from harel_beanie.core.documents import PENDING, SCHEMA_MARKER_ID, ExecutionDocument
 from harel_beanie.core.keys import ANY_TIME, decode_path
 from harel_beanie.core.names import prefix_of
-from harel_beanie.core.seqs import minted_at
+from harel_beanie.core.seqs import age_of
 from harel_beanie.queries.counts import execution_counts
 from harel_beanie.queries.lowest import lowest
 from harel_beanie.queries.rows import Executions, TimerRow, checked_doc
@@ -133,11 +133,6 @@ async def _in_harel_layout(coll: Any) -> bool:
     return marker is None
 
 
-def _age(seq: int, now: float) -> Optional[float]:
-    born = minted_at(seq)
-    return None if born is None else max(0.0, now - born)
-
-
 async def _statuses_from_data(coll: Any, out: Backlog) -> None:
     """The status of each document harel's store wrote (counted as UNKNOWN above: it has no
     status field), read from its snapshot."""
@@ -190,7 +185,7 @@ async def _entries_indexed(doc: Executions, out: Backlog) -> None:
         if rows and rows[0][f"{array}_n"]:
             setattr(out, count_attr, rows[0][f"{array}_n"])
             low = rows[0][f"{array}_low"]
-            setattr(out, age_attr, _age(low, now) if isinstance(low, int) else None)
+            setattr(out, age_attr, age_of(low, now) if isinstance(low, int) else None)
 
 
 async def _timers_indexed(doc: Executions, out: Backlog, show: int) -> None:
@@ -230,9 +225,9 @@ async def _pending_scanned(coll: Any, out: Backlog, show: int) -> None:
         ]
     out.next_timers = sorted(out.next_timers, key=lambda t: t["fire_at"])[:show]
     if out.pending_outbox and low["outbox"] is not None:
-        out.oldest_outbox_age = _age(low["outbox"], now)
+        out.oldest_outbox_age = age_of(low["outbox"], now)
     if out.pending_spawns and low["spawns"] is not None:
-        out.oldest_spawn_age = _age(low["spawns"], now)
+        out.oldest_spawn_age = age_of(low["spawns"], now)
 
 
 def human_duration(seconds: float) -> str:

@@ -24,7 +24,7 @@ from harel_beanie.store.connect import RetryPolicy, await_server
 from harel_beanie.store.dispatch import acall, adrive, maybe_await
 from harel_beanie.store.settings import is_in_memory
 from harel_beanie.store.sharding import routing_check_async
-from harel_beanie.transport import queues
+from harel_beanie.transport import claiming, queues
 from harel_beanie.transport.prefetch import Prefetch
 from harel_beanie.transport.queues import QueueLease, queue_state
 from harel_beanie.transport.settings import (
@@ -168,7 +168,7 @@ class AsyncMongoTransport:
     async def claim_many(self, worker_id: str, visibility: float, k: int, min_priority: int = 0) -> list[QueueLease]:
         """Up to `k` due groups at once, each leased as `claim` leases one, first in the claim
         order; fewer (or none) when fewer are due. It does not wait."""
-        return await self._run(queues.claim_many(self._state, worker_id, visibility, k, min_priority))
+        return await self._run(claiming.claim_many(self._state, worker_id, visibility, k, min_priority))
 
     async def _claim_now(self, worker_id: str, visibility: float, min_priority: int) -> Optional[QueueLease]:
         """One lease: a prefetched one that suits, else a claim of as many groups as the
@@ -178,7 +178,7 @@ class AsyncMongoTransport:
         if lease is not None:
             return lease
         k = self._prefetch.room(now)
-        leases = await self._run(queues.claim_many(self._state, worker_id, visibility, k, min_priority))
+        leases = await self._run(claiming.claim_many(self._state, worker_id, visibility, k, min_priority))
         return self._prefetch.keep(worker_id, leases, now + visibility)
 
     async def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Optional[QueueLease]:

@@ -19,7 +19,7 @@ from harel_beanie.store.connect import RetryPolicy, wait_for_server
 from harel_beanie.store.dispatch import call, drive
 from harel_beanie.store.settings import is_in_memory
 from harel_beanie.store.sharding import routing_check
-from harel_beanie.transport import queues
+from harel_beanie.transport import claiming, queues
 from harel_beanie.transport.queues import QueueLease, queue_state
 from harel_beanie.transport.settings import (
     DEFAULT_CLOCK,
@@ -111,12 +111,12 @@ class MongoTransport:
         self._run(queues.publish(self._state, group_id, event, priority))
 
     def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Optional[QueueLease]:
-        return self._run(queues.claim(self._state, worker_id, visibility, min_priority))
+        return self._run(claiming.claim(self._state, worker_id, visibility, min_priority))
 
     def claim_many(self, worker_id: str, visibility: float, k: int, min_priority: int = 0) -> list[QueueLease]:
         """Up to `k` due groups at once, each leased as `claim` leases one, first in the claim
         order (`harel_beanie.transport.queues`, Rule 8); fewer (or none) when fewer are due."""
-        return self._run(queues.claim_many(self._state, worker_id, visibility, k, min_priority))
+        return self._run(claiming.claim_many(self._state, worker_id, visibility, k, min_priority))
 
     def ack(self, lease: Lease) -> None:
         self._run(queues.ack(self._state, lease))

@@ -42,10 +42,10 @@ from harel_beanie.commands import cli
 from harel_beanie.commands import worker as worker_command
 from harel_beanie.core.calls import Find, UpdateOne
 from harel_beanie.core.partitions import PartitionScope
-from harel_beanie.transport import ownership, queues
+from harel_beanie.transport import claiming, ownership, queues
 
 _GIVE_BACK_LEASE = {"$set": {"until": 0.0, "owner": None}}  # ownership.tick, Rule 2c
-#: the claim's give-back (queues._heads, Rule 7): the lease's token cleared, the group due now
+#: the claim's give-back (claiming._heads, queues Rule 7): the lease's token cleared, the group due now
 _GIVE_BACK_GROUP = {"available_at", "token"}
 #: the callers whose reads of `owned()` are not decisions to act (the claim's re-check after
 #: the fact is recorded by the claim's own hook)
@@ -106,7 +106,7 @@ def _observed(flow: Generator[Any, Any, Any], before: Callable[[Any], None], aft
 
 
 def install(rec: Recorder) -> None:
-    original_tick, original_release, original_claim_in = ownership.tick, ownership.release, queues._claim_in
+    original_tick, original_release, original_claim_in = ownership.tick, ownership.release, claiming._claim_in
     original_owned = PartitionScope.owned
 
     def tick(st: ownership.OwnerState) -> Any:
@@ -217,7 +217,7 @@ def install(rec: Recorder) -> None:
 
     ownership.tick = tick  # type: ignore[assignment]
     ownership.release = release  # type: ignore[assignment]
-    queues._claim_in = claim_in  # type: ignore[assignment]
+    claiming._claim_in = claim_in  # type: ignore[assignment]
     PartitionScope.owned = owned  # type: ignore[method-assign]
 
 

@@ -37,11 +37,10 @@ from harel.engine.store.base import OutboxEntry, SpawnEntry
 from harel_beanie.core import records
 from harel_beanie.core.arguments import require_int, require_str, require_time
 from harel_beanie.core.calls import Find, Flow, UpdateMany, UpdateOne
-from harel_beanie.core.commit import point
 from harel_beanie.core.counting import DIRTY
 from harel_beanie.core.documents import PENDING, OutboxView, PendingView, SpawnView, TimerView, projection
 from harel_beanie.core.flows.state import StoreState
-from harel_beanie.core.keys import ANY_SEQ, ANY_TIME, timer_field
+from harel_beanie.core.keys import ANY_SEQ, ANY_TIME, point, timer_field
 
 
 class _Unknown:
@@ -202,7 +201,7 @@ def _ack(st: StoreState, array: str, seq: int) -> Flow[None]:
         owner = next((d["_id"] for d in docs if d.get(array)), None)
         if owner is None:
             return  # no document holds it: acked already
-    # one-element `$in`s: the same plan on mongod, no index planning on SecantusDB (commit.point)
+    # one-element `$in`s: the same plan on mongod, no index planning on SecantusDB (keys.point)
     yield from remove_entries(st, array, {"_id": point(owner), f"{array}.seq": point(seq)}, {"seq": seq}, many=False)
 
 
