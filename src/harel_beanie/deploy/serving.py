@@ -69,8 +69,8 @@ async def sweep_forever(
             pass
         try:
             await sweep(store, transport, executions, worker.definitions, worker.clock, trace=trace)
-        except Exception:  # an outage: the run loop will meet it too; keep sweeping after it
-            log.warning("relay sweep failed; retrying in %ss", every, exc_info=True)
+        except Exception as exc:  # an outage: the run loop will meet it too; keep sweeping after it
+            _failed("relay sweep", exc, every)
         try:
             # the counts of the partitions this worker owns (core.counting): a counter not
             # built yet gets one batch a sweep, between the worker's other work; on a server
@@ -78,13 +78,20 @@ async def sweep_forever(
             # there the first sweep builds the rest in one pass (two reads of it)
             whole = not (await server_of(executions)).limit_bounds_work
             await store.fold_counts(build_batches=1, build_batch=0 if whole else None)
-        except Exception:  # as for the sweep: the next one folds what this one could not
-            log.warning("counts fold failed; retrying in %ss", every, exc_info=True)
+        except Exception as exc:  # as for the sweep: the next one folds what this one could not
+            _failed("counts fold", exc, every)
         if sample is not None:
             try:
                 await sample()
-            except Exception:  # the views read the entries themselves until a sample is taken
-                log.warning("per-minute sample failed; retrying in %ss", every, exc_info=True)
+            except Exception as exc:  # the views read the entries themselves until a sample is taken
+                _failed("per-minute sample", exc, every)
+
+
+def _failed(what: str, exc: Exception, every: float) -> None:
+    """A periodic task's failure, logged: a lost connection or a server error a retry can
+    outlive (`passing`) in one line, anything else with its traceback."""
+    expected = isinstance(exc, ConnectionFailure) or (isinstance(exc, OperationFailure) and passing(exc))
+    log.warning("%s failed (%r); retrying in %ss", what, exc, every, exc_info=not expected)
 
 
 async def run_through_outages(worker: Any, stop: asyncio.Event, wid: str, pause: float = 1.0) -> None:
