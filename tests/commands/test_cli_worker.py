@@ -272,7 +272,9 @@ async def test_a_write_concern_error_on_a_claim_does_not_end_the_worker(tmp_path
     with EmbeddedServer(test_commands=True, log_path=tmp_path / "server.log") as server:
         admin: Any = pymongo.MongoClient(server.url)
         named = server.url + ("&" if "?" in server.url else "/?") + "appName=hb-worker"  # the fail point's aim
-        proc, _ = await start_worker(named, "wce", "w-wce", "--transport", kind)
+        # a claim applied under the error may keep its lease until it lapses: a short one
+        # (the default is 30 s) so the work comes back within the test's wait
+        proc, _ = await start_worker(named, "wce", "w-wce", "--transport", kind, "--visibility", "5")
         try:
             wce = {"code": 64, "codeName": "WriteConcernFailed", "errmsg": "injected"}
             admin.admin.command(

@@ -20,7 +20,6 @@ from tests.store.test_count_schedules import test_a_late_mark_does_not_land_on_a
 from tests.store.test_count_schedules import test_the_race_schedule_itself as race_schedule
 from tests.support.count_families import (
     World,
-    build_commit_and_fold,
     commit_reviving,
     folds_and_a_commit,
     race,
@@ -28,6 +27,7 @@ from tests.support.count_families import (
     stalled_folder,
     state_only_and_prune,
     state_only_commits,
+    two_builders,
 )
 from tests.support.explore import Actor
 from tests.support.mutation import mutated
@@ -71,8 +71,8 @@ EXPLORED: dict[str, tuple[ModuleType, str, str, str, Family, dict[str, Any]]] = 
         "_build_batch",
         'yield UpdateOne("counts", {"_id": part, "built": False, "seq": 0, **at}, update)',
         'yield UpdateOne("counts", {"_id": part, "built": False, "seq": 0}, update)',
-        build_commit_and_fold,
-        dict(preemptions=2, kills=1),
+        two_builders,
+        dict(preemptions=2, kills=0),
     ),
     # the race of #38: deleted while a batch not yet marked on it counts it
     "Rule 5's clean and marked condition (da388e1's delete)": (

@@ -31,11 +31,12 @@ from tests.support.count_families import (
     stalled_folder,
     state_only_and_prune,
     state_only_commits,
+    two_builders,
 )
 
 #: family -> the bounds its default run explores: (preemptions, kills, most schedules)
 FAMILIES: dict[Callable[[World], list[Actor]], tuple[int, int, int]] = {
-    race: (3, 1, 1000),
+    race: (3, 1, 300),
     folds_and_a_commit: (2, 1, 120),
     stalled_folder: (2, 0, 120),
     reader_and_folds: (2, 0, 120),
@@ -45,6 +46,7 @@ FAMILIES: dict[Callable[[World], list[Actor]], tuple[int, int, int]] = {
     state_only_commits: (1, 1, 60),
     state_only_and_prune: (1, 1, 60),
     build_commit_and_fold: (2, 1, 60),
+    two_builders: (2, 1, 60),
 }
 
 

@@ -388,6 +388,17 @@ def build_commit_and_fold(world: World) -> list[Actor]:
     ]
 
 
+def two_builders(world: World) -> list[Actor]:
+    """Two builders of one partition's counter at once (two workers' sweeps, or a sweep and
+    `migrate up`), each a document a batch: what one adds the other must not add again."""
+    running(world, "a")
+    done(world, "b", fold=False)
+    world.db[EXES].update_many({"part": world.part}, {"$unset": {"cdirty": "", "cc": "", "cseq": "", QUIET: ""}})
+    world.db[counts_collection("harel")].delete_one({"_id": world.part})
+    world.keep()
+    return [Actor("build1", world.builder), Actor("build2", world.builder)]
+
+
 class Runner:
     """One actor run by hand, a call at a time (a fixed schedule)."""
 
