@@ -7,6 +7,11 @@ Run: `.venv/bin/python -m bench.scale.prune_rate 20000 5000` (executions stored,
 at most), then again with `--old-marks`; compare within one run of both, the machine may be
 shared. The executions are one finished execution's document cloned (DONE long ago, every
 partition), written as a version before the counters wrote them (no marks, no counters).
+
+`--ceiling` measures instead what this server allows any prune: the same executions removed
+by bare `delete_many` by `_id`, 500 a command, and marked by bare `update_many`, with the
+store's indexes and with `_id` alone. A prune writes each execution at least once (its
+delete), so the bare delete's rate bounds every prune's on this server.
 """
 
 from __future__ import annotations
@@ -91,13 +96,54 @@ def run(n: int, most: int, old_marks: bool) -> None:
         print(f"prune ({kind}): {removed:,} removed in {seconds:.1f} s, {removed / seconds:.0f}/s", flush=True)
 
 
+def _reload(exes: Any, rows: list[dict[str, Any]]) -> None:
+    exes.delete_many({})
+    for i in range(0, len(rows), 5000):
+        exes.insert_many(rows[i : i + 5000])
+
+
+def _rate(what: str, most: int, write: Any) -> None:
+    t = time.perf_counter()
+    for i in range(0, most, BATCH):
+        write([f"x{j:07d}" for j in range(i, min(i + BATCH, most))])
+    seconds = time.perf_counter() - t
+    print(f"{what}: {most:,} in {seconds:.1f} s, {most / seconds:.0f}/s", flush=True)
+
+
+def ceiling(n: int, most: int) -> None:
+    """Bare deletes and marks by `_id`, 500 a command, with every index and with `_id` only."""
+    with EmbeddedServer() as server:
+        client: Any = pymongo.MongoClient(server.url)
+        store = MongoStore(pymongo.MongoClient(server.url), DB)
+        store.init()
+        store.save(Execution(id="tmpl", definition_id="Order", status=Status.DONE, updated_at=OLD, finished_at=OLD))
+        exes = client[DB].harel_executions
+        rows = list(_clones(exes.find_one({"_id": "tmpl"}), n))
+        for indexes in ("the store's indexes", "`_id` only"):
+            if indexes == "`_id` only":
+                exes.drop_indexes()
+            count = len(exes.index_information())
+            _reload(exes, rows)
+            _rate(
+                f"bare update_many, a mark ({indexes}: {count})",
+                most,
+                lambda ids: exes.update_many({"_id": {"$in": ids}}, {"$set": {"leaving": True}}),
+            )
+            _rate(f"bare delete_many ({indexes}: {count})", most, lambda ids: exes.delete_many({"_id": {"$in": ids}}))
+        store.close()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("n", type=int, help="executions stored")
     p.add_argument("most", type=int, help="executions pruned at most (whole batches of 500)")
     p.add_argument("--old-marks", action="store_true", help="the fold's marks one round trip each, as before")
+    p.add_argument("--ceiling", action="store_true", help="bare deletes and marks by _id instead: this server's bound")
     a = p.parse_args()
-    run(a.n, a.most, a.old_marks)
+    if a.ceiling:
+        ceiling(a.n, a.most)
+    else:
+        run(a.n, a.most, a.old_marks)
 
 
 if __name__ == "__main__":
