@@ -31,7 +31,6 @@ from harel_beanie import AsyncMongoStore, MongoStore
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, PartitionScope
 from harel_beanie.deploy.loader import load_models
 from harel_beanie.deploy.relay import sweep
-from harel_beanie.deploy.stack import CountingWorker
 from harel_beanie.transport import AsyncMongoTransport, MongoTransport
 from harel_beanie.transport.documents import INLINE_MAX
 from harel_beanie.transport.ownership import PartitionOwner
@@ -39,6 +38,7 @@ from tests.commands.test_cli import MODELS
 from tests.sharding.audit import OP, OWNED, Audit, Labelled, markdown
 from tests.sharding.targeting import PARTITION_SCOPED
 from tests.support.contracts import SYNC
+from tests.support.shop_day import shop_day
 
 SCALING = Path(__file__).resolve().parents[2] / "docs" / "SCALING.md"
 BEGIN, END = "<!-- targeting audit: begin -->", "<!-- targeting audit: end -->"
@@ -118,47 +118,11 @@ async def test_a_worker_running_the_shop(mongo_url: str, audits: Any) -> None:
     owner = PartitionOwner(transport.partition_leases, "w", scope, lease_seconds=LONG_LEASE)
     await Labelled(owner).tick()
     assert sorted(scope.owned() or {}) == list(range(DEFAULT_PARTITIONS))
-    definitions = load_models(MODELS)
     ls, lt = Labelled(store), Labelled(transport)
-    sender = AsyncDistributedRunner(ls, lt, dict(definitions))
-    for i in range(3):
-        await sender.create("Payment", {"order_id": f"p{i}", "amount": 5.0}, execution_id=f"pay-{i}")
-    await sender.create("PickLine", {"sku": "OOS-1"}, execution_id="pick-short")
-    await sender.create("Order", {"order_id": "o1", "amount": 9.5, "lines": ["SKU-1", "SKU-2"]}, execution_id="o-1")
-    worker = CountingWorker(
-        ls,
-        lt,
-        dict(definitions),
-        worker_id="w",
-        visibility=30.0,
-        concurrency=1,
-        executions=client[db]["harel_executions"],
-    )
-    idle = 0
-    while idle < 3:  # the worker's loop, one event at a time (its `run` with a stop)
-        lease = await worker._claim()  # noqa: SLF001 - harel's worker's own step, as `run` takes it
-        if lease is None:
-            idle += 1
-            await worker.fire_due_timers()
-            continue
-        idle = 0
-        await worker._handle(lease)  # noqa: SLF001
-    token = OP.set("sweep")
-    try:
-        await sweep(ls, lt, client[db]["harel_executions"], dict(definitions))
-    finally:
-        OP.reset(token)
-    assert await ls.fold_counts() > 0  # the worker's counts fold, after each sweep (deploy/serving.py)
-    # a timer fired and deleted, a trace step appended: the sweep's and the trace's writes
-    exe = await ls.load("pick-short")
-    assert exe is not None
-    await ls.commit(exe, [], timers=(TimerOp("schedule", "W.ait", 1.0),))
-    for execution_id, path, fire_at in await ls.due_timers(2.0):
-        await ls.delete_timer(execution_id, path, fire_at)
-    await ls.append_trace("pick-short", {"kind": "note"})
-    await ls.next_timer(0.0)
+    handled, folded = await shop_day(ls, lt, client[db]["harel_executions"])
+    assert folded > 0
     await Labelled(owner).release()
-    assert worker.handled >= 5
+    assert handled >= 5
     await ls.close()
     await lt.close()
     assert not audit.problems(), "\n".join(audit.problems())

@@ -27,24 +27,19 @@ from typing import Any, Iterator
 import httpx
 import pymongo
 import pytest
-from harel.engine.aio.distributed import AsyncDistributedRunner
 from harel.engine.execution import Execution, Status
-from harel.engine.store.base import TimerOp
 from harel.spec.states import Event
 
 from harel_beanie import AsyncMongoStore, MongoStore, queries, retention
 from harel_beanie.core.documents import ExecutionDocument, index_models
 from harel_beanie.core.partitions import PartitionScope
-from harel_beanie.deploy.loader import load_models
-from harel_beanie.deploy.relay import sweep
-from harel_beanie.deploy.stack import CountingWorker
 from harel_beanie.transport import AsyncMongoTransport, MongoTransport
 from harel_beanie.transport.documents import INLINE_MAX, OverflowDocument, QueueDocument
 from harel_beanie.transport.ownership import PartitionOwner
-from tests.commands.test_cli import MODELS
 from tests.sharding.audit import OP, Labelled
 from tests.support.contracts import SYNC
 from tests.support.index_use import Index, Query, Recorder, bounded_fields, by_id, sort_follows
+from tests.support.shop_day import shop_day
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "INDEXES.md"
@@ -149,45 +144,9 @@ async def test_a_worker_owning_its_partitions_running_the_shop(mongo_url: str, r
     await lt.init()
     owner = Labelled(PartitionOwner(transport.partition_leases, "w", scope, lease_seconds=600.0))
     await owner.tick()
-    definitions = load_models(MODELS)
-    sender = AsyncDistributedRunner(ls, lt, dict(definitions))
-    for i in range(3):
-        await sender.create("Payment", {"order_id": f"p{i}", "amount": 5.0}, execution_id=f"pay-{i}")
-    await sender.create("PickLine", {"sku": "OOS-1"}, execution_id="pick-short")
-    await sender.create("Order", {"order_id": "o1", "amount": 9.5, "lines": ["SKU-1", "SKU-2"]}, execution_id="o-1")
-    worker = CountingWorker(
-        ls,
-        lt,
-        dict(definitions),
-        worker_id="w",
-        visibility=30.0,
-        concurrency=1,
-        executions=client[rec.db_name]["harel_executions"],
-    )
-    idle = 0
-    while idle < 3:  # the worker's loop, one event at a time
-        lease = await worker._claim()  # noqa: SLF001 - harel's worker's own step, as `run` takes it
-        if lease is None:
-            idle += 1
-            await worker.fire_due_timers()
-            continue
-        idle = 0
-        await worker._handle(lease)  # noqa: SLF001
-    token = OP.set("sweep")
-    try:
-        await sweep(ls, lt, client[rec.db_name]["harel_executions"], dict(definitions))
-    finally:
-        OP.reset(token)
-    await ls.fold_counts()
-    exe = await ls.load("pick-short")
-    assert exe is not None
-    await ls.commit(exe, [], timers=(TimerOp("schedule", "W.ait", 1.0),))
-    for execution_id, path, fire_at in await ls.due_timers(2.0):
-        await ls.delete_timer(execution_id, path, fire_at)
-    await ls.append_trace("pick-short", {"kind": "note"})
-    await ls.next_timer(0.0)
+    handled, _ = await shop_day(ls, lt, client[rec.db_name]["harel_executions"])
     await owner.release()
-    assert worker.handled >= 5
+    assert handled >= 5
     await ls.close()
     await lt.close()
 
