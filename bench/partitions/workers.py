@@ -244,7 +244,9 @@ def events_per_second(stack: str, n: int, url: str, executions: int, budget: flo
         warm_budget = budget + (START_S if stack == "harel-own" else 0)
         warm = asyncio.run(_drive(stack, url, db, 2 * n, warm_budget))
         if not warm.drained:  # reported as such, the logs kept: one stack's failure ends no run
-            say(f"{stack} x{n}: the warm-up did not drain in {warm_budget:g} s; worker logs kept in {tmp}\n{tails(tmp)}")
+            say(
+                f"{stack} x{n}: the warm-up did not drain in {warm_budget:g} s; worker logs kept in {tmp}\n{tails(tmp)}"
+            )
             return Rate(stack, n, executions, 0, 0.0, False)
         rate = asyncio.run(_drive(stack, url, db, executions, budget))
         rate.workers = n
