@@ -55,20 +55,29 @@ def _clones(template: dict[str, Any], n: int) -> Iterator[dict[str, Any]]:
         yield d
 
 
+def _seeded(url: str, n: int) -> tuple[Any, MongoStore, Any, list[dict[str, Any]]]:
+    """The store set up on `url` (every index) and `n` clones of one finished execution's
+    document, not yet written."""
+    client: Any = pymongo.MongoClient(url)
+    store = MongoStore(pymongo.MongoClient(url), DB)
+    store.init()
+    store.save(Execution(id="tmpl", definition_id="Order", status=Status.DONE, updated_at=OLD, finished_at=OLD))
+    exes = client[DB].harel_executions
+    return client, store, exes, list(_clones(exes.find_one({"_id": "tmpl"}), n))
+
+
+def _reload(exes: Any, rows: list[dict[str, Any]]) -> None:
+    exes.delete_many({})
+    for i in range(0, len(rows), 5000):
+        exes.insert_many(rows[i : i + 5000])
+
+
 def run(n: int, most: int, old_marks: bool) -> None:
     if old_marks:
         counting_flows._mark = _old_mark  # type: ignore[assignment]
     with EmbeddedServer() as server:
-        client: Any = pymongo.MongoClient(server.url)
-        store = MongoStore(pymongo.MongoClient(server.url), DB)
-        store.init()
-        store.save(Execution(id="tmpl", definition_id="Order", status=Status.DONE, updated_at=OLD, finished_at=OLD))
-        exes = client[DB].harel_executions
-        template = exes.find_one({"_id": "tmpl"})
-        exes.delete_many({})
-        rows = list(_clones(template, n))
-        for i in range(0, n, 5000):
-            exes.insert_many(rows[i : i + 5000])
+        client, store, exes, rows = _seeded(server.url, n)
+        _reload(exes, rows)
         client[DB].harel_hb_counts.delete_many({})
         t = time.perf_counter()
         store.fold_counts(build_batch=0)
@@ -96,12 +105,6 @@ def run(n: int, most: int, old_marks: bool) -> None:
         print(f"prune ({kind}): {removed:,} removed in {seconds:.1f} s, {removed / seconds:.0f}/s", flush=True)
 
 
-def _reload(exes: Any, rows: list[dict[str, Any]]) -> None:
-    exes.delete_many({})
-    for i in range(0, len(rows), 5000):
-        exes.insert_many(rows[i : i + 5000])
-
-
 def _rate(what: str, most: int, write: Any) -> None:
     t = time.perf_counter()
     for i in range(0, most, BATCH):
@@ -113,12 +116,7 @@ def _rate(what: str, most: int, write: Any) -> None:
 def ceiling(n: int, most: int) -> None:
     """Bare deletes and marks by `_id`, 500 a command, with every index and with `_id` only."""
     with EmbeddedServer() as server:
-        client: Any = pymongo.MongoClient(server.url)
-        store = MongoStore(pymongo.MongoClient(server.url), DB)
-        store.init()
-        store.save(Execution(id="tmpl", definition_id="Order", status=Status.DONE, updated_at=OLD, finished_at=OLD))
-        exes = client[DB].harel_executions
-        rows = list(_clones(exes.find_one({"_id": "tmpl"}), n))
+        _, store, exes, rows = _seeded(server.url, n)
         for indexes in ("the store's indexes", "`_id` only"):
             if indexes == "`_id` only":
                 exes.drop_indexes()
