@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup docs demo dist test test-sharded soak reliability reliability-soak bench typecheck clean browser netfaults screenshots format bench-partitions bench-scale bench-group-commit bench-claim
+.PHONY: setup docs demo dist test test-sharded soak reliability reliability-soak bench typecheck clean browser netfaults screenshots format bench-partitions bench-scale bench-group-commit bench-claim bench-cas-forms
 
 # what `make test` checks first: the formatter and the linter (ruff), applied
 format: $(STAMP)
@@ -117,6 +117,11 @@ bench-claim: $(STAMP)
 # would group commit win? the same commits as one bulk write and one update each (bench/store)
 bench-group-commit: $(STAMP)
 	$(BIN)/python -m bench.store.group_commit
+
+# a commit's compare-and-set in the filter (as the store sends it) or inside a pipeline update by
+# `_id`: what the filter's checks cost on the embedded server (bench/store)
+bench-cas-forms: $(STAMP)
+	$(BIN)/python -m bench.store.cas_forms
 
 # scale-out figures for partitions (work per operation, events/s per worker count, takeover
 # after a SIGKILL): its own section of bench/RESULTS.md, the rest of the file kept

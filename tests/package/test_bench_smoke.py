@@ -230,3 +230,18 @@ def test_bench_claim_backlog_runs_at_tiny_sizes() -> None:
     assert figures["groups"] == 40 and figures["claim"]["claim_ms_median"] > 0
     assert [d["prefetch"] for d in figures["drain"]] == [1, 32]
     assert all(d["drained"] == 40 for d in figures["drain"]), figures["drain"]
+
+
+def test_bench_cas_forms_runs_at_tiny_sizes(tmp_path: Path) -> None:
+    """`bench/store/cas_forms.py` at tiny sizes on its own embedded server: before it times
+    anything it checks that the pipeline form writes the document the store's filter form
+    writes and that a stale one writes nothing (a failed check exits non-zero); then its
+    section has a row per form."""
+    out = tmp_path / "RESULTS.md"
+    argv = [sys.executable, "-m", "bench.store.cas_forms", "--docs", "4", "--rounds", "1", "--out", str(out)]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-6000:]
+    text = out.read_text()
+    assert "<!-- section cas-forms: begin -->" in text and "<!-- section cas-forms: end -->" in text
+    rows = [ln for ln in text.splitlines() if ln.startswith("| ") and ln.endswith("x |")]
+    assert len(rows) == 3 and rows[0].endswith("| 1.00x |"), rows
