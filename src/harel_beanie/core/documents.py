@@ -141,7 +141,11 @@ class ExecutionDocument(Document, SummaryFields):
         indexes: ClassVar[list[IndexModel]] = [
             # list_executions(definition_id=...) pages by _id; dashboards per model
             IndexModel([("definition_id", ASCENDING), ("_id", ASCENDING)], name="hb_definition"),
-            # list_executions(status=...) pages by _id
+            # list_executions(status=...) pages by _id. Not merged into hb_status_updated as one
+            # (status, updated_at, _id): every listing that bounds only `_id` (the whole
+            # listing, an id prefix, an outcome) is read as one `_id` window per status here
+            # (queries/parts.py), because SecantusDB reads the whole collection for a range
+            # of `_id` alone, and no key with `updated_at` second bounds an `_id` range
             IndexModel([("status", ASCENDING), ("_id", ASCENDING)], name="hb_status"),
             # "failed in the last hour, newest first", "running but silent for too long", and a
             # listing's time range (the dashboard's "updated within" / from-to search)
