@@ -338,7 +338,12 @@ def parse_args(argv: Optional[list[str]] = None) -> tuple[Options, argparse.Name
     p.add_argument("--reps", type=int, default=FULL.reps, help="timed operations per cell (default 15)")
     p.add_argument("--workers", default="1,2,4", help="worker process counts (default 1,2,4)")
     p.add_argument("--executions", type=int, default=150, help="Parcels per worker configuration (default 150)")
-    p.add_argument("--budget", type=float, default=30.0, help="seconds per worker configuration (default 30)")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=120.0,
+        help="seconds a worker configuration may take to drain (default 120; a limit, not a figure)",
+    )
     p.add_argument("--kills", type=int, default=3, help="takeover repetitions (default 3; 0 skips)")
     p.add_argument("--stacks", default=",".join(STACKS), help=f"worker stacks (default {','.join(STACKS)})")
     p.add_argument("--url", default=os.environ.get("MONGODB_URL"), help="also run on this server ($MONGODB_URL)")

@@ -185,10 +185,13 @@ def seed_backlog(url: str, db: str, entries: int, queued: int) -> None:
     assert tpl is not None and group is not None
     _insert(execs, [_clone_execution(tpl, "b" + uuid.uuid4().hex, k) for k in range(max(1, entries // ENTRIES))])
     clones = []
-    for _ in range(queued):
+    for k in range(queued):
         gid = "q" + uuid.uuid4().hex
         head = {**group["q"][0], "e": _new_event_id(group["q"][0]["e"])}
-        clones.append({**group, "_id": gid, "part": part_of(gid, DEFAULT_PARTITIONS), "q": [head]})
+        # each its own claim key a millisecond apart, as publishes one after another get: tied
+        # keys (the template's, copied) make a claim read every tied group (claim_walk.BOOST)
+        at = group["available_at"] + k * 1e-3
+        clones.append({**group, "_id": gid, "part": part_of(gid, DEFAULT_PARTITIONS), "q": [head], "available_at": at})
     _insert(queues, clones)
     client.close()
 

@@ -19,6 +19,7 @@ from bench.scale.seed import BATCH, EXECUTIONS, Cloner
 from harel_beanie import MongoStore
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
 from harel_beanie.transport import MongoTransport
+from harel_beanie.transport.claim_walk import SERVED_FLOOR
 
 #: store operations measured, in the table's order; "harel" where harel's store has it
 STORE_OPS = ("load", "commit", "load_for_event", "relay read", "relay sweep", "ack", "due_timers")
@@ -152,11 +153,17 @@ def seed_queue(url: str, db: str, target: int, say: Callable[[str], None]) -> fl
         have = 1
     tpl = queue.find_one({})
     assert tpl is not None
+    # each clone its own claim key a millisecond after the last fresh one, as publishes one
+    # after another get: tied keys (the template's, copied) make a claim read every tied
+    # group (claim_walk.BOOST), which no queue of real publishes holds
+    last = queue.find_one({"available_at": {"$lt": SERVED_FLOOR}}, sort=[("available_at", -1)])
+    at = float((last or tpl)["available_at"])
     batch = []
     while have < target:
         gid = "q" + uuid.uuid4().hex
         head = {**tpl["q"][0], "e": Event(kind="Scan", data={"hub": "HUB-1"}).model_dump_json()}
-        batch.append({**tpl, "_id": gid, "part": part_of(gid, DEFAULT_PARTITIONS), "q": [head]})
+        at += 1e-3
+        batch.append({**tpl, "_id": gid, "part": part_of(gid, DEFAULT_PARTITIONS), "q": [head], "available_at": at})
         have += 1
         if len(batch) >= BATCH or have >= target:
             queue.insert_many(batch, ordered=False)
