@@ -80,6 +80,19 @@ class Tally(monitoring.CommandListener):
                 self._open.clear()
 
 
+def process_cpu_seconds(pid: Optional[int]) -> Optional[float]:
+    """CPU seconds process `pid` has run, its ended threads included (Linux: user and system
+    time from /proc), or None."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def _cpu_seconds(pid: Optional[int]) -> Optional[float]:
     """CPU seconds the live threads of process `pid` have run (Linux, nanosecond counters), or
     None. A timed section keeps its connections, so the server's threads serving it live

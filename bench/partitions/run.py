@@ -73,13 +73,13 @@ def run_server(name: str, url: str, opts: Options) -> ServerFigures:
     return figs
 
 
-def run_workers(figs: ServerFigures, url: str, opts: Options, fresh: bool) -> None:
+def run_workers(figs: ServerFigures, url: str, opts: Options, fresh: bool, server_pid: Optional[int] = None) -> None:
     say = lambda msg: print(f"[{figs.name}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     figs.fresh = fresh
     for i, n in enumerate(opts.workers):
         order = opts.stacks if i % 2 == 0 else list(reversed(opts.stacks))  # the machine drifts
         for stack in order:
-            figs.rates.append(events_per_second(stack, n, url, opts.executions, opts.budget, say))
+            figs.rates.append(events_per_second(stack, n, url, opts.executions, opts.budget, say, server_pid))
     for _ in range(opts.kills):
         figs.takeovers.append(takeover(url, say))
     figs.load.append(os.getloadavg())
@@ -148,6 +148,31 @@ def rate_table(figs: ServerFigures, opts: Options) -> list[str]:
     return out
 
 
+def server_cpu_table(figs: ServerFigures, opts: Options) -> list[str]:
+    """The server's CPU per event and how busy it was, each stack and worker count (embedded
+    server only: its process is on this machine)."""
+    stacks = [s for s in STACKS if any(r.stack == s and r.server_cpu is not None for r in figs.rates)]
+    if not stacks:
+        return []
+    out = [
+        "The server's CPU while each ran: ms per event, and its share of one CPU over the run (the embedded "
+        "server is one Python process).",
+        "",
+        "| workers | " + " | ".join(STACK_LABEL[s] for s in stacks) + " |",
+        "|---:|" + "---:|" * len(stacks),
+    ]
+    for n in opts.workers:
+        cells = []
+        for s in stacks:
+            r = _rate(figs, s, n)
+            if r is None or r.server_cpu is None or not r.events or not r.seconds:
+                cells.append("-")
+                continue
+            cells.append(f"{r.server_cpu / r.events * 1000:.1f} ms, {r.server_cpu / r.seconds:.0%}")
+        out.append(f"| {n} | " + " | ".join(cells) + " |")
+    return out
+
+
 def _rate(figs: ServerFigures, stack: str, n: int) -> Optional[Rate]:
     return next((r for r in figs.rates if (r.stack, r.workers) == (stack, n)), None)
 
@@ -212,12 +237,16 @@ def _times(figs: ServerFigures) -> str:
     return (
         f"The times are this server's: the relay read took {relay['one'].ms:.1f} ms against "
         f"{relay['none'].ms:.1f} ms before ({_x(relay['one'].ms, relay['none'].ms)}), a claim owning one "
-        f"partition {claim['one'].ms:.1f} ms against {claim['none'].ms:.1f} ms without partitions. SecantusDB "
-        "reads a whole collection for every `findAndModify`, so here a claim costs time in proportion to the "
-        "queue documents, not to what its filter selects, and its partial indexes' upkeep grows with the pending "
-        "documents (the family read, one `_id` range with `part`, still pays for that); mongod's cost follows the "
-        "counts. (SecantusDB plans any filter holding `$or` as a collection scan, which is why the family read is "
-        "one `_id` range: written as an `$or` of the id and its descendants' range it took 0.8-1.3 s here.)"
+        f"partition {claim['one'].ms:.1f} ms, owning all {claim['all'].ms:.1f} ms, without partitions "
+        f"{claim['none'].ms:.1f} ms. A claim reads windows of its key from `hb_claim`, which SecantusDB serves "
+        "only for a filter of exactly the key's range and the index's partial filter (transport/queues.py, "
+        "Rule 3): on an unsharded collection the window names no partition, so a worker owning 1 of "
+        f"{DEFAULT_PARTITIONS} reads every partition's groups in it and keeps its own. A claim's *selected* "
+        "count is its warm-up's: the first claim of a process reads every due group once. The partial indexes' "
+        "upkeep grows with the pending documents (the family read, one `_id` range with `part`, still pays for "
+        "that); mongod's cost follows the counts. (SecantusDB plans any filter holding `$or` as a collection "
+        "scan, which is why the family read is one `_id` range: written as an `$or` of the id and its "
+        "descendants' range it took 0.8-1.3 s here.)"
     )
 
 
@@ -236,6 +265,21 @@ def _scaling(figs: ServerFigures, opts: Options) -> list[str]:
         "CPUs are shared by the server (one Python process), the workers, the publisher and the machine's "
         "other work (the load averages above), so more workers add no CPU here and these rates say little "
         "about scaling; compare the stacks within a row."
+    ] + _server_bound(figs, opts)
+
+
+def _server_bound(figs: ServerFigures, opts: Options) -> list[str]:
+    """Whether the partitions' stack ran out of server: its busiest share of one CPU."""
+    ours = [r for r in figs.rates if r.stack == "beanie" and r.server_cpu is not None and r.seconds]
+    if not ours:
+        return []
+    busy = {r.workers: r.server_cpu / r.seconds for r in ours if r.server_cpu is not None}
+    per_event = {r.workers: r.server_cpu / r.events * 1000 for r in ours if r.server_cpu is not None and r.events}
+    shares = ", ".join(f"{busy[n]:.0%} at {n}" for n in opts.workers if n in busy)
+    costs = ", ".join(f"{per_event[n]:.1f} ms at {n}" for n in opts.workers if n in per_event)
+    return [
+        f"The server's share of one CPU while the partitions' stack ran: {shares}; its CPU per event: {costs}. "
+        "A server near one whole CPU is the bound on that stack's rate, whatever the number of workers."
     ]
 
 
@@ -314,6 +358,8 @@ def _server_section(figs: ServerFigures, opts: Options) -> list[str]:
             )
         )
         out += [""] + rate_table(figs, opts)
+        cpu = server_cpu_table(figs, opts)
+        out += [""] + cpu if cpu else []
     if figs.takeovers:
         out += ["", "#### Takeover after a SIGKILL (2 workers)", ""]
         out.append(
@@ -372,7 +418,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         # the worker processes on a fresh embedded server, the first one stopped: it spends
         # seconds of CPU on the large database the first part dropped
         with EmbeddedServer() as fresh:
-            run_workers(runs[-1], fresh.url, opts, fresh=True)
+            run_workers(runs[-1], fresh.url, opts, fresh=True, server_pid=fresh.proc.pid if fresh.proc else None)
     if a.url:
         runs.append(run_server("url", a.url, opts))
         run_workers(runs[-1], a.url, opts, fresh=False)

@@ -33,6 +33,7 @@ from harel.engine.aio.distributed import AsyncDistributedRunner
 from harel.spec.states import Event
 
 from bench.common.harness import EVENTS_PER_EXECUTION, EXECUTIONS, MODEL, STEPS, async_store, load_definitions
+from bench.common.wire import process_cpu_seconds
 from bench.store.throughput import open_transport
 from harel_beanie.core.names import partition_collection, queue_names
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
@@ -58,6 +59,7 @@ class Rate:
     events: int
     seconds: float
     drained: bool
+    server_cpu: Optional[float] = None  # CPU seconds the server spent while it ran (embedded only)
 
     @property
     def rate(self) -> float:
@@ -233,7 +235,9 @@ async def _drive(
     return Rate(stack, 0, executions, done * EVENTS_PER_EXECUTION, seconds, done == executions)
 
 
-def events_per_second(stack: str, n: int, url: str, executions: int, budget: float, say: Any) -> Rate:
+def events_per_second(
+    stack: str, n: int, url: str, executions: int, budget: float, say: Any, server_pid: Optional[int] = None
+) -> Rate:
     db = "hbbench_pw_" + uuid.uuid4().hex[:6]
     tmp = Path(tempfile.mkdtemp(prefix="hbbench-workers-"))
     workers = _start(stack, n, url, db, tmp, "w")
@@ -248,8 +252,11 @@ def events_per_second(stack: str, n: int, url: str, executions: int, budget: flo
                 f"{stack} x{n}: the warm-up did not drain in {warm_budget:g} s; worker logs kept in {tmp}\n{tails(tmp)}"
             )
             return Rate(stack, n, executions, 0, 0.0, False)
+        cpu = process_cpu_seconds(server_pid)
         rate = asyncio.run(_drive(stack, url, db, executions, budget))
+        after = process_cpu_seconds(server_pid)
         rate.workers = n
+        rate.server_cpu = None if cpu is None or after is None else after - cpu
         say(f"{stack:9s} x{n}: {rate.rate:7.1f} events/s ({rate.events} in {rate.seconds:.1f}s)")
         if not rate.drained:
             say(f"{stack} x{n}: did not drain in {budget:g} s; worker logs kept in {tmp}\n{tails(tmp)}")
