@@ -213,20 +213,18 @@ def _work(figs: ServerFigures, state: str, scope: str, op: str) -> WorkCell:
 
 def _selected(figs: ServerFigures) -> str:
     """What each operation selects with a backlog, owning one partition, all, or none."""
-    relay, sweep, claim, timer = (
-        {s: _work(figs, "backlog", s, op) for s in SCOPES}
-        for op in ("relay read", "relay sweep", "claim", "timer sweep")
+    relay, sweep, timer = (
+        {s: _work(figs, "backlog", s, op) for s in SCOPES} for op in ("relay read", "relay sweep", "timer sweep")
     )
     return (
         f"With a backlog the post-commit relay read selects {relay['one'].selected:,} document(s) (its own family) "
         f"where main before partitions selected {relay['none'].selected:,} (every pending document): flat in the "
         f"backlog ({_work(figs, 'empty', 'one', 'relay read').selected:,} without it). The sweeps and the claim "
         f"select what the partitions owned hold: owning 1 of {DEFAULT_PARTITIONS}, the relay sweep "
-        f"{sweep['one'].selected:,}, the timer sweep {timer['one'].selected:,} and the claim "
-        f"{claim['one'].selected:,} candidates, against {sweep['all'].selected:,}, {timer['all'].selected:,} and "
-        f"{claim['all'].selected:,} owning all of them (the same as without partitions): they grow with the owned "
-        "share of the backlog, so N workers divide it. On mongod those counts are the index keys examined (the "
-        "claim walks its sorted index and stops at its first candidate)."
+        f"{sweep['one'].selected:,} and the timer sweep {timer['one'].selected:,}, against "
+        f"{sweep['all'].selected:,} and {timer['all'].selected:,} owning all of them (the same as without "
+        "partitions): they grow with the owned share of the backlog, so N workers divide it. On mongod those "
+        "counts are the index keys examined."
     )
 
 
