@@ -32,11 +32,12 @@ from typing import Optional
 
 from bench.common.harness import HERE, load_definitions, machine, server_info
 from bench.common.sections import splice
+from bench.partitions.reading import rate_of, ratio, reading
 from bench.partitions.work import ENTRIES, OP_LABEL, OPS, SCOPE_LABEL, SCOPES, Sizes, WorkCell, cell, run_work
 from bench.partitions.workers import CONCURRENCY, STACK_LABEL, STACKS, Rate, Takeover, events_per_second, takeover
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS
 from harel_beanie.deploy.embedded import EmbeddedServer
-from harel_beanie.transport.ownership import LEASE_SECONDS, RENEW_EVERY, TAKEOVER_BOUND
+from harel_beanie.transport.ownership import TAKEOVER_BOUND
 
 SECTION = "partitions"
 FULL = Sizes()
@@ -92,10 +93,6 @@ def _f(x: Optional[float], digits: int = 1) -> str:
     return "-" if x is None or math.isnan(x) else f"{x:,.{digits}f}"
 
 
-def _x(a: Optional[float], b: Optional[float]) -> str:
-    return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}x"
-
-
 def work_table(figs: ServerFigures) -> list[str]:
     out = [
         "| operation | partitions | selected: no other work | selected: backlog | ms: no other work | ms: backlog "
@@ -108,10 +105,10 @@ def work_table(figs: ServerFigures) -> list[str]:
             e, b = cell(figs.work, "empty", scope, op), cell(figs.work, "backlog", scope, op)
             if e is None or b is None:
                 continue
-            versus = "" if scope == "none" or before is None else _x(b.ms, before.ms)
+            versus = "" if scope == "none" or before is None else ratio(b.ms, before.ms)
             out.append(
                 f"| {OP_LABEL[op]} | {SCOPE_LABEL[scope]} | {e.selected:,} | {b.selected:,} | {e.ms:.2f} | "
-                f"{b.ms:.2f} | {_x(b.ms, e.ms)} | {versus} | {b.commands:.0f} |"
+                f"{b.ms:.2f} | {ratio(b.ms, e.ms)} | {versus} | {b.commands:.0f} |"
             )
     return out
 
@@ -126,7 +123,7 @@ def rate_table(figs: ServerFigures, opts: Options) -> list[str]:
     ]
 
     def rate(stack: str, n: int) -> Optional[Rate]:
-        return _rate(figs, stack, n)
+        return rate_of(figs, stack, n)
 
     for n in opts.workers:
         cells = []
@@ -135,14 +132,16 @@ def rate_table(figs: ServerFigures, opts: Options) -> list[str]:
             if r is None:
                 cells.append("-")
                 continue
-            scale = f" ({_x(r.rate, one.rate if one else None)} of {opts.workers[0]})" if n != opts.workers[0] else ""
+            scale = (
+                f" ({ratio(r.rate, one.rate if one else None)} of {opts.workers[0]})" if n != opts.workers[0] else ""
+            )
             if r.seconds == 0:
                 cells.append("failed (warm-up not drained)")
                 continue
             cells.append(f"{r.rate:.1f}{scale}" + ("" if r.drained else " (not drained)"))
         beanie = rate("beanie", n)
         ratio_cells = [
-            _x(beanie.rate if beanie else None, (rate(s, n) or Rate(s, n, 0, 0, 0.0, False)).rate) for s in ratios
+            ratio(beanie.rate if beanie else None, (rate(s, n) or Rate(s, n, 0, 0, 0.0, False)).rate) for s in ratios
         ]
         out.append(f"| {n} | " + " | ".join(cells + ratio_cells) + " |")
     return out
@@ -164,17 +163,13 @@ def server_cpu_table(figs: ServerFigures, opts: Options) -> list[str]:
     for n in opts.workers:
         cells = []
         for s in stacks:
-            r = _rate(figs, s, n)
+            r = rate_of(figs, s, n)
             if r is None or r.server_cpu is None or not r.events or not r.seconds:
                 cells.append("-")
                 continue
             cells.append(f"{r.server_cpu / r.events * 1000:.1f} ms, {r.server_cpu / r.seconds:.0%}")
         out.append(f"| {n} | " + " | ".join(cells) + " |")
     return out
-
-
-def _rate(figs: ServerFigures, stack: str, n: int) -> Optional[Rate]:
-    return next((r for r in figs.rates if (r.stack, r.workers) == (stack, n)), None)
 
 
 def takeover_table(figs: ServerFigures) -> list[str]:
@@ -189,112 +184,6 @@ def takeover_table(figs: ServerFigures) -> list[str]:
             f"| {'yes' if t.epochs_bumped else 'NO'} | {TAKEOVER_BOUND:g} |"
         )
     return out
-
-
-def reading(figs: ServerFigures, opts: Options) -> str:
-    """What the figures show, in this run's own numbers."""
-    parts = [_selected(figs), _times(figs)]
-    parts += _scaling(figs, opts)
-    stalled = [r for r in figs.rates if not r.drained and r.seconds > 0]  # a failed warm-up says so itself
-    if stalled:
-        parts.append(
-            f"{len(stalled)} configuration(s) did not drain within {opts.budget:g} s (marked): their figure counts "
-            "only the Parcels finished by then, and their ratios compare nothing."
-        )
-    parts += _takeover_reading(figs)
-    return " ".join(parts)
-
-
-def _work(figs: ServerFigures, state: str, scope: str, op: str) -> WorkCell:
-    found = cell(figs.work, state, scope, op)
-    assert found is not None
-    return found
-
-
-def _selected(figs: ServerFigures) -> str:
-    """What each operation selects with a backlog, owning one partition, all, or none."""
-    relay, sweep, timer = (
-        {s: _work(figs, "backlog", s, op) for s in SCOPES} for op in ("relay read", "relay sweep", "timer sweep")
-    )
-    return (
-        f"With a backlog the post-commit relay read selects {relay['one'].selected:,} document(s) (its own family) "
-        f"where main before partitions selected {relay['none'].selected:,} (every pending document): flat in the "
-        f"backlog ({_work(figs, 'empty', 'one', 'relay read').selected:,} without it). The sweeps and the claim "
-        f"select what the partitions owned hold: owning 1 of {DEFAULT_PARTITIONS}, the relay sweep "
-        f"{sweep['one'].selected:,} and the timer sweep {timer['one'].selected:,}, against "
-        f"{sweep['all'].selected:,} and {timer['all'].selected:,} owning all of them (the same as without "
-        "partitions): they grow with the owned share of the backlog, so N workers divide it. On mongod those "
-        "counts are the index keys examined."
-    )
-
-
-def _times(figs: ServerFigures) -> str:
-    """The relay read's and the claim's times with a backlog, and why this server's differ from mongod's."""
-    relay = {s: _work(figs, "backlog", s, "relay read") for s in SCOPES}
-    claim = {s: _work(figs, "backlog", s, "claim") for s in SCOPES}
-    return (
-        f"The times are this server's: the relay read took {relay['one'].ms:.1f} ms against "
-        f"{relay['none'].ms:.1f} ms before ({_x(relay['one'].ms, relay['none'].ms)}), a claim owning one "
-        f"partition {claim['one'].ms:.1f} ms, owning all {claim['all'].ms:.1f} ms, without partitions "
-        f"{claim['none'].ms:.1f} ms. A claim reads windows of its key from `hb_claim`, which SecantusDB serves "
-        "only for a filter of exactly the key's range and the index's partial filter (transport/queues.py, "
-        "Rule 3): on an unsharded collection the window names no partition, so a worker owning 1 of "
-        f"{DEFAULT_PARTITIONS} reads every partition's groups in it and keeps its own. A claim's *selected* "
-        "count is its warm-up's: the first claim of a process reads every due group once. The partial indexes' "
-        "upkeep grows with the pending documents (the family read, one `_id` range with `part`, still pays for "
-        "that); mongod's cost follows the counts. (SecantusDB plans any filter holding `$or` as a collection "
-        "scan, which is why the family read is one `_id` range: written as an `$or` of the id and its "
-        "descendants' range it took 0.8-1.3 s here.)"
-    )
-
-
-def _scaling(figs: ServerFigures, opts: Options) -> list[str]:
-    """How events/s changed from the fewest worker processes to the most, each stack."""
-    if not figs.rates or len(opts.workers) <= 1:
-        return []
-    lo, hi = opts.workers[0], opts.workers[-1]
-    scale = []
-    for s in opts.stacks:
-        a, b = _rate(figs, s, lo), _rate(figs, s, hi)
-        if a and b:
-            scale.append(f"{s} {_x(b.rate, a.rate)}")
-    return [
-        f"From {lo} to {hi} worker processes events/s changed by " + ", ".join(scale) + f". The {os.cpu_count()} "
-        "CPUs are shared by the server (one Python process), the workers, the publisher and the machine's "
-        "other work (the load averages above), so more workers add no CPU here and these rates say little "
-        "about scaling; compare the stacks within a row."
-    ] + _server_bound(figs, opts)
-
-
-def _server_bound(figs: ServerFigures, opts: Options) -> list[str]:
-    """Whether the partitions' stack ran out of server: its busiest share of one CPU."""
-    ours = [r for r in figs.rates if r.stack == "beanie" and r.server_cpu is not None and r.seconds]
-    if not ours:
-        return []
-    busy = {r.workers: r.server_cpu / r.seconds for r in ours if r.server_cpu is not None}
-    per_event = {r.workers: r.server_cpu / r.events * 1000 for r in ours if r.server_cpu is not None and r.events}
-    shares = ", ".join(f"{busy[n]:.0%} at {n}" for n in opts.workers if n in busy)
-    costs = ", ".join(f"{per_event[n]:.1f} ms at {n}" for n in opts.workers if n in per_event)
-    return [
-        f"The server's share of one CPU while the partitions' stack ran: {shares}; its CPU per event: {costs}. "
-        "A server near one whole CPU is the bound on that stack's rate, whatever the number of workers."
-    ]
-
-
-def _takeover_reading(figs: ServerFigures) -> list[str]:
-    """How long the survivor took to own a killed worker's partitions, against the bound."""
-    done = [t for t in figs.takeovers if not math.isnan(t.owned)]
-    if not done:
-        return []
-    late = [t.owned - t.lease_left for t in done]
-    claimed = [t.all_claimed - t.owned for t in done if not math.isnan(t.all_claimed)]
-    return [
-        f"After a SIGKILL the survivor owned the dead worker's partitions after "
-        f"{min(t.owned for t in done):.1f}-{max(t.owned for t in done):.1f} s (bound {TAKEOVER_BOUND:g} s: "
-        f"a {LEASE_SECONDS:g} s lease plus a {RENEW_EVERY:g} s look): the lease left at the kill plus "
-        f"{min(late):.1f}-{max(late):.1f} s until the survivor's next look"
-        + (f"; their queued messages were all claimed {max(claimed):.1f} s after that at most." if claimed else ".")
-    ]
 
 
 def report(runs: list[ServerFigures], opts: Options, started: datetime.datetime, seconds: float, argv: str) -> str:

@@ -153,7 +153,7 @@ def _server_figures(bench: dict[str, Any], name: str, full: bool) -> Any:
         for stack in pk.STACKS:
             seconds = 0.0 if (stack, workers) == ("harel-own", 4) else n(2, 20)
             drained = (stack, workers) != ("harel", 2)
-            figs.rates.append(pk.Rate(stack, workers, 150, 750, seconds, drained))
+            figs.rates.append(pk.Rate(stack, workers, 150, 750, seconds, drained, server_cpu=n(2, 20)))
     figs.takeovers = [
         pk.Takeover(8, n(0, 10), n(5, 10), n(5, 12), n(6, 14)),
         pk.Takeover(8, n(0, 10), n(5, 10), n(5, 12), float("nan"), epochs_bumped=False),
