@@ -5,6 +5,7 @@ place so the measurements and the report name a runner, a store and a database s
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import logging
 import os
@@ -12,7 +13,7 @@ import platform
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 import pymongo
 from harel.definition.model import Definition
@@ -24,6 +25,7 @@ from pymongo.write_concern import WriteConcern
 
 from harel_beanie import AsyncMongoStore, MongoStore
 from harel_beanie.core.documents import ExecutionDocument, index_models
+from harel_beanie.deploy.embedded import EmbeddedServer
 
 #: the benchmark's folder (bench/): RESULTS.md is there; the repository's top is its parent
 HERE = Path(__file__).resolve().parents[1]
@@ -60,6 +62,8 @@ EQUAL_RUNNERS = RUNNERS
 # untraced / traced (a trace step adds no round trip to this store's commit)
 TARGET = {False: 1.0, True: 1.2}
 LABEL[EQUAL] = "harel-beanie at w:1"
+
+T = TypeVar("T")
 
 
 def split_runner(runner: str) -> tuple[str, bool]:
@@ -329,3 +333,18 @@ class Options:
     latency_events: int = 60
     timers: int = 20
     profile_events: int = 300
+
+
+def one_server_options(p: argparse.ArgumentParser) -> None:
+    """The options of a benchmark that runs on one server and writes one section: `--url`
+    (a server to use instead of a fresh embedded one) and `--out` (the file the section goes in)."""
+    p.add_argument("--url", help="a server to use instead of a fresh embedded one")
+    p.add_argument("--out", default=str(HERE / "RESULTS.md"), help="the file the section goes in")
+
+
+def on_one_server(url: Optional[str], run: Callable[[str], T]) -> T:
+    """`run(url)` on the server at `url`, or on a fresh embedded one (stopped after)."""
+    if url:
+        return run(url)
+    with EmbeddedServer() as server:
+        return run(server.url)

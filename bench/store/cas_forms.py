@@ -41,10 +41,9 @@ from harel.engine.execution import Execution, Status
 from harel.engine.store.base import Step
 from pymongo import monitoring
 
-from bench.common.harness import HERE, machine
+from bench.common.harness import machine, on_one_server, one_server_options
 from bench.common.sections import splice
 from harel_beanie import MongoStore
-from harel_beanie.deploy.embedded import EmbeddedServer
 
 DB = "bench_cas_forms"
 COLL = "harel_executions"
@@ -200,15 +199,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--docs", type=int, default=200, help="executions, each committed once per round and form")
     p.add_argument("--rounds", type=int, default=7, help="timed rounds of each form (default 7)")
-    p.add_argument("--url", help="a server to use instead of a fresh embedded one")
-    p.add_argument("--out", default=str(HERE / "RESULTS.md"), help="the file the section goes in")
+    one_server_options(p)
     a = p.parse_args(argv)
     load = os.getloadavg()
-    if a.url:
-        out = measure(a.url, a.docs, a.rounds)
-    else:
-        with EmbeddedServer() as server:
-            out = measure(server.url, a.docs, a.rounds)
+    out = on_one_server(a.url, lambda url: measure(url, a.docs, a.rounds))
     ms = out["ms"]
     for name, t in zip(FORMS, ms):
         print(f"{name}: {t:.2f} ms a commit")

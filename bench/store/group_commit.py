@@ -32,10 +32,9 @@ import pymongo
 from harel.engine.execution import Execution, Status
 from pymongo import UpdateOne
 
-from bench.common.harness import HERE, machine
+from bench.common.harness import machine, on_one_server, one_server_options
 from bench.common.sections import splice
 from harel_beanie import AsyncMongoStore
-from harel_beanie.deploy.embedded import EmbeddedServer
 
 DB = "bench_group_commit"
 #: what the figures decided (issue #39 keeps group commit only if it wins), said under them
@@ -113,17 +112,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--docs", type=int, default=64, help="commits ready together (default 64)")
     p.add_argument("--rounds", type=int, default=30, help="timed rounds of each way (default 30)")
-    p.add_argument("--url", help="a server to use instead of a fresh embedded one")
-    p.add_argument("--out", default=str(HERE / "RESULTS.md"), help="the file the section goes in")
+    one_server_options(p)
     a = p.parse_args(argv)
     load = os.getloadavg()
     rows = []
     for docs in sorted({1, 4, 16, a.docs}):
-        if a.url:
-            out = asyncio.run(measure(a.url, docs, a.rounds))
-        else:
-            with EmbeddedServer() as server:
-                out = asyncio.run(measure(server.url, docs, a.rounds))
+        out = on_one_server(a.url, lambda url: asyncio.run(measure(url, docs, a.rounds)))
         print(
             f"{docs:>3} commits ready together: one update each {out['single_ms']:.1f} ms "
             f"({out['single_per_s']:,.0f}/s), one bulk write {out['bulk_ms']:.1f} ms "
