@@ -65,7 +65,7 @@ netfaults:
 # modules that start several processes each run one after another in one of them
 # (tests/conftest.py: SERIAL, its scheduler); each process starts its own embedded server.
 # The suite mostly waits on servers, browsers, child processes and leases running out, so on
-# a 2-core machine three processes beat two: 15-19 min of pytest against 22 min 42 s
+# a 2-core machine three processes beat two: 13-19 min of pytest against 22 min 42 s
 # (2026-12-06, fresh clones, docs/testing.md).
 TEST_PROCESSES ?= 3
 
