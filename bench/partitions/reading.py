@@ -107,11 +107,11 @@ def _scaling(figs: ServerFigures, opts: Options) -> list[str]:
 
 def _server_bound(figs: ServerFigures, opts: Options) -> list[str]:
     """Whether the partitions' stack ran out of server: its busiest share of one CPU."""
-    ours = [r for r in figs.rates if r.stack == "beanie" and r.server_cpu is not None and r.seconds]
-    if not ours:
+    ours = [r for r in figs.rates if r.stack == "beanie"]
+    busy = {r.workers: r.server_busy for r in ours if r.server_busy is not None}
+    per_event = {r.workers: r.server_ms_per_event for r in ours if r.server_ms_per_event is not None}
+    if not busy:
         return []
-    busy = {r.workers: r.server_cpu / r.seconds for r in ours if r.server_cpu is not None}
-    per_event = {r.workers: r.server_cpu / r.events * 1000 for r in ours if r.server_cpu is not None and r.events}
     shares = ", ".join(f"{busy[n]:.0%} at {n}" for n in opts.workers if n in busy)
     costs = ", ".join(f"{per_event[n]:.1f} ms at {n}" for n in opts.workers if n in per_event)
     return [

@@ -164,10 +164,8 @@ def server_cpu_table(figs: ServerFigures, opts: Options) -> list[str]:
         cells = []
         for s in stacks:
             r = rate_of(figs, s, n)
-            if r is None or r.server_cpu is None or not r.events or not r.seconds:
-                cells.append("-")
-                continue
-            cells.append(f"{r.server_cpu / r.events * 1000:.1f} ms, {r.server_cpu / r.seconds:.0%}")
+            per_event, busy = (r.server_ms_per_event, r.server_busy) if r else (None, None)
+            cells.append("-" if per_event is None or busy is None else f"{per_event:.1f} ms, {busy:.0%}")
         out.append(f"| {n} | " + " | ".join(cells) + " |")
     return out
 

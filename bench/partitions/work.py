@@ -34,7 +34,7 @@ from harel.engine.store.base import TimerOp
 from harel.spec.states import Event
 from pymongo import monitoring
 
-from bench.common.harness import EXECUTIONS, STEPS
+from bench.common.harness import CLONE_KEY_STEP, EXECUTIONS, STEPS, queue_clone
 from harel_beanie import MongoStore
 from harel_beanie.core.names import queue_names
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, Held, PartitionScope, part_of
@@ -188,10 +188,7 @@ def seed_backlog(url: str, db: str, entries: int, queued: int) -> None:
     for k in range(queued):
         gid = "q" + uuid.uuid4().hex
         head = {**group["q"][0], "e": _new_event_id(group["q"][0]["e"])}
-        # each its own claim key a millisecond apart, as publishes one after another get: tied
-        # keys (the template's, copied) make a claim read every tied group (claim_walk.BOOST)
-        at = group["available_at"] + k * 1e-3
-        clones.append({**group, "_id": gid, "part": part_of(gid, DEFAULT_PARTITIONS), "q": [head], "available_at": at})
+        clones.append(queue_clone(group, gid, head, group["available_at"] + k * CLONE_KEY_STEP))
     _insert(queues, clones)
     client.close()
 

@@ -65,6 +65,16 @@ class Rate:
     def rate(self) -> float:
         return self.events / self.seconds if self.seconds > 0 else 0.0
 
+    @property
+    def server_ms_per_event(self) -> Optional[float]:
+        """The server's CPU per event handled (ms), if measured."""
+        return None if self.server_cpu is None or not self.events else self.server_cpu / self.events * 1000
+
+    @property
+    def server_busy(self) -> Optional[float]:
+        """The server's CPU over the run, as a share of one CPU, if measured."""
+        return None if self.server_cpu is None or self.seconds <= 0 else self.server_cpu / self.seconds
+
 
 @dataclass
 class Takeover:

@@ -15,9 +15,9 @@ import pymongo
 from harel.engine.store.mongo import MongoStore as HarelMongoStore
 from harel.spec.states import Event
 
+from bench.common.harness import CLONE_KEY_STEP, queue_clone
 from bench.scale.seed import BATCH, EXECUTIONS, Cloner
 from harel_beanie import MongoStore
-from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
 from harel_beanie.transport import MongoTransport
 from harel_beanie.transport.claim_walk import SERVED_FLOOR
 
@@ -153,17 +153,15 @@ def seed_queue(url: str, db: str, target: int, say: Callable[[str], None]) -> fl
         have = 1
     tpl = queue.find_one({})
     assert tpl is not None
-    # each clone its own claim key a millisecond after the last fresh one, as publishes one
-    # after another get: tied keys (the template's, copied) make a claim read every tied
-    # group (claim_walk.BOOST), which no queue of real publishes holds
+    # each clone its own claim key, after the last fresh one (CLONE_KEY_STEP says why)
     last = queue.find_one({"available_at": {"$lt": SERVED_FLOOR}}, sort=[("available_at", -1)])
     at = float((last or tpl)["available_at"])
     batch = []
     while have < target:
         gid = "q" + uuid.uuid4().hex
         head = {**tpl["q"][0], "e": Event(kind="Scan", data={"hub": "HUB-1"}).model_dump_json()}
-        at += 1e-3
-        batch.append({**tpl, "_id": gid, "part": part_of(gid, DEFAULT_PARTITIONS), "q": [head], "available_at": at})
+        at += CLONE_KEY_STEP
+        batch.append(queue_clone(tpl, gid, head, at))
         have += 1
         if len(batch) >= BATCH or have >= target:
             queue.insert_many(batch, ordered=False)
