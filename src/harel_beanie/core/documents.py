@@ -179,6 +179,10 @@ class ExecutionDocument(Document, SummaryFields):
                 name="hb_pending_part",
                 partialFilterExpression=PENDING,
             ),
+            # the executions holding the oldest pending entries (`queries.oldest`), keyed by each
+            # array's first entry, its oldest (seqs grow, appended in order): N keys for N rows
+            IndexModel([("outbox.0.seq", ASCENDING)], name="hb_outbox_oldest", partialFilterExpression=PENDING),
+            IndexModel([("spawns.0.seq", ASCENDING)], name="hb_spawn_oldest", partialFilterExpression=PENDING),
             IndexModel(
                 [("part", ASCENDING), ("next_fire", ASCENDING)],
                 name="hb_part_timer",
@@ -218,8 +222,7 @@ LAYOUT_3_INDEXES: list[IndexModel] = [
 ]
 
 
-#: The indexes layout version 3 added: its migration creates them on the way up and drops
-#: them on the way down.
+#: The indexes layout version 3 added: its migration creates them on the way up, drops them down.
 PARTITION_INDEXES = ("hb_pending_part", "hb_part_timer")
 
 #: Indexes an earlier release made under layout version 3 and this one no longer declares:
@@ -283,15 +286,14 @@ class SummaryView(SummaryFields):
 
 
 class LegacySummaryView(SummaryView):
-    """A listing row that may come from a document harel's store wrote (no promoted
-    fields yet), so the summary falls back to `data`."""
+    """A listing row maybe from harel's store (no promoted fields yet): falls back to `data`."""
 
     data: Optional[str] = None
 
 
 class OutboxView(BaseModel):
-    """`pending_outbox`: the entries, and the holder's parent, which decides whether the
-    holder is in the tree a scoped relay asked for (`pending_outbox(within=...)`)."""
+    """`pending_outbox`: the entries, and the holder's parent (is it in the tree a scoped
+    relay asked for? `pending_outbox(within=...)`)."""
 
     id: str = Field(alias="_id")
     parent_id: Optional[str] = None
