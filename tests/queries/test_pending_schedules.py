@@ -23,7 +23,7 @@ from tests.support.explore import Actor
 from tests.support.pending_families import PendingWorld, commits_relay_fold_and_sample
 
 #: the default run's bounds: (preemptions, kills, most schedules)
-BOUNDS = (1, 1, 40)
+BOUNDS = (1, 1, 25)
 
 
 @pytest.fixture
