@@ -34,7 +34,7 @@ from harel_beanie.core.keys import ANY_SEQ
 from harel_beanie.core.seqs import MS_SHIFT, age_of
 from harel_beanie.queries.lowest import WIDEST, lowest
 
-#: how many executions of each kind the views list unless told (`show_oldest`), and the most
+#: how many executions of each kind the views list (`backlog(oldest=...)`), and the most one may ask
 OLDEST = 5
 MAX_OLDEST = 100
 #: the widest window of seqs the walk reads before its last one is open above: as long in
@@ -110,7 +110,7 @@ async def oldest_holders(doc: Any, n: int, now: float) -> dict[str, list[dict[st
         out[kind] = [
             holder_row(kind, r.id, r.definition_id, [e.seq for e in getattr(r, array)], now)
             for r in rows
-            if getattr(r, array)  # acked between the index and the read: nothing to show
+            if getattr(r, array)  # the filter asked for a first entry: never empty, kept safe
         ]
     return out
 
