@@ -35,7 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--allow",
         metavar="ACTIONS",
-        help="turn on actions, comma-separated: send,cancel,redrive (default none; needs --definitions)",
+        help="turn on actions, comma-separated, of send,cancel,redrive,terminate,suspend,resume (default none; "
+        "needs --definitions)",
     )
     p.add_argument(
         "--definitions",

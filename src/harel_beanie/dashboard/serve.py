@@ -15,9 +15,10 @@ a CDN on the origin whose cookie carries the token) are left out, and the OpenAP
 served at `/openapi.json` behind the token. The actions' forms are signed with a key derived
 from the token, so every process serving one token takes the forms any of them served.
 
-Actions are off unless `--allow send,cancel,redrive` names them; they need `--definitions`
-(harel's runner needs the machines) and go through harel's `AsyncDistributedRunner` onto
-the Mongo transport, for the workers to process.
+Actions are off unless `--allow` names them (`send`, `cancel`, `redrive`, `terminate`,
+`suspend`, `resume`, comma-separated); they need `--definitions` (harel's runner needs the
+machines) and go through harel's `AsyncDistributedRunner` onto the Mongo transport: a sent
+event is queued for the workers to process.
 """
 
 from __future__ import annotations
@@ -32,12 +33,11 @@ from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
 from harel_beanie.core.errors import ConfigError
+from harel_beanie.dashboard.acting import ACTIONS
 from harel_beanie.dashboard.auth import COOKIE, token_auth
 from harel_beanie.dashboard.router import DashboardActions, dashboard_router
 from harel_beanie.dashboard.security import SecurityHeaders, server_error
 from harel_beanie.deploy.where import Target
-
-ACTIONS = ("send", "cancel", "redrive")
 
 
 def parse_allow(text: Optional[str]) -> list[str]:
