@@ -80,7 +80,7 @@ def queues(runner: Any) -> bool:
     return callable(getattr(runner, "send", None))
 
 
-def why_not(runner: Any, action: str, status: str) -> Optional[str]:
+def why_not(runner: Any, action: str, status: Optional[str]) -> Optional[str]:
     """Why `action` does nothing on an execution in `status` (None: it applies)."""
     if action == "send":
         if status in FINISHED or status == "CANCELLING":
@@ -141,7 +141,7 @@ async def perform(runner: Any, action: str, *args: Any) -> None:
         await result
 
 
-def offer(runner: Any, enabled: list[str], status: str) -> tuple[list[str], dict[str, str]]:
+def offer(runner: Any, enabled: list[str], status: Optional[str]) -> tuple[list[str], dict[str, str]]:
     """The actions turned on that the page offers on an execution in `status`, and why each
     other is not."""
     offered: list[str] = []
