@@ -244,3 +244,55 @@ async def test_an_action_the_runner_lacks_is_shown_unavailable(astore: AsyncMong
         token = FormSigner(key, "harel_dashboard").token("x-1", "suspend")
         r = await http.post("/execution/suspend", params={"id": "x-1"}, data={"confirm": "x-1", "csrf": token})
         assert r.status_code == 409 and "has no `suspend`" in (message(r.text) or "")
+
+
+@pytest.mark.parametrize("kind", ["durable", "distributed"])
+async def test_the_sync_runners_are_called_off_the_event_loop(
+    kind: str, astore: AsyncMongoStore, mongo_url: str, db_name: str, definitions: Any
+) -> None:
+    """harel's sync `DurableRunner` and `DistributedRunner` refuse to run on an event loop:
+    the dashboard calls them in a worker thread (on this package's sync store and transport)."""
+    import asyncio
+
+    from harel import DurableRunner
+    from harel.engine.distributed import DistributedRunner
+
+    from harel_beanie import MongoStore
+    from harel_beanie.transport import MongoTransport
+
+    store = MongoStore(pymongo.MongoClient(mongo_url), db_name)
+    transport = MongoTransport(pymongo.MongoClient(mongo_url), db_name) if kind == "distributed" else None
+
+    def build() -> tuple[Any, Any]:
+        if transport is None:
+            return DurableRunner(store, definitions), None
+        sync_runner = DistributedRunner(store, transport, definitions)
+        return sync_runner, sync_runner.worker("dash-sync")
+
+    runner, worker = await asyncio.to_thread(build)  # harel builds them off the loop too
+
+    def settle() -> None:
+        while worker is not None and worker.step():
+            pass
+
+    try:
+        await asyncio.to_thread(runner.create, "Ticket", None, "s-1")
+        await asyncio.to_thread(settle)
+        app = FastAPI()
+        actions = DashboardActions(runner, send=True, suspend=True)
+        app.include_router(dashboard_router(astore, auth=no_auth, actions=actions))
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://app") as http:
+            offered = forms((await http.get("/execution", params={"id": "s-1"})).text)
+            data = {"confirm": "s-1", "csrf": offered["send"], "kind": "Take", "data": '{"who": "cy"}'}
+            r = await http.post("/execution/send", params={"id": "s-1"}, data=data)
+            assert r.status_code == 303, r.text[:500]
+            await asyncio.to_thread(settle)
+            assert (await astore.load("s-1")).active_path == "Working"
+            r = await http.post(
+                "/execution/suspend", params={"id": "s-1"}, data={"confirm": "s-1", "csrf": offered["suspend"]}
+            )
+            assert r.status_code == 303 and (await astore.load("s-1")).status.value == "SUSPENDED"
+    finally:
+        await asyncio.to_thread(store.close)
+        if transport is not None:
+            await asyncio.to_thread(transport.close)
