@@ -80,11 +80,20 @@ def queues(runner: Any) -> bool:
     return callable(getattr(runner, "send", None))
 
 
-def why_not(runner: Any, action: str, status: Optional[str]) -> Optional[str]:
-    """Why `action` does nothing on an execution in `status` (None: it applies)."""
+def why_not(runner: Any, action: str, status: Optional[str], kind: Optional[str] = None) -> Optional[str]:
+    """Why `action` does nothing on an execution in `status` (None: it applies). For `send`,
+    `kind` is the event's (None: the page asks whether to offer the form at all, which it does
+    wherever some event applies: `Reset`, harel's start-over, applies even to a DONE one, and
+    to a CANCELLED one where the runner processes it itself)."""
     if action == "send":
-        if status in FINISHED or status == "CANCELLING":
-            return f"it is {status}: a finished execution takes no event (harel would drop it)"
+        if status == "CANCELLING":
+            return "it is being cancelled: harel drops every event until its cleanup has run"
+        if status == "CANCELLED" and queues(runner):
+            return "it is CANCELLED: a finished execution takes no event (the workers drop them all, Reset included)"
+        if kind is None or kind == "Reset":
+            return None
+        if status in FINISHED:
+            return f"it is {status}: a finished execution takes no event but Reset (harel would drop it)"
         if not queues(runner) and status != "RUNNING":
             return (
                 f"it is {status}: this runner processes an event at once, and harel ignores an event "

@@ -90,13 +90,18 @@ async def run(dash: Dashboard, action: str, execution_id: str, kind: str, data: 
         args = (execution_id, target_path.strip())
     if acting.method_of(runner, action) is None:
         raise acting.Refused(acting.unavailable(runner, action))
-    reason = acting.why_not(runner, action, found.status)
+    reason = acting.why_not(runner, action, found.status, kind.strip() if action == "send" else None)
     if reason is not None:
         raise acting.Refused(reason)
     try:
         await acting.perform(runner, action, *args)
-    except KeyError:
-        raise acting.Refused(f"harel found no execution {execution_id!r}") from None
+    except KeyError as exc:  # harel's word for a missing execution, or a machine it was not given
+        key = exc.args[0] if exc.args else None
+        if key == found.definition_id:
+            raise acting.Refused(
+                f"the runner does not know the machine {key!r}: it is not among its definitions"
+            ) from None
+        raise acting.Refused(f"harel found no {'execution ' if key == execution_id else ''}{key!r}") from None
 
 
 async def act(
