@@ -9,7 +9,7 @@ that is not SUSPENDED, `suspend` of one not RUNNING, `redrive` of one not FAILED
 finished one: each returns without a word. So this module says, once:
 
 - which method of the runner each action calls (`method_of`), hence which actions a runner can
-  do at all (`supported`): the page shows the others as unavailable;
+  do at all: the page shows the others as unavailable (`offer`);
 - in which statuses each action does something (`why_not`): the page offers an action only
   there, and a post that arrives when it no longer applies is answered with the reason;
 - what an event sent from the page may be (`check_event`): not harel's own `Start` or
@@ -31,7 +31,7 @@ from starlette.concurrency import run_in_threadpool
 
 from harel_beanie.dashboard import statechart
 
-#: every action the dashboard offers, in the order the page shows them
+#: every action the dashboard offers (the names `DashboardActions` and `--allow` take)
 ACTIONS = ("send", "cancel", "redrive", "terminate", "suspend", "resume")
 
 #: the methods an action may call, by preference: a runner that queues events has `send`,
@@ -68,11 +68,6 @@ def method_of(runner: Any, action: str) -> Optional[Callable[..., Any]]:
         if callable(method):
             return method  # type: ignore[no-any-return]
     return None
-
-
-def supported(runner: Any, actions: list[str]) -> list[str]:
-    """Those of `actions` the runner can do."""
-    return [a for a in actions if method_of(runner, a) is not None]
 
 
 def queues(runner: Any) -> bool:
