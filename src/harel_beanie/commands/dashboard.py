@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +29,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=flags.positive_int, default=8000, help="port (default 8000)")
     p.add_argument(
         "--token",
-        help="the token a browser or script must present (default: $HAREL_DASHBOARD_TOKEN, else a random one, printed)",
+        help="the token a browser or script must present (default: $HAREL_DASHBOARD_TOKEN, else the one kept in the "
+        "data folder, drawn at the first start; printed)",
+    )
+    p.add_argument(
+        "--new-token",
+        action="store_true",
+        help="draw a new token and keep it in the data folder: every link and cookie given before stops working",
     )
     p.add_argument(
         "--allow",
         metavar="ACTIONS",
-        help="turn on actions, comma-separated: send,cancel,redrive (default none; needs --definitions)",
+        help="turn on actions, comma-separated, of send,cancel,redrive,terminate,suspend,resume (default none; "
+        "needs --definitions)",
     )
     p.add_argument(
         "--definitions",
@@ -51,6 +57,10 @@ def check_flags(args: Any) -> None:
     _web()
     from harel_beanie.dashboard.serve import parse_allow
 
+    if args.new_token and (args.token or os.environ.get("HAREL_DASHBOARD_TOKEN")):
+        raise ConfigError(
+            "--new-token draws the token kept in the data folder: leave out --token and $HAREL_DASHBOARD_TOKEN"
+        )
     if parse_allow(args.allow) and not args.definitions:
         raise ConfigError("--allow needs --definitions DIR: harel's runner needs the machines to act on executions")
     if args.definitions and not Path(args.definitions).is_dir():
@@ -71,9 +81,10 @@ def _web() -> Any:
 def main(args: Any, target: Target) -> int:
     uvicorn = _web()
     from harel_beanie.dashboard.serve import build_app, parse_allow
+    from harel_beanie.dashboard.tokens import kept_token
 
     say = print
-    token = args.token or os.environ.get("HAREL_DASHBOARD_TOKEN") or secrets.token_urlsafe(18)
+    token = args.token or os.environ.get("HAREL_DASHBOARD_TOKEN") or kept_token(target.data_dir, rotate=args.new_token)
     app = build_app(
         target,
         token=token,
