@@ -27,12 +27,13 @@ from harel_beanie.deploy.embedded import free_port
 from tests.commands.test_cli import cli_env
 from tests.support.manual_pages import (
     PYTHON_RUNNER,
-    extra_plugins,
     RUNNABLE,
     Block,
+    extra_plugins,
     page_blocks,
     problems,
     runs_server,
+    shell_lines,
     shell_script,
 )
 
@@ -221,3 +222,72 @@ def test_every_path_command_flag_and_target_the_manual_names_exists() -> None:
 )
 def test_the_reader_finds_paths_in_code(text: str, found: list[tuple[str, str]]) -> None:
     assert [m for code in code_of(text) for m in PATH.findall(code)] == found
+
+
+# --- how a page's blocks are read ------------------------------------------------------------
+
+PAGE = """Intro.
+
+<!-- fragment: needs your app's own store -->
+```python
+app.include_router(router)
+```
+
+1. A step:
+
+   ```sh
+   harel-beanie migrate status
+   ```
+
+```console
+$ harel-beanie status
+Executions
+```
+
+```toml
+[tool.x]
+a = 1
+```
+"""
+
+
+def test_a_pages_blocks_are_read_with_their_markers_and_indents() -> None:
+    found = page_blocks(PAGE)
+    assert [(b.lang, b.fragment) for b in found] == [
+        ("python", "needs your app's own store"),
+        ("sh", None),
+        ("console", None),
+        ("toml", None),
+    ]
+    assert found[1].body == "harel-beanie migrate status\n"  # dedented under its list item
+    assert shell_lines(found[2]) == ["harel-beanie status"]  # the command, not its output
+    assert not problems(found)
+
+
+@pytest.mark.parametrize(
+    "text,problem",
+    [
+        ("```\nls\n```\n", "names no language"),
+        ("<!-- fragment: -->\n```python\nx\n```\n", "without its reason"),
+        ("```toml\n[a\n```\n", "does not parse"),
+        ("```json\n{'a': 1}\n```\n", "does not parse"),
+    ],
+)
+def test_a_block_the_test_cannot_take_is_refused(text: str, problem: str) -> None:
+    assert any(problem in p for p in problems(page_blocks(text))), problems(page_blocks(text))
+
+
+def test_a_marker_counts_only_directly_above_its_fence() -> None:
+    [block] = page_blocks("<!-- fragment: a reason -->\n\n```sh\nls\n```\n")
+    assert block.fragment is None  # a blank line between: the block runs
+
+
+def test_a_python_block_naming_a_file_is_that_file() -> None:
+    conftest, code = page_blocks("```python\n# conftest.py\nx = 1\n```\n\n```python\n# a comment\nx = 1\n```\n")
+    assert (conftest.file, code.file) == ("conftest.py", None)
+
+
+def test_pytest_in_a_page_loads_only_the_plugins_the_testing_extra_brings() -> None:
+    plugins = extra_plugins(ROOT / "pyproject.toml")
+    assert "pytest_asyncio.plugin" in plugins  # harel_async_store needs it
+    assert not [p for p in plugins if p.startswith(("xdist", "_hypothesis", "schemathesis"))], plugins
