@@ -92,6 +92,7 @@ def run_page(tmp_path: Path, found: list[Block]) -> subprocess.CompletedProcess[
         ["bash", "-c", script],
         cwd=home,
         env=env,
+        stdin=subprocess.DEVNULL,  # no terminal: a command that would ask does not wait for an answer
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
