@@ -2,7 +2,9 @@
 page under docs/ runs as printed, in an empty folder against the embedded server, or carries
 the fragment marker `<!-- fragment: the reason -->` on the line directly above its fence. What
 a block is, which languages run, and what the script changes (everything else runs as printed)
-is in `tests/support/manual_pages.py`; the data blocks (`toml`, `json`, `yaml`) must parse.
+is in `tests/support/manual_pages.py`. Blocks of other languages are not code to run: the data
+blocks (`toml`, `json`, `yaml`) must parse, and `text`, `mermaid`, `promql`, `ini` and the like
+are read by people only. A fence naming no language is refused (the test cannot tell what it is).
 
 A page's test fails when a block is neither run nor marked, when a marker gives no reason, when
 a block fails, or when a page misses what it is known to print (`PRINTS`).
