@@ -28,6 +28,7 @@ import pytest
 from harel_beanie.deploy.embedded import free_port
 from tests.commands.test_cli import cli_env
 from tests.support.manual_pages import (
+    PRELUDE,
     PYTHON_RUNNER,
     RUNNABLE,
     Block,
@@ -294,3 +295,20 @@ def test_pytest_in_a_page_loads_only_the_plugins_the_testing_extra_brings() -> N
     plugins = extra_plugins(ROOT / "pyproject.toml")
     assert "pytest_asyncio.plugin" in plugins  # harel_async_store needs it
     assert not [p for p in plugins if p.startswith(("xdist", "_hypothesis", "schemathesis"))], plugins
+
+
+def test_a_serving_command_that_stops_on_its_own_within_its_block_fails_the_page(tmp_path: Path) -> None:
+    """A command that printed its ready line and then stopped with an error (its port taken
+    after its link was printed, say) is not taken as served: the page fails, its output shown."""
+    script = "\n".join(
+        [*PRELUDE, "_bg block ready bash -c 'echo ready; sleep 0.2; echo address in use; exit 3'", "sleep 2"]
+    )
+    done = subprocess.run(["bash", "-c", script + "\nstop block\n"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "exit 3" in done.stderr and "address in use" in done.stderr, done
+    served = subprocess.run(
+        ["bash", "-c", "\n".join([*PRELUDE, "_bg block ready bash -c 'echo ready; exec sleep 30'", "stop block"])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert served.returncode == 0, served  # stopped by the harness at its block's end: served

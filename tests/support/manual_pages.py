@@ -50,6 +50,8 @@ from typing import Callable
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from harel_beanie.deploy.embedded import free_port
+
 #: languages whose blocks are code to run
 SHELLS = {"sh", "bash", "shell", "console"}
 RUNNABLE = SHELLS | {"python"}
@@ -195,16 +197,20 @@ def extra_plugins(pyproject: Path, extra: str = "testing") -> list[str]:
 
 PRELUDE = [
     "set -euo pipefail",
-    'BG="$(mktemp -d)"; touch "$BG/block" "$BG/page"',
+    'BG="$(mktemp -d)"; touch "$BG/block" "$BG/page"; EARLY=""',
     # stop serving commands as Ctrl-C does, and wait for them (their servers stop with them;
-    # 60 s at most each, then SIGKILL)
-    'stop() { for pid in $(cat "$BG/$1"); do kill -TERM "$pid" 2>/dev/null || true; done;'
+    # 60 s at most each, then SIGKILL). One that stopped on its own before (a port taken after
+    # its ready line, say) fails the page, its output shown.
+    'stop() { for pid in $(cat "$BG/$1"); do if kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid" 2>/dev/null || true;'
+    '  else rc=0; wait "$pid" 2>/dev/null || rc=$?; if [ "$rc" != 0 ] && [ "$rc" != 127 ]; then EARLY=1;'
+    '  echo "a serving command stopped on its own before the end of its block, exit $rc:" >&2; cat "$BG/$pid.log" >&2;'
+    "  fi; fi; done;"
     '  for pid in $(cat "$BG/$1"); do for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1;'
     '  done; kill -KILL "$pid" 2>/dev/null || true; done; : > "$BG/$1"; }',
-    "trap 'stop block; stop page' EXIT",
+    """trap 'stop block; stop page; [ -z "$EARLY" ] || exit 1' EXIT""",
     # run a serving command in the background until it prints its ready line (60 s at most)
-    '_bg() { local life=$1 ready=$2; shift 2; local log="$BG/$RANDOM.log"; "$@" > "$log" 2>&1 &'
-    '  local pid=$!; echo "$pid" >> "$BG/$life";'
+    '_bg() { local life=$1 ready=$2; shift 2; local log="$BG/$RANDOM.$RANDOM.log"; "$@" > "$log" 2>&1 &'
+    '  local pid=$!; echo "$pid" >> "$BG/$life"; ln -s "$log" "$BG/$pid.log";'
     '  for _ in $(seq 600); do if grep -q -- "$ready" "$log"; then cat "$log"; return 0; fi;'
     '    if ! kill -0 "$pid" 2>/dev/null; then cat "$log"; echo "exited before: $ready" >&2; return 1; fi;'
     '    sleep 0.1; done; cat "$log"; return 1; }',
@@ -224,6 +230,7 @@ def changed(line: str, ports: dict[str, int]) -> str | None:
         if command == "server":
             line += f" --port {ports['server']}"
         if command == "dashboard":
+            ports["dashboard"] = free_port()  # each its own: two dashboards of one block both serve
             if "--port" in words:
                 line = re.sub(r"--port \d+", f"--port {ports['dashboard']}", line)
             else:
