@@ -273,6 +273,7 @@ def test_a_pages_blocks_are_read_with_their_markers_and_indents() -> None:
     [
         ("```\nls\n```\n", "names no language"),
         ("<!-- fragment: -->\n```python\nx\n```\n", "without its reason"),
+        ("<!-- fragment (needs your app) -->\n```python\nx\n```\n", "without its reason"),
         ("```toml\n[a\n```\n", "does not parse"),
         ("```json\n{'a': 1}\n```\n", "does not parse"),
     ],

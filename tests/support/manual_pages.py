@@ -107,8 +107,11 @@ def page_blocks(text: str) -> list[Block]:
         if end is None:
             raise ValueError(f"line {i + 1}: a fence that is never closed")
         body = "\n".join(line[len(indent) :] if line.startswith(indent) else line for line in lines[i + 1 : end])
-        marker = MARKER.match(lines[i - 1]) if i > 0 else None
+        above = lines[i - 1] if i > 0 else ""
+        marker = MARKER.match(above)
         reason = marker.group("reason").strip() if marker else None
+        if reason is None and "<!--" in above and "fragment" in above:
+            reason = ""  # a marker misspelt: refused below, not run as if unmarked
         out.append(Block(i + 1, opening.group("lang"), body + "\n", reason))
         i = end + 1
     return out
@@ -122,7 +125,7 @@ def problems(blocks: list[Block]) -> list[str]:
         if not b.lang:
             out.append(f"line {b.line}: a fence names no language (```python, ```sh, ```text ...)")
         if b.fragment == "":
-            out.append(f"line {b.line}: a fragment marker without its reason")
+            out.append(f"line {b.line}: a fragment marker without its reason (<!-- fragment: the reason -->)")
         if b.fragment is None and b.lang in PARSED:
             try:
                 PARSED[b.lang](b.body)
