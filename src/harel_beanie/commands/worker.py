@@ -175,7 +175,9 @@ def main(args: Any, target: Target) -> int:
 async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any]) -> int:
     """The worker's life, as an app's own process runs it (`harel_beanie.Worker`): here with
     its ready line, the stop lines, the signals and `--history`. SIGTERM or SIGINT lets the
-    events in flight finish; a second stops at once (they come back after their lease)."""
+    events in flight finish; a second stops at once (they come back after their lease).
+    Kept whole: the signal handler, the worker's task and its lines share the stop event and
+    the signal count."""
     history = HistoryWriter(opts["history"], opts["worker_id"]) if opts["history"] else None
     wid = opts["worker_id"]
     worker = Worker(
