@@ -183,7 +183,7 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
     worker = Worker(
         target.url,
         definitions,
-        db=target.db,
+        db_name=target.db,
         prefix=target.prefix,
         retry=target.retry,
         concurrency=opts["concurrency"],
@@ -192,7 +192,7 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
         trace=opts["trace"],
         trace_max=opts["trace_max"],
         create_schema=opts["create_schema"],
-        transport=opts["transport"],
+        transport_kind=opts["transport"],
         idle_wait=opts["idle_wait"],
         sweep_every=opts["sweep_every"],
         clock=opts.get("clock") or time.time,

@@ -43,7 +43,7 @@ from harel_beanie.store.connect import RetryPolicy
 from harel_beanie.store.settings import StoreSettings
 from harel_beanie.transport.ownership import PartitionOwner
 from harel_beanie.transport.prefetch import PREFETCH_CAP
-from harel_beanie.transport.settings import DEFAULT_IDLE_WAIT, MAX_VISIBILITY
+from harel_beanie.transport.settings import DEFAULT_IDLE_WAIT, MAX_IDLE_WAIT, MAX_VISIBILITY
 
 log = logging.getLogger("harel_beanie.worker")
 
@@ -62,7 +62,7 @@ class Worker:
     closes; cancel the task to stop at once (events in flight come back after their
     `visibility` lease). On this package's transport (`transport="beanie"`, the default) it
     leases a share of the database's partitions, so N workers divide the work; on harel's
-    (`"harel"`) every worker sweeps everything.
+    (`transport_kind="harel"`) every worker sweeps everything.
 
     `definitions`: the machines by id (`harel_beanie.deploy.load_models(dir)`). `wrap_store`
     and `wrap_transport` wrap what it opens (e.g. in
@@ -76,7 +76,7 @@ class Worker:
         url: str,
         definitions: Mapping[str, Any],
         *,
-        db: str = DEFAULT_DB,
+        db_name: str = DEFAULT_DB,
         prefix: str = DEFAULT_PREFIX,
         concurrency: int = 16,
         worker_id: Optional[str] = None,
@@ -84,7 +84,7 @@ class Worker:
         trace: bool = False,
         trace_max: Optional[int] = None,
         create_schema: bool = True,
-        transport: str = TRANSPORTS[0],
+        transport_kind: str = TRANSPORTS[0],
         idle_wait: float = DEFAULT_IDLE_WAIT,
         sweep_every: float = 5.0,
         retry: RetryPolicy = RetryPolicy(),
@@ -98,7 +98,7 @@ class Worker:
         if not isinstance(definitions, Mapping) or not definitions:
             raise BadArgumentType("definitions", "a non-empty mapping of machine id to definition", definitions)
         url = require_str("url", url)
-        db, prefix = _db_and_prefix(db, prefix)
+        db, prefix = _db_and_prefix(db_name, prefix)
         self.target = Target(url=url, db=db, prefix=prefix, retry=retry, source="url")
         self.definitions = dict(definitions)
         self.concurrency = require_int("concurrency", concurrency, low=1)
@@ -107,8 +107,8 @@ class Worker:
         self.trace = require_bool("trace", trace)
         self.trace_max = None if trace_max is None else require_int("trace_max", trace_max, low=0)
         self.create_schema = require_bool("create_schema", create_schema)
-        self.transport_kind = require_choice("transport", transport, TRANSPORTS)
-        self.idle_wait = require_seconds("idle_wait", idle_wait, positive=True)
+        self.transport_kind = require_choice("transport_kind", transport_kind, TRANSPORTS)
+        self.idle_wait = require_seconds("idle_wait", idle_wait, positive=True, high=MAX_IDLE_WAIT)
         self.sweep_every = require_seconds("sweep_every", sweep_every, positive=True)
         self.clock = clock
         self._wrap_store = wrap_store
@@ -256,13 +256,13 @@ class Worker:
                 await give_back(self._owner, self.worker_id)
 
 
-def _db_and_prefix(db: Any, prefix: Any) -> tuple[str, str]:
+def _db_and_prefix(db_name: Any, prefix: Any) -> tuple[str, str]:
     """The database and prefix, refused (naming the argument) as the store would refuse them."""
-    db, prefix = require_str("db", db), require_str("prefix", prefix)
+    db, prefix = require_str("db_name", db_name), require_str("prefix", prefix)
     try:
         StoreSettings(db_name=db)
     except ValueError:
-        raise BadArgument("db", f"{db!r} is not a MongoDB database name") from None
+        raise BadArgument("db_name", f"{db!r} is not a MongoDB database name") from None
     try:
         Names(prefix)
     except ValueError as exc:
