@@ -181,7 +181,7 @@ def test_getting_started_runs_as_written_from_an_empty_folder(tmp_path: Path) ->
     found = blocks(page[: page.index("## From a clone of the repository")])  # the clone's `make` is the README's
     shell = [body for lang, body in found if lang == "sh"]
     python = [body for lang, body in found if lang == "python"]
-    assert len(shell) >= 4 and len(python) == 2, found
+    assert len(shell) >= 4 and len(python) == 3, found
     out = _ok(run_page(tmp_path, shell, python))
     # what each step printed, as a new user reads it
     assert "Run demo-" in out and "How the orders and payments ended" in out  # the demo
@@ -190,7 +190,8 @@ def test_getting_started_runs_as_written_from_an_empty_folder(tmp_path: Path) ->
     assert "export MONGODB_URL=mongodb://127.0.0.1:" in out  # the server
     assert re.search(r"worker \S+ ready: mongodb://127\.0\.0\.1:\d+ database harel", out), out
     assert "layout version" in out  # migrate status, on the server the export named
-    assert "block 1: ran" in out and "block 2: ran" in out
+    assert "block 1: ran" in out and "block 2: ran" in out and "block 3: ran" in out
+    assert "failed orders: []" in out  # the typed query, first thing after the lifespan opened the store
     assert (tmp_path / "empty" / "my-shop" / "harel-beanie-data" / "db").is_dir()
 
 

@@ -18,6 +18,7 @@ import socket
 import time
 from typing import Any, Callable, Mapping, Optional
 
+from beanie.exceptions import CollectionWasNotInitialized
 from harel.engine.schema import Names
 from pymongo.errors import ConnectionFailure
 
@@ -66,7 +67,9 @@ class Worker:
 
     `definitions`: the machines by id (`harel_beanie.deploy.load_models(dir)`). `wrap_store`
     and `wrap_transport` wrap what it opens (e.g. in
-    `harel_beanie.telemetry.instrument.InstrumentedStore`). `on_ready` is called once it
+    `harel_beanie.telemetry.instrument.InstrumentedStore`). It binds the store's Beanie
+    classes to its own client unless the app bound them to that database already (so the
+    app's typed queries keep the app's client). `on_ready` is called once it
     claims; `say` gets the lines a person should read (a lost server, leftovers relayed),
     logged at WARNING by default. It leans on a private method of harel's `AsyncWorker`:
     building one checks that it is there, raising `HarelSeamChanged` naming what changed."""
@@ -151,6 +154,10 @@ class Worker:
         # one scope: the leases the owner holds are what the sweeps and claims read
         scope = PartitionScope(held={}, clock=self.clock) if self.transport_kind == TRANSPORTS[0] else None
         options: dict[str, Any] = {} if self.trace_max is None else {"trace_max": self.trace_max}
+        # the document classes (its per-minute sample reads through them) are bound to this
+        # client only if the app has not bound them to this database itself: the app's typed
+        # queries must not go through, nor outlive, a client the worker closes when it stops
+        options["beanie"] = not _bound_to(bind(target.prefix)[0], target.db)
         store: Any = AsyncMongoStore(
             client, target.db, prefix=target.prefix, create_schema=self.create_schema, partitions=scope, **options
         )
@@ -254,6 +261,14 @@ class Worker:
             await asyncio.gather(*tasks, return_exceptions=True)
             if self._owner is not None and not cancelled:
                 await give_back(self._owner, self.worker_id)
+
+
+def _bound_to(doc: Any, db: str) -> bool:
+    """Whether Beanie has bound the document class `doc` to a database named `db`."""
+    try:
+        return bool(doc.get_pymongo_collection().database.name == db)
+    except CollectionWasNotInitialized:
+        return False
 
 
 def _db_and_prefix(db_name: Any, prefix: Any) -> tuple[str, str]:
