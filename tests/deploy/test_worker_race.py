@@ -145,7 +145,7 @@ async def test_the_documented_worker_at_concurrency_16_does_not(
 
     async def documented(stop: asyncio.Event) -> None:
         worker = Worker(
-            mongo_url, definitions, db=db_name, concurrency=16, on_ready=lambda w: ready.append(w.describe())
+            mongo_url, definitions, db_name=db_name, concurrency=16, on_ready=lambda w: ready.append(w.describe())
         )
         await worker.run(stop)
         assert worker.handled >= ROOTS and worker.in_flight == 0
