@@ -9,15 +9,16 @@ projection views, `bind(prefix)`) are the schema: pass `DOCUMENT_MODELS` (or
 Public paths. Each is a package's face (its `__init__`, with `__all__`); a name leaves one of
 these lists only with a CHANGELOG entry saying what replaces it:
 
-- `harel_beanie` — the stores, the schema, the errors and settings, the transport classes and
-  the history checker's main names.
+- `harel_beanie` — the stores, the schema, the errors and settings, the transport classes,
+  `Worker` (harel's worker on them, safe at any concurrency: what `harel-beanie worker` runs)
+  and the history checker's main names.
 - `harel_beanie.queries` — typed, index-backed reads for pages and scripts.
 - `harel_beanie.transport` — harel's transport on the store's database, and its documents.
 - `harel_beanie.history` — recorded histories of a run and their checker.
 - `harel_beanie.telemetry` — Prometheus figures and the timing and tracing wrapper.
 - `harel_beanie.retention` — prune, its archives, the TTL index.
 - `harel_beanie.migrate` — the layout migrations (`Migrator`, the steps).
-- `harel_beanie.deploy` — what an app's own worker takes: model loading, the scoped relay.
+- `harel_beanie.deploy` — what an app's own worker takes: `Worker`, model loading, the scoped relay.
 - `harel_beanie.dashboard` — the web dashboard's router (the `dashboard` extra).
 - `harel_beanie.testing` — the pytest plugin for apps' own tests.
 - the command line: `harel-beanie` (or `python -m harel_beanie`), each command and flag as
@@ -56,6 +57,7 @@ from harel_beanie.core.documents import (
     projection,
 )
 from harel_beanie.core.errors import CommitOutcomeUnknown, ExecutionTooLarge, SchemaMismatch, StoreUnavailable
+from harel_beanie.deploy import Worker
 from harel_beanie.history import Anomaly, HistoryWriter, RecordingStore, Verdict, check
 from harel_beanie.store.async_store import AsyncMongoStore
 from harel_beanie.store.connect import RetryPolicy, mask_url
@@ -102,6 +104,7 @@ __all__ = [
     "SchemaMismatch",
     "StoreUnavailable",
     "Verdict",
+    "Worker",
     "bind",
     "check",
     "document_models",

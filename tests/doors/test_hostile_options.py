@@ -56,6 +56,8 @@ BOUNDED = {
     "MongoTransport.nack.delay": MAX_PARK,
     "AsyncMongoTransport.nack.delay": MAX_PARK,
     "AsyncMongoTransport.__init__.idle_wait": MAX_IDLE_WAIT,
+    "Worker.__init__.visibility": MAX_VISIBILITY,
+    "Worker.__init__.idle_wait": MAX_IDLE_WAIT,
     "AsyncMongoTransport.__init__.poll_interval": MAX_POLL_INTERVAL,
     "RetryPolicy.__init__.delay": 3600.0,
     "RetryPolicy.overridden.delay": 3600.0,
@@ -239,7 +241,7 @@ def _history(c: Ctx, method: str, kw: dict[str, Any]) -> Any:
 def _calls() -> dict[str, Callable[[Ctx, dict[str, Any]], Any]]:
     from harel_beanie import bind, check, document_models, mask_url, retention
     from harel_beanie.dashboard import DashboardActions, dashboard_router, token_auth
-    from harel_beanie.deploy import ScopedStore
+    from harel_beanie.deploy import ScopedStore, Worker
     from harel_beanie.history import stories, story
     from harel_beanie.migrate import run_beanie_step
     from harel_beanie.queries import ExecutionFilter
@@ -321,6 +323,8 @@ def _calls() -> dict[str, Callable[[Ctx, dict[str, Any]], Any]]:
         "run_beanie_step": lambda c, kw: _run(run_beanie_step(**{"version": 1, "direction": "up", **kw})),
         "ExecutionFilter.query": lambda c, kw: ExecutionFilter().query(**kw),
         "ScopedStore.__init__": lambda c, kw: ScopedStore(object(), **{"execution_id": "x", **kw}),
+        # built, not run: the arguments are checked before anything is opened
+        "Worker.__init__": lambda c, kw: Worker(**{"url": c.url, "definitions": {"Order": object()}, **kw}),
         "sweep": lambda c, kw: _sweep(kw),
         "parse_age": lambda c, kw: retention.parse_age(**kw),
         "parse_before": lambda c, kw: retention.parse_before(**{"text": "1d", **kw}),

@@ -59,6 +59,7 @@ PRINTS: dict[str, list[str]] = {
         "open http://127.0.0.1:",  # the dashboard's link
         "export MONGODB_URL=mongodb://127.0.0.1:",  # the server
         "layout version",  # migrate status, on the server the export named
+        "failed orders: []",  # the typed query, first thing after the lifespan opened the store
     ],
     # the page's own test file, in memory and on the server
     "docs/testing.md": ["2 passed"],
