@@ -60,7 +60,7 @@ def test_the_server_serves_until_sigterm_and_refuses_a_second_on_its_folder(tmp_
         joined = run_cli("status", "--json", cwd=tmp_path)
         assert joined.returncode == 0, joined.stderr
         assert json.loads(joined.stdout)["where"]["url"] == url
-        assert "using the embedded server another harel-beanie command runs" in joined.stderr
+        assert f"using the server `harel-beanie server` runs in this folder: {url}" in joined.stderr.splitlines()[0]
         assert proc.poll() is None
 
         proc.send_signal(signal.SIGTERM)

@@ -46,28 +46,16 @@ import signal
 import socket
 import time
 from pathlib import Path
-from typing import Any, Optional
-
-from harel.config import Config
-from harel.engine.schema import Names
-from pymongo.errors import ConnectionFailure
+from typing import TYPE_CHECKING, Any, Optional
 
 from harel_beanie.commands import flags
-from harel_beanie.core.documents import bind
 from harel_beanie.core.errors import ConfigError
-from harel_beanie.core.partitions import PartitionScope
-from harel_beanie.deploy.loader import load_models
-from harel_beanie.deploy.relay import sweep
-from harel_beanie.deploy.serving import first_look, give_back, run_through_outages, share, sweep_forever
-from harel_beanie.deploy.stack import TRANSPORTS, CountingWorker, open_client, open_transport, refuse_if_stranded
-from harel_beanie.deploy.where import Target
-from harel_beanie.history.recording import RecordingStore, RecordingTransport
-from harel_beanie.history.records import HistoryWriter
-from harel_beanie.queries.samples import sample_if_due, samples_name
-from harel_beanie.store.async_store import AsyncMongoStore
-from harel_beanie.transport.ownership import PartitionOwner
-from harel_beanie.transport.prefetch import PREFETCH_CAP
-from harel_beanie.transport.settings import MAX_VISIBILITY
+from harel_beanie.core.limits import MAX_VISIBILITY
+
+if TYPE_CHECKING:
+    from harel_beanie.core.partitions import PartitionScope
+    from harel_beanie.deploy.where import Target
+    from harel_beanie.transport.ownership import PartitionOwner
 
 NAME = "worker"
 HELP = "a long-running harel AsyncWorker on the store"
@@ -117,11 +105,16 @@ log = logging.getLogger("harel_beanie.commands.worker")
 
 #: which transport a worker runs on when `--transport` is not given (`beanie` or `harel`)
 TRANSPORT_ENV = "HAREL_BEANIE_TRANSPORT"
+#: the transport a worker runs on unless told (`harel_beanie.deploy.stack.TRANSPORTS[0]`: a
+#: test holds them equal; imported from there, `--help` would load the whole stack)
+DEFAULT_TRANSPORT = "beanie"
 
 
 def load_definitions(directory: str) -> dict[str, Any]:
     """Every machine in `directory`/*.stm, validated, its actions imported; a `ConfigError`
     naming the problem otherwise."""
+    from harel_beanie.deploy.loader import load_models
+
     path = Path(directory)
     if not path.is_dir():
         raise ConfigError(f"no definitions directory at {directory}")
@@ -136,6 +129,8 @@ def load_definitions(directory: str) -> dict[str, Any]:
 
 def settings(args: Any) -> dict[str, Any]:
     """The worker's settings: flags first, then harel's `HAREL_*` variables, then harel's defaults."""
+    from harel.config import Config
+
     try:
         cfg = Config.from_env()
     except ValueError as exc:
@@ -152,7 +147,7 @@ def settings(args: Any) -> dict[str, Any]:
         "trace_max": cfg.trace_max,
         "create_schema": cfg.create_schema,
         "sweep_every": args.sweep_every,
-        "transport": args.transport or os.environ.get(TRANSPORT_ENV) or TRANSPORTS[0],
+        "transport": args.transport or os.environ.get(TRANSPORT_ENV) or DEFAULT_TRANSPORT,
         "idle_wait": args.idle_wait,
         "history": args.history,
         # the one clock the worker's leases, claims, timers and sweeps read (no flag: the seam
@@ -184,6 +179,16 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
     """The worker's life: the store and transport opened, its share of the partitions taken,
     the work earlier workers left relayed, harel's loop run until a signal, the share given
     back."""
+    from harel.engine.schema import Names
+
+    from harel_beanie.core.partitions import PartitionScope
+    from harel_beanie.deploy.serving import first_look
+    from harel_beanie.deploy.stack import TRANSPORTS, CountingWorker, open_client
+    from harel_beanie.history.recording import RecordingStore, RecordingTransport
+    from harel_beanie.history.records import HistoryWriter
+    from harel_beanie.store.async_store import AsyncMongoStore
+    from harel_beanie.transport.ownership import PartitionOwner
+
     client = await open_client(target)
     # with this package's transport, the store, the transport and the partition owner share
     # one scope: the leases the owner holds are what the sweeps and claims read
@@ -232,6 +237,10 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
 
 async def _relay_leftovers(store: Any, transport: Any, executions: Any, worker: Any, opts: dict[str, Any]) -> None:
     """The pending work earlier workers left, relayed before this one starts claiming."""
+    from pymongo.errors import ConnectionFailure
+
+    from harel_beanie.deploy.relay import sweep
+
     try:
         leftover = await sweep(store, transport, executions, worker.definitions, worker.clock, trace=opts["trace"])
     except ConnectionFailure:  # the periodic sweep will do it once the server answers again
@@ -256,6 +265,10 @@ async def _until_stopped(
     """harel's loop, the sweeps and the leases run until SIGTERM or SIGINT: the first lets
     the events in flight finish, a second stops at once (they come back after their lease).
     Kept whole: the signal handler, the tasks and their clean-up share the stop event and the signal count."""
+    from harel_beanie.core.documents import bind
+    from harel_beanie.deploy.serving import give_back, run_through_outages, sweep_forever
+    from harel_beanie.queries.samples import sample_if_due, samples_name
+
     wid = opts["worker_id"]
     stop = asyncio.Event()
     run = asyncio.create_task(run_through_outages(worker, stop, wid))
@@ -314,6 +327,8 @@ async def _until_stopped(
 def _ready_line(
     target: Target, definitions: dict[str, Any], opts: dict[str, Any], transport: Any, owner: Optional[PartitionOwner]
 ) -> str:
+    from harel_beanie.deploy.serving import share
+
     top = sorted(d for d in definitions if "." not in d)  # the rest are their invoked submachines
     return (
         f"worker {opts['worker_id']} ready: {target.masked_url} database {target.db} prefix {target.prefix}; "
@@ -331,6 +346,11 @@ async def _start(
     `--connect-attempts`) when the connection breaks meanwhile: the first ping answering is
     no promise that the next command will, and a worker that exits on a blip during its
     start-up is one a supervisor must restart for nothing."""
+    from pymongo.errors import ConnectionFailure
+
+    from harel_beanie.deploy.stack import open_transport, refuse_if_stranded
+    from harel_beanie.transport.prefetch import PREFETCH_CAP
+
     failure: Optional[ConnectionFailure] = None
     for pause in target.retry.pauses():
         if failure is not None:
