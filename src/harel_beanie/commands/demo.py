@@ -5,7 +5,6 @@ the store, then summarised (the run itself is `harel_beanie.demo.run`'s).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,6 +64,8 @@ def check_flags(args: Any) -> None:
 
 def main(args: Any, target: Target) -> int:
     """Run the demo against `target` (see `harel_beanie.commands.cli` for the flags)."""
+    import asyncio
+
     from rich.console import Console
     from rich.markup import escape
 

@@ -10,7 +10,6 @@ running the same command again resumes), an interruption (exit 130, resumable to
 from __future__ import annotations
 
 import argparse
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from harel_beanie.commands import flags
@@ -48,10 +47,15 @@ RESUME = "run the same command again to resume"
 async def run(args: Any, target: Target) -> None:
     from harel_beanie.core.documents import SCHEMA_VERSION
     from harel_beanie.deploy.stack import open_client
+    from harel_beanie.deploy.where import mistyped_db
     from harel_beanie.migrate.engine import BATCH_SIZE, Migrator
 
     client = await open_client(target)
     try:
+        # `status` on a mistyped name would say to migrate it up; `up` may start a new database
+        hint = await mistyped_db(client, target.db, target.prefix) if args.action == "status" else None
+        if hint is not None:
+            raise ConfigError(hint)
         m = Migrator(client[target.db], target.prefix, batch_size=args.batch_size or BATCH_SIZE, say=print)
         if args.action == "status":
             for line in (await m.status()).lines(m.where):
@@ -68,6 +72,8 @@ async def run(args: Any, target: Target) -> None:
 
 def main(args: Any, target: Target) -> int:
     """Run `args.action` against `target` (see `harel_beanie.commands.cli` for the flags)."""
+    import asyncio
+
     from pymongo.errors import PyMongoError
 
     from harel_beanie.core.documents import SCHEMA_VERSION

@@ -10,7 +10,6 @@ harel's; `status` says how many wait in each. A run cut short is finished by run
 from __future__ import annotations
 
 import argparse
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from harel_beanie.core.errors import CommandFailed
@@ -54,6 +53,8 @@ async def run(args: Any, target: Target) -> None:
 
 
 def main(args: Any, target: Target) -> int:
+    import asyncio
+
     from harel_beanie.transport.moving import MoveRefused
 
     try:

@@ -13,7 +13,6 @@ script) it removes only when `--yes` says so, and says that in one line otherwis
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, Optional
@@ -171,7 +170,7 @@ async def _pass(
         console=console,
     )
     with progress:
-        bar = progress.add_task("examining" if dry_run else "removing", total=max(total, 1), removed=0)
+        bar = progress.add_task("examining", total=max(total, 1), removed=0)
 
         def step(r: PruneReport) -> None:
             progress.update(bar, completed=r.examined, removed=r.removed)
@@ -202,6 +201,8 @@ def check_flags(args: Any) -> None:
 
 
 def main(args: Any, target: Target) -> int:
+    import asyncio
+
     from rich.console import Console
     from rich.markup import escape
 

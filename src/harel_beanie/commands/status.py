@@ -13,7 +13,6 @@ It reads only: the store is opened without creating indexes or layout markers.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import time
 from typing import TYPE_CHECKING, Any
@@ -61,6 +60,7 @@ async def collect(target: Target, stuck_after: float, show: int) -> dict[str, An
 
     from harel_beanie.core.documents import bind
     from harel_beanie.deploy.stack import open_client
+    from harel_beanie.deploy.where import mistyped_db
     from harel_beanie.queries.samples import sampled_backlog, samples_name
     from harel_beanie.store.async_store import AsyncMongoStore
 
@@ -80,6 +80,7 @@ async def collect(target: Target, stuck_after: float, show: int) -> dict[str, An
         # (counts partial: executions are stored, their partitions not counted yet)
         counted = sum(sum(per.values()) for per in b.counts.values()) or b.unbuilt
         found = [] if counted else await elsewhere(client, target)
+        hint = None if counted else await mistyped_db(client, target.db, target.prefix)
     finally:
         await store.close()
     out = b.as_dict()
@@ -93,11 +94,8 @@ async def collect(target: Target, stuck_after: float, show: int) -> dict[str, An
     out["where"] = {"url": target.masked_url, "db": target.db, "prefix": target.prefix}
     if not out["executions"]:
         out["elsewhere"] = found
+        out["did_you_mean"] = hint
     return out
-
-
-#: the server's own databases: never an app's
-_SYSTEM_DBS = ("admin", "config", "local")
 
 
 async def elsewhere(client: Any, target: Target, limit: int = 5) -> list[dict[str, Any]]:
@@ -107,12 +105,14 @@ async def elsewhere(client: Any, target: Target, limit: int = 5) -> list[dict[st
     points at. Estimated counts: a look, not a scan."""
     from difflib import SequenceMatcher
 
+    from harel_beanie.deploy.where import SYSTEM_DBS
+
     def likeness(f: dict[str, Any]) -> float:
         return SequenceMatcher(None, f"{f['db']}/{f['prefix']}", f"{target.db}/{target.prefix}").ratio()
 
     found = []
     for name in await client.list_database_names():
-        if name in _SYSTEM_DBS:
+        if name in SYSTEM_DBS:
             continue
         for coll in await client[name].list_collection_names():
             prefix = coll.removesuffix("_executions")
@@ -229,6 +229,8 @@ def _executions(console: Console, data: dict[str, Any]) -> None:
         )
     if not data["executions"] and not data.get("unbuilt"):
         console.print(f"No executions in database {w['db']}, collection {w['prefix']}_executions.")
+        if data.get("did_you_mean"):
+            console.print(Text(data["did_you_mean"]))
         for line in empty_hint(data.get("elsewhere") or []):
             console.print(Text(line))
     else:
@@ -253,6 +255,8 @@ def _executions(console: Console, data: dict[str, Any]) -> None:
 
 
 def main(args: Any, target: Target) -> int:
+    import asyncio
+
     from rich.console import Console
 
     data = asyncio.run(collect(target, args.stuck_after, args.show))

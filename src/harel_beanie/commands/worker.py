@@ -39,7 +39,6 @@ What it adds to harel's loop:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import signal
@@ -167,6 +166,8 @@ def check_flags(args: Any) -> None:
 
 
 def main(args: Any, target: Target) -> int:
+    import asyncio
+
     opts = settings(args)
     if opts["concurrency"] < 1:
         raise ConfigError(f"concurrency must be at least 1, got {opts['concurrency']}")
@@ -265,6 +266,8 @@ async def _until_stopped(
     """harel's loop, the sweeps and the leases run until SIGTERM or SIGINT: the first lets
     the events in flight finish, a second stops at once (they come back after their lease).
     Kept whole: the signal handler, the tasks and their clean-up share the stop event and the signal count."""
+    import asyncio
+
     from harel_beanie.core.documents import bind
     from harel_beanie.deploy.serving import give_back, run_through_outages, sweep_forever
     from harel_beanie.queries.samples import sample_if_due, samples_name
@@ -346,6 +349,8 @@ async def _start(
     `--connect-attempts`) when the connection breaks meanwhile: the first ping answering is
     no promise that the next command will, and a worker that exits on a blip during its
     start-up is one a supervisor must restart for nothing."""
+    import asyncio
+
     from pymongo.errors import ConnectionFailure
 
     from harel_beanie.deploy.stack import open_transport, refuse_if_stranded

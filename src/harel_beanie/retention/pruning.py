@@ -87,6 +87,8 @@ _PROJECTION = {
     "spawns": {"$slice": [{"$ifNull": ["$spawns", []]}, 1]},
     "hb_holds_data": {"$ne": [{"$type": "$data"}, "missing"]},
 }
+
+
 @dataclass
 class PruneReport:
     before: float

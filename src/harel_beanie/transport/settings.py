@@ -33,7 +33,6 @@ DEFAULT_IDLE_WAIT = 1.0
 DEFAULT_POLL_INTERVAL = 0.05
 
 
-
 @dataclass(frozen=True)
 class TransportSettings:
     db_name: str = "harel"
