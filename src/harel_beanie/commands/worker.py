@@ -179,7 +179,8 @@ def main(args: Any, target: Target) -> int:
 async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any]) -> int:
     """The worker's life: the store and transport opened, its share of the partitions taken,
     the work earlier workers left relayed, harel's loop run until a signal, the share given
-    back."""
+    back. Kept whole: the store, the transport and the partition owner share one scope, and
+    are closed together."""
     from harel.engine.schema import Names
 
     from harel_beanie.core.partitions import PartitionScope

@@ -200,6 +200,14 @@ def resolve(
         )
     if not makes_data and not folder.is_dir():
         raise ConfigError(no_data_message(folder, given=bool(data or env.get("HAREL_BEANIE_DATA"))))
+    with _embedded(folder, command, say) as url_now:
+        yield Target(url_now, db_name, prefix_name, policy, "embedded", data_dir=folder)
+
+
+@contextmanager
+def _embedded(folder: Path, command: str, say: Callable[[str], None]) -> Iterator[str]:
+    """The URL of the embedded server on `folder`, started, joined or adopted (`LocalServer`),
+    and stopped on exit if this command owns it; `say` announces which."""
     local = LocalServer(folder, command)
     try:
         url_now = local.open()
@@ -209,7 +217,7 @@ def resolve(
             say(f"No MONGODB_URL set: using the embedded server another harel-beanie command runs on {folder}/")
         else:
             say(f"No MONGODB_URL set: taking over the embedded server left running on {folder}/")
-        yield Target(url_now, db_name, prefix_name, policy, "embedded", data_dir=folder)
+        yield url_now
     finally:
         if local.owns:
             say(f"Stopping the embedded server (its data stays in {folder}/).")
