@@ -1,11 +1,10 @@
 """`harel-beanie dashboard`: the web dashboard served standalone by uvicorn, guarded by a token
 (the app it serves is `harel_beanie.dashboard.serve`'s; it needs the `dashboard` extra).
 
-It prints a link only to a page that will answer: the port is bound first (a port another
-process holds is refused in one line before any server is started, and bound again and held
-for uvicorn before the link is printed), then the server is pinged with the command line's
-short policy and the database checked for a mistyped name (`harel_beanie.deploy.where`), each
-refusal one line, exit 2, as every other command's.
+It prints a link only to a page that will answer: the port is bound first and held for
+uvicorn, then the server is pinged with the command line's short policy and the database
+checked for a mistyped name (`harel_beanie.deploy.where`), each refusal one line, exit 2, as
+every other command's.
 """
 
 from __future__ import annotations
@@ -65,7 +64,6 @@ def check_flags(args: Any) -> None:
         raise ConfigError("--allow needs --definitions DIR: harel's runner needs the machines to act on executions")
     if args.definitions and not Path(args.definitions).is_dir():
         raise ConfigError(f"--definitions: no definitions directory at {args.definitions}")
-    listen(args.host, args.port).close()  # a port in use, refused before an embedded server starts
 
 
 def listen(host: str, port: int) -> socket.socket:
