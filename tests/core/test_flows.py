@@ -56,9 +56,10 @@ from harel_beanie.core.documents import (
     VersionView,
     projection,
 )
-from harel_beanie.core.errors import CommitOutcomeUnknown, ExecutionTooLarge, SchemaMismatch
+from harel_beanie.core.errors import ExecutionTooLarge, SchemaMismatch
 from harel_beanie.core.flows import StoreState
 from harel_beanie.core.keys import ANY_SEQ, ANY_TIME
+from harel_beanie.core.outcome import CommitOutcomeUnknown
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
 from harel_beanie.core.seqs import (
     HAREL_SEQ_COUNTERS,

@@ -30,9 +30,9 @@ from mongomock_motor import AsyncMongoMockClient
 
 from harel_beanie import AsyncMongoStore, AsyncMongoTransport, HistoryWriter, MongoStore, MongoTransport, RetryPolicy
 from harel_beanie.commands.cli import main as cli_main
+from harel_beanie.core.limits import MAX_IDLE_WAIT, MAX_PARK, MAX_POLL_INTERVAL, MAX_VISIBILITY
 from harel_beanie.dashboard import no_auth
 from harel_beanie.transport.queues import MAX_PREFETCH
-from harel_beanie.transport.settings import MAX_IDLE_WAIT, MAX_PARK, MAX_POLL_INTERVAL, MAX_VISIBILITY
 from tests.support.doors import NOT_VALUES, Door, cli_flags, doors
 
 OP = {"$gt": 0}

@@ -210,7 +210,7 @@ def test_the_quick_start_runs_from_the_wheel_alone(dist: dict[str, Path], tmp_pa
             done = run(*args, *url)
             assert done.returncode == 0, (args, done.stderr[-2000:])
         pruned = run(
-            "prune", "--finished-before", "1s", "--archive", "pruned.jsonl", *url
+            "prune", "--yes", "--finished-before", "1s", "--archive", "pruned.jsonl", *url
         )  # the demo's last hour ends when it started
         assert pruned.returncode == 0 and " removed of " in pruned.stdout, pruned.stdout + pruned.stderr[-2000:]
         assert (run.project / "pruned.jsonl").stat().st_size > 0
@@ -254,7 +254,7 @@ def test_pip_install_with_extras_into_a_fresh_virtualenv(dist: dict[str, Path], 
     with _Dashboard(command, project, env) as dashboard:
         dashboard.shows_the_demo()
     assert "Order" in run("status").stdout
-    assert " removed of " in run("prune", "--finished-before", "1d").stdout
+    assert " removed of " in run("prune", "--yes", "--finished-before", "1d").stdout
     db = "hbt_pipvenv_" + uuid.uuid4().hex[:8]
     HarelMongoStore(pymongo.MongoClient(mongo_url), db).save(Execution(id="legacy-1", definition_id="Order"))
     try:

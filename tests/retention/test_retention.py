@@ -215,7 +215,7 @@ def test_prune_command_dry_run_then_for_real(tmp_path: Path, mongo_url: str, cli
     shown = run_cli(*args, "--dry-run", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert _progress(shown.stdout) == ["examining", "7/7", "7", "to", "remove"]
-    real = run_cli(*args, "--archive", str(tmp_path / "out.jsonl"), cwd=tmp_path)
+    real = run_cli(*args, "--yes", "--archive", str(tmp_path / "out.jsonl"), cwd=tmp_path)
     assert real.returncode == 0, real.stderr
     # the progress line's count column once printed "7 removingd"
     assert _progress(real.stdout) == ["examining", "7/7", "7", "removed"]

@@ -141,7 +141,7 @@ def main(argv: list[str]) -> int:
     if len(argv) < 2:
         raise SystemExit(__doc__)
     install(argv[0], int(argv[1]))
-    return cli.main(["prune", *argv[2:]])
+    return cli.main(["prune", "--yes", *argv[2:]])
 
 
 if __name__ == "__main__":

@@ -5,21 +5,15 @@ the store, then summarised (the run itself is `harel_beanie.demo.run`'s).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
-from rich.markup import escape
+from typing import TYPE_CHECKING, Any
 
 from harel_beanie.commands import flags
 from harel_beanie.core.errors import ConfigError
-from harel_beanie.demo.report import report
-from harel_beanie.demo.run import Demo
-from harel_beanie.deploy.loader import default_models_dir
-from harel_beanie.deploy.stack import TRANSPORTS
-from harel_beanie.deploy.where import Target
+
+if TYPE_CHECKING:
+    from harel_beanie.deploy.where import Target
 
 NAME = "demo"
 HELP = "run the shop models shipped in the package through harel's engine on the store"
@@ -70,6 +64,16 @@ def check_flags(args: Any) -> None:
 
 def main(args: Any, target: Target) -> int:
     """Run the demo against `target` (see `harel_beanie.commands.cli` for the flags)."""
+    import asyncio
+
+    from rich.console import Console
+    from rich.markup import escape
+
+    from harel_beanie.demo.report import report
+    from harel_beanie.demo.run import Demo
+    from harel_beanie.deploy.loader import default_models_dir
+    from harel_beanie.deploy.stack import TRANSPORTS
+
     check_flags(args)
     # piped or captured, rich would use 80 columns too: the tables are made to fit them
     console = Console(highlight=False)

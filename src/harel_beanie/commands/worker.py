@@ -40,26 +40,21 @@ What it adds to harel's loop:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import signal
 import socket
 import time
 from pathlib import Path
-from typing import Any
-
-from harel.config import Config
+from typing import TYPE_CHECKING, Any
 
 from harel_beanie.commands import flags
 from harel_beanie.core.errors import ConfigError
-from harel_beanie.deploy.loader import load_models
-from harel_beanie.deploy.stack import TRANSPORTS
-from harel_beanie.deploy.where import Target
-from harel_beanie.deploy.worker import Worker
-from harel_beanie.history.recording import RecordingStore, RecordingTransport
-from harel_beanie.history.records import HistoryWriter
-from harel_beanie.transport.settings import MAX_VISIBILITY
+from harel_beanie.core.limits import MAX_VISIBILITY
+
+if TYPE_CHECKING:
+    from harel_beanie.deploy.where import Target
+    from harel_beanie.deploy.worker import Worker
 
 NAME = "worker"
 HELP = "a long-running harel AsyncWorker on the store"
@@ -109,11 +104,16 @@ log = logging.getLogger("harel_beanie.commands.worker")
 
 #: which transport a worker runs on when `--transport` is not given (`beanie` or `harel`)
 TRANSPORT_ENV = "HAREL_BEANIE_TRANSPORT"
+#: the transport a worker runs on unless told (`harel_beanie.deploy.stack.TRANSPORTS[0]`: a
+#: test holds them equal; imported from there, `--help` would load the whole stack)
+DEFAULT_TRANSPORT = "beanie"
 
 
 def load_definitions(directory: str) -> dict[str, Any]:
     """Every machine in `directory`/*.stm, validated, its actions imported; a `ConfigError`
     naming the problem otherwise."""
+    from harel_beanie.deploy.loader import load_models
+
     path = Path(directory)
     if not path.is_dir():
         raise ConfigError(f"no definitions directory at {directory}")
@@ -128,6 +128,8 @@ def load_definitions(directory: str) -> dict[str, Any]:
 
 def settings(args: Any) -> dict[str, Any]:
     """The worker's settings: flags first, then harel's `HAREL_*` variables, then harel's defaults."""
+    from harel.config import Config
+
     try:
         cfg = Config.from_env()
     except ValueError as exc:
@@ -144,7 +146,7 @@ def settings(args: Any) -> dict[str, Any]:
         "trace_max": cfg.trace_max,
         "create_schema": cfg.create_schema,
         "sweep_every": args.sweep_every,
-        "transport": args.transport or os.environ.get(TRANSPORT_ENV) or TRANSPORTS[0],
+        "transport": args.transport or os.environ.get(TRANSPORT_ENV) or DEFAULT_TRANSPORT,
         "idle_wait": args.idle_wait,
         "history": args.history,
         # the one clock the worker's leases, claims, timers and sweeps read (no flag: the seam
@@ -164,6 +166,8 @@ def check_flags(args: Any) -> None:
 
 
 def main(args: Any, target: Target) -> int:
+    import asyncio
+
     opts = settings(args)
     if opts["concurrency"] < 1:
         raise ConfigError(f"concurrency must be at least 1, got {opts['concurrency']}")
@@ -178,6 +182,12 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
     events in flight finish; a second stops at once (they come back after their lease).
     Kept whole: the signal handler, the worker's task and its lines share the stop event and
     the signal count."""
+    import asyncio
+
+    from harel_beanie.deploy.worker import Worker
+    from harel_beanie.history.recording import RecordingStore, RecordingTransport
+    from harel_beanie.history.records import HistoryWriter
+
     history = HistoryWriter(opts["history"], opts["worker_id"]) if opts["history"] else None
     wid = opts["worker_id"]
     worker = Worker(

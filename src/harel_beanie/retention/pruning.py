@@ -46,16 +46,12 @@ examined again.
 from __future__ import annotations
 
 import json
-import re
-import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
+from harel_beanie.core.ages import MAX_AGE
 from harel_beanie.core.arguments import (
-    BadArgument,
     optional_str,
-    parse_number,
     require_bool,
     require_int,
     require_seconds,
@@ -91,40 +87,6 @@ _PROJECTION = {
     "spawns": {"$slice": [{"$ifNull": ["$spawns", []]}, 1]},
     "hb_holds_data": {"$ne": [{"$type": "$data"}, "missing"]},
 }
-#: the oldest cut-off an age may name: a century (a larger one is a typing slip, not a policy)
-MAX_AGE = 100 * 365.25 * 86400.0
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
-
-
-def parse_age(text: str) -> float:
-    """`90s`, `15m`, `12h`, `30d`, `2w` (or a plain number of seconds) as seconds: finite, and
-    at most `MAX_AGE`."""
-    text = require_str("text", text)
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
-    if not m:
-        raise BadArgument("age", f"is not an age: {text[:100]!r} (expected e.g. 30d, 12h, 90m)")
-    return require_seconds("age", float(m.group(1)) * _UNITS[m.group(2) or "s"], high=MAX_AGE)
-
-
-def parse_before(text: str, now: Optional[float] = None) -> float:
-    """The cut-off as epoch seconds: an age (`30d`: finished more than 30 days ago), an ISO
-    date or date-time (`2026-01-31`, `2026-01-31T12:00:00+00:00`; UTC unless it says), or
-    `@<epoch seconds>`."""
-    now = time.time() if now is None else require_time("now", now)
-    text = require_str("text", text).strip()
-    if text.startswith("@"):
-        return parse_number("finished_before", text[1:])
-    if re.fullmatch(r"[\d.]+\s*[smhdw]?", text):
-        return now - parse_age(text)
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise BadArgument(
-            "finished_before", f"{text[:100]!r}: expected an age (30d, 12h), an ISO date or @epoch"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return when.timestamp()
 
 
 @dataclass

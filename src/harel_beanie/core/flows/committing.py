@@ -30,9 +30,10 @@ from harel_beanie.core.calls import FindOne, Flow, InsertOne, ReplaceOne, Update
 from harel_beanie.core.commit import COMMIT_TOKENS, CommitPlan, CommitRequest, append_trace_update, plan_commit
 from harel_beanie.core.counting import COUNTED, COUNTED_SEQ
 from harel_beanie.core.documents import VersionView, projection
-from harel_beanie.core.errors import CommitOutcomeUnknown, ExecutionTooLarge
+from harel_beanie.core.errors import ExecutionTooLarge
 from harel_beanie.core.flows.leases import mint_seqs
 from harel_beanie.core.flows.state import StoreState
+from harel_beanie.core.outcome import CommitOutcomeUnknown
 from harel_beanie.core.sizes import MAX_DOCUMENT_BYTES, data_budget, dedupe_key, reserved_bytes
 
 # the server's codes for a document or update over the size limit
