@@ -32,6 +32,7 @@ from harel_beanie.core.arguments import (
     require_str,
 )
 from harel_beanie.core.documents import bind
+from harel_beanie.core.limits import MAX_IDLE_WAIT, MAX_VISIBILITY
 from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.deploy import seam
 from harel_beanie.deploy.relay import sweep
@@ -44,7 +45,7 @@ from harel_beanie.store.connect import RetryPolicy
 from harel_beanie.store.settings import StoreSettings
 from harel_beanie.transport.ownership import PartitionOwner
 from harel_beanie.transport.prefetch import PREFETCH_CAP
-from harel_beanie.transport.settings import DEFAULT_IDLE_WAIT, MAX_IDLE_WAIT, MAX_VISIBILITY
+from harel_beanie.transport.settings import DEFAULT_IDLE_WAIT
 
 log = logging.getLogger("harel_beanie.worker")
 
