@@ -55,6 +55,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a directory of *.stm models to run instead (default: the shop models shipped in the package)",
     )
     p.add_argument("--no-trace", action="store_true", help="do not record the execution timelines")
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start over: drop the demo's database first (a run that finds an interrupted one in its own "
+        "data folder does so by itself)",
+    )
     flags.transport(p, idle_wait=False)
 
 
@@ -84,6 +90,7 @@ def main(args: Any, target: Target) -> int:
         console,
         trace=not args.no_trace,
         transport=kind,
+        fresh=args.fresh,
     )
     shop = models.resolve() == default_models_dir().resolve()
     what = "the shop's models" if shop else f"the models in {escape(_short(models))}"
