@@ -15,6 +15,7 @@ from rich.markup import escape
 
 from harel_beanie.commands import flags
 from harel_beanie.core.errors import ConfigError
+from harel_beanie.demo.explore import Explore
 from harel_beanie.demo.report import report
 from harel_beanie.demo.run import Demo
 from harel_beanie.deploy.loader import default_models_dir
@@ -22,7 +23,7 @@ from harel_beanie.deploy.stack import TRANSPORTS
 from harel_beanie.deploy.where import Target
 
 NAME = "demo"
-HELP = "run the shop models shipped in the package through harel's engine on the store"
+HELP = "run the shop models shipped in the package (or your own, --models) through harel's engine on the store"
 DESCRIPTION = (
     "Run the shop's statechart workloads (orders, payments, pickers; shipped in the package) through harel's "
     "AsyncWorker and this package's transport (--transport harel: harel's Mongo transport) on the store, then "
@@ -37,6 +38,8 @@ NOTES_ON_STDOUT = True
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    # `--model` (a typo) must not be taken for `--models`, nor `--fr` for `--fresh`
+    p.allow_abbrev = False
     p.add_argument(
         "-n",
         "--executions",
@@ -52,7 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--models",
         metavar="DIR",
-        help="a directory of *.stm models to run instead (default: the shop models shipped in the package)",
+        help="a directory of your own *.stm models to run instead: executions of each machine, driven with "
+        "events their transitions accept (default: the shop models shipped in the package)",
     )
     p.add_argument("--no-trace", action="store_true", help="do not record the execution timelines")
     p.add_argument(
@@ -81,18 +85,16 @@ def main(args: Any, target: Target) -> int:
     console = Console(highlight=False)
     models = Path(args.models) if args.models else default_models_dir()
     kind = args.transport or os.environ.get("HAREL_BEANIE_TRANSPORT") or TRANSPORTS[0]
-    demo = Demo(
-        target,
-        models,
-        args.executions,
-        args.workers,
-        args.concurrency,
-        console,
-        trace=not args.no_trace,
-        transport=kind,
-        fresh=args.fresh,
-    )
     shop = models.resolve() == default_models_dir().resolve()
+    settings = dict(trace=not args.no_trace, transport=kind, fresh=args.fresh)
+    if shop:
+        demo: Demo = Demo(target, models, args.executions, args.workers, args.concurrency, console, **settings)
+    else:
+        try:
+            demo = Explore(target, models, args.executions, args.workers, args.concurrency, console, **settings)
+        except Exception as exc:  # a model that does not parse, validate or find its actions: the user's to fix
+            said = " ".join(str(exc).split())  # harel's list of problems, on the one line
+            raise ConfigError(f"--models: the models in {models} do not load: {type(exc).__name__}: {said}") from None
     what = "the shop's models" if shop else f"the models in {escape(_short(models))}"
     console.print(f"[bold]harel-beanie demo[/] {demo.run_id}: about {demo.planned} executions of {what}")
     on = "this package's transport" if kind == "beanie" else "harel's Mongo transport"

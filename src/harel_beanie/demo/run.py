@@ -102,14 +102,19 @@ class Demo:
         self.scenario_of = dict(self.roots)
         self.planned = sum(s.executions for s in self.scenarios)
 
-    async def run(self) -> Result:
-        try:
-            definitions = load_models(self.models)
-        except FileNotFoundError as exc:
-            raise ConfigError(f"{exc} (pass --models DIR)") from None
+    def definitions(self) -> dict[str, Any]:
+        """The shop's machines (a run of other models is `harel_beanie.demo.explore`'s)."""
+        definitions = load_models(self.models)
         missing = {"Order", "Payment"} - set(definitions)
         if missing:
-            raise ConfigError(f"the demo needs the machines {sorted(missing)} of models/ in {self.models}")
+            raise ConfigError(f"the shop's run needs the machines {sorted(missing)} in {self.models}")
+        return definitions
+
+    def root_ids(self) -> list[str]:
+        return [eid for eid, _ in self.roots]
+
+    async def run(self) -> Result:
+        definitions = self.definitions()
         store_client = await open_client(self.target, listeners=[self.store_counter])
         store = AsyncMongoStore(store_client, self.target.db, prefix=self.target.prefix)
         self.store_executions = store_client[self.target.db][Names(self.target.prefix).executions]
@@ -203,7 +208,7 @@ class Demo:
             if t.exception() is not None:
                 raise t.exception()  # type: ignore[misc]
         elapsed = time.perf_counter() - started
-        return await tally(self, [eid for eid, _ in self.roots], self.ending, elapsed, earlier, found)
+        return await tally(self, self.root_ids(), self.ending, elapsed, earlier, found)
 
     async def _script(self, sender: AsyncDistributedRunner) -> None:
         start = self.clock()
