@@ -84,10 +84,10 @@ def _interrupted(cwd: Path, phase: str, how: str) -> tuple[int, str]:
 @pytest.mark.parametrize(
     "how, phase",
     [
-        ("SIGINT", "cooling off, picking"),
-        ("SIGKILL demo", "paying (retries on timers)"),
-        ("SIGKILL demo", "packing"),
-        ("SIGKILL server", "paying (retries on timers)"),
+        pytest.param("SIGINT", "cooling off, picking", id="sigint-cooling-off"),
+        pytest.param("SIGKILL demo", "paying (retries on timers)", id="kill-demo-paying"),
+        pytest.param("SIGKILL demo", "packing", id="kill-demo-packing"),
+        pytest.param("SIGKILL server", "paying (retries on timers)", id="kill-server-paying"),
     ],
 )
 def test_the_next_demo_after_an_interrupted_one_starts_over_and_completes(folder: Path, how: str, phase: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pymongo
 
-from tests.commands.test_cli import run_cli
+from tests.commands.test_cli import one_line_error, run_cli
 
 #: a three-state traffic light: timers move it on, a button press skips the red wait
 LIGHT = """\
@@ -147,4 +147,11 @@ def test_a_mistyped_models_flag_is_refused(tmp_path: Path) -> None:
     proc = run_cli("demo", "--model", str(tmp_path), cwd=tmp_path)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "--model" in proc.stderr and "unrecognized" in proc.stderr, proc.stderr
+    assert not (tmp_path / "harel-beanie-data").exists()
+
+
+def test_models_that_do_not_load_are_refused_in_one_line_before_a_server_starts(tmp_path: Path) -> None:
+    models = _models(tmp_path / "mine", broken="machine Broken {\n  initial Nowhere\n}\n")
+    line = one_line_error(run_cli("demo", "--models", str(models), cwd=tmp_path))
+    assert line.startswith("harel-beanie demo: --models: the models in ") and "do not load" in line, line
     assert not (tmp_path / "harel-beanie-data").exists()

@@ -18,7 +18,7 @@ from harel_beanie.core.errors import ConfigError
 from harel_beanie.demo.explore import Explore
 from harel_beanie.demo.report import report
 from harel_beanie.demo.run import Demo
-from harel_beanie.deploy.loader import default_models_dir
+from harel_beanie.deploy.loader import default_models_dir, load_models
 from harel_beanie.deploy.stack import TRANSPORTS
 from harel_beanie.deploy.where import Target
 
@@ -69,13 +69,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def check_flags(args: Any) -> None:
-    """`--models`, refused before the embedded server starts (it takes seconds)."""
+    """`--models`, refused before the embedded server starts (it takes seconds): a folder of
+    `*.stm` models that load (parse, validate, import their actions)."""
     if args.models is not None:
         models = Path(args.models)
         if not models.is_dir():
             raise ConfigError(f"--models: no models directory at {models}")
         if not any(models.glob("*.stm")):
             raise ConfigError(f"--models: no *.stm models in {models}")
+        try:
+            load_models(models)
+        except Exception as exc:  # a model that does not parse, validate or find its actions: the user's to fix
+            said = " ".join(str(exc).split())  # harel's list of problems, on the one line
+            raise ConfigError(f"--models: the models in {models} do not load: {type(exc).__name__}: {said}") from None
 
 
 def main(args: Any, target: Target) -> int:
@@ -90,11 +96,7 @@ def main(args: Any, target: Target) -> int:
     if shop:
         demo: Demo = Demo(target, models, args.executions, args.workers, args.concurrency, console, **settings)
     else:
-        try:
-            demo = Explore(target, models, args.executions, args.workers, args.concurrency, console, **settings)
-        except Exception as exc:  # a model that does not parse, validate or find its actions: the user's to fix
-            said = " ".join(str(exc).split())  # harel's list of problems, on the one line
-            raise ConfigError(f"--models: the models in {models} do not load: {type(exc).__name__}: {said}") from None
+        demo = Explore(target, models, args.executions, args.workers, args.concurrency, console, **settings)
     what = "the shop's models" if shop else f"the models in {escape(_short(models))}"
     console.print(f"[bold]harel-beanie demo[/] {demo.run_id}: about {demo.planned} executions of {what}")
     on = "this package's transport" if kind == "beanie" else "harel's Mongo transport"

@@ -75,6 +75,8 @@ async def start_over(client: Any, target: Target, *, fresh: bool) -> str:
     where = f"database {target.db}" + (f" in {target.data_dir}/" if target.embedded else "")
     if fresh:
         n = await db[Names(target.prefix).executions].estimated_document_count()
+        if not await db.list_collection_names():
+            return f"Starting over (--fresh): the demo's {where} is empty."
         await client.drop_database(target.db)
         return f"Starting over (--fresh): dropped the demo's {where} ({n} executions)."
     interrupted = await unfinished_runs(db, target.prefix)
