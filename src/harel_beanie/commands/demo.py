@@ -1,5 +1,6 @@
-"""`harel-beanie demo`: the shop models shipped in the package, run through harel's engine on
-the store, then summarised (the run itself is `harel_beanie.demo.run`'s).
+"""`harel-beanie demo`: the shop models shipped in the package (or a user's own, `--models`),
+run through harel's engine on the store, then summarised (the runs themselves are
+`harel_beanie.demo.run`'s and `harel_beanie.demo.explore`'s).
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ HELP = "run the shop models shipped in the package (or your own, --models) throu
 DESCRIPTION = (
     "Run the shop's statechart workloads (orders, payments, pickers; shipped in the package) through harel's "
     "AsyncWorker and this package's transport (--transport harel: harel's Mongo transport) on the store, then "
-    "summarise. With no URL, starts an embedded server whose "
-    "data stays in ./harel-beanie-data."
+    "summarise; --models DIR runs your own *.stm models instead. With no URL, starts an embedded server whose "
+    "data stays in ./harel-beanie-data; a run that finds an earlier one interrupted there starts over (--fresh "
+    "asks for it)."
 )
 WHERE = "embedded"
 #: with no URL it starts the embedded server on a new data folder: the run is what fills it
