@@ -93,6 +93,9 @@ def _interrupted(cwd: Path, phase: str, how: str) -> tuple[int, str]:
 def test_the_next_demo_after_an_interrupted_one_starts_over_and_completes(folder: Path, how: str, phase: str) -> None:
     code, out = _interrupted(folder, phase, how)
     assert code != 0, out  # it was stopped midway, not finished
+    if how == "SIGKILL server":  # it says what happened and what to run, in one line
+        assert "DemoServerLost: the embedded server stopped answering mid-run" in out, out
+        assert "run `harel-beanie demo` again" in out, out
     began = time.monotonic()
     again = run_cli("demo", "-n", "27", cwd=folder, timeout=240)
     took = time.monotonic() - began

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pymongo.errors import ConnectionFailure
 from rich.console import Console
 from rich.markup import escape
 
@@ -18,7 +19,7 @@ from harel_beanie.commands import flags
 from harel_beanie.core.errors import ConfigError
 from harel_beanie.demo.explore import Explore
 from harel_beanie.demo.report import report
-from harel_beanie.demo.run import Demo
+from harel_beanie.demo.run import Demo, DemoServerLost
 from harel_beanie.deploy.loader import default_models_dir, load_models
 from harel_beanie.deploy.stack import TRANSPORTS
 from harel_beanie.deploy.where import Target
@@ -104,7 +105,14 @@ def main(args: Any, target: Target) -> int:
     on = "this package's transport" if kind == "beanie" else "harel's Mongo transport"
     console.print(f"  on {escape(target.masked_url)}, database {target.db}")
     console.print(f"  harel's AsyncWorker on {on}")
-    result = asyncio.run(demo.run())
+    try:
+        result = asyncio.run(demo.run())
+    except ConnectionFailure as exc:
+        server = "the embedded server" if target.embedded else f"the server at {target.masked_url}"
+        raise DemoServerLost(
+            f"{server} stopped answering mid-run ({type(exc).__name__}): run `harel-beanie demo` again "
+            "(it starts over where a run was interrupted)"
+        ) from None
     report(console, target, result, args.workers, args.concurrency, models)
     return 0 if all(ok for *_, ok in result.endings) else 1
 

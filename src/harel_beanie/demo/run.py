@@ -66,7 +66,11 @@ FINISHED = ("DONE", "FAILED", "CANCELLED")
 
 
 class DemoStalled(RuntimeError):
-    pass
+    """The work stopped moving; the message names the command that starts over."""
+
+
+class DemoServerLost(RuntimeError):
+    """The server stopped answering mid-run (stopped, killed); the message says what to run."""
 
 
 class Demo:
