@@ -108,6 +108,12 @@ def test_every_command_in_its_folder_uses_the_server(tmp_path):
             done = run_cli(*args, cwd=tmp_path, timeout=120)
             assert done.returncode == 0, (args, done.stdout, done.stderr)
             assert done.stderr.splitlines()[0].startswith(first), (args, done.stderr)
+        # the demo too, and its report says the server is left running, its commands need no --url
+        demo = run_cli("demo", "-n", "12", cwd=tmp_path, timeout=300)
+        assert demo.returncode == 0, (demo.stdout[-3000:], demo.stderr[-3000:])
+        said = " ".join(demo.stdout.split())  # the report's lines as rich wrapped them, joined
+        assert "`harel-beanie server` runs here" in said and "left running" in said, demo.stdout
+        assert "stopped on exit" not in said and " --url " not in said, demo.stdout
         worker = subprocess.Popen(
             [sys.executable, "-m", "harel_beanie", "worker", "--definitions", str(default_models_dir())],
             cwd=tmp_path,

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harel_beanie.deploy.loader import default_models_dir
-from harel_beanie.deploy.where import DEFAULT_DB, Target
+from harel_beanie.deploy.where import DEFAULT_DB, SERVER_SOURCE, Target
 
 
 @dataclass
@@ -92,7 +92,9 @@ def report(console: Console, target: Target, result: Result, workers: int, concu
     console.print()
     console.print("[bold]Where the data lives[/]")
     where = f"  server     {target.masked_url}"
-    if target.embedded:
+    if target.source == SERVER_SOURCE:  # not ours to stop: `harel-beanie server` serves it
+        where += f"  (the server `harel-beanie server` runs here, files in {target.data_dir}/db, left running)"
+    elif target.embedded:
         where += f"  (embedded SecantusDB, files in {target.data_dir}/db, stopped on exit)"
     console.print(where)
     console.print(f"  database   {target.db}")
@@ -152,7 +154,8 @@ def look_at_them(target: Target, models: Path) -> list[str]:
     The models are named by a path that exists wherever the demo ran (the shop models live
     in the installed package, not in the folder the demo ran from); the dashboard draws the
     shop models unless told otherwise, the monitor only the definitions it is given."""
-    flags = "" if target.source == "embedded" else f" --url {shlex.quote(target.masked_url)}"
+    # in this folder every command finds the embedded server or the one `harel-beanie server` runs
+    flags = "" if target.source in ("embedded", SERVER_SOURCE) else f" --url {shlex.quote(target.masked_url)}"
     flags += "" if target.db == DEFAULT_DB else f" --db {shlex.quote(target.db)}"
     definitions = f" --definitions {shlex.quote(_path(models))}"
     shop = models.resolve() == default_models_dir().resolve()
