@@ -165,9 +165,10 @@ def _plan(st: StoreState, request: CommitRequest, floor: int, pin: bool = True) 
 
 def _armed(st: StoreState, request: CommitRequest) -> Flow[Optional[dict[str, float]]]:
     """The timers the execution held at the version loaded, for a commit with timer ops (its
-    bound: `core.commit`, Rule T1): the load's hint, else read now (a commit loaded by
-    another store instance, or a hint pushed out); a version read other than the loaded
-    one answers nothing (the CAS refuses the commit anyway)."""
+    bound: `core.stuck`, Rule T1): the load's hint, else read now (a commit loaded by
+    another store instance, or a hint pushed out). Read at another version, they are not
+    the loaded version's: a conflict (above it, the CAS would refuse the commit anyway;
+    below it, the version loaded is not the stored one's past: the id was created again)."""
     exe = request.exe
     if not request.timers or exe.version == 0 or not isinstance(exe.id, str):
         return None
@@ -175,8 +176,10 @@ def _armed(st: StoreState, request: CommitRequest) -> Flow[Optional[dict[str, fl
     if armed is not None:
         return armed
     doc = yield FindOne("executions", {"_id": exe.id}, {"version": 1, "timers": 1})
-    if doc is None or doc.get("version") != exe.version:
-        return None
+    if doc is None:
+        return None  # nothing to update: the CAS refuses it
+    if doc.get("version") != exe.version:
+        raise StoreConflict(exe.id, expected=exe.version, found=doc.get("version"))
     return timers_held(doc)
 
 
