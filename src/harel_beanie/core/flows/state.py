@@ -107,9 +107,10 @@ class StoreState:
     ) -> None:
         """What execution `execution_id` waited on at `version` (an entry pending, a timer
         bound held) and the timers it held (stored key -> fire time; None: not known), as
-        read or as committed by this store: hints, never believed (`core.commit` pins the
-        first in the commit's filter, and the timers only ever bound the bound from below:
-        its Rule T1)."""
+        read or as committed by this store: hints for the commit at that version only
+        (`core.commit` pins the first in the commit's filter; the timers are what the stored
+        document held at the version its filter pins, less those removed since: a bound
+        taken from them is never above an armed timer, `core.stuck`'s Rule T1)."""
         with self._ops_lock:
             if len(self.waits) >= _WAITS_MAX:
                 self.waits.clear()  # only hints: a commit without one pins "waits on nothing"
