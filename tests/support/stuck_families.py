@@ -46,6 +46,8 @@ AFTER = 300.0
 WEEK = 7 * 86_400.0
 #: an hour before the views look: silent, unless something wakes it
 SILENT = NOW - 3600.0
+#: the message the progress check fails with
+LEFT_DUE = "the sweep ran to its end and left due timers armed"
 
 
 class StuckWorld(World):
@@ -121,7 +123,7 @@ class StuckWorld(World):
             late = sorted(
                 (d["_id"], k) for d in docs for k, at in (d.get("timers") or {}).items() if at <= NOW and k in self.due
             )
-            assert not late, f"the sweep ran to its end and left due timers armed: {late}"
+            assert not late, f"{LEFT_DUE}: {late}"
         self.run(self.sweep())
         self.run(self.fold())
         self.oracle.quiescent()
