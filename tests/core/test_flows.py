@@ -1245,7 +1245,7 @@ def test_purge_in_memory_pulls_without_the_pipeline() -> None:
 SNAPSHOT = execution(version=4).model_dump_json()
 LOAD_FILTER = {"_id": ID}
 #: a load reads the snapshot and what the execution waits on (the next commit's hint)
-LOAD = {"data": 1, "pending": 1, "next_fire": 1}
+LOAD = {"data": 1, "pending": 1, "next_fire": 1, "timers": 1}
 
 
 def load_read(keys: list[str]) -> Expect:

@@ -281,13 +281,20 @@ def _updated(stored: dict[str, Any], c: Commit) -> dict[str, Any]:
         doc.pop("leaving", None)  # a commit keeps an execution prune had begun removing
         doc.pop("quiet", None)  # no longer silent: the next fold decides again (core.stuck)
     timers = doc.setdefault("timers", {})
+    known = isinstance(timers, dict) and all(_number(at) for at in timers.values())
     for path, at in _timers(c).items():
         if at is None:
             timers.pop(c.encode(path), None)
         else:
             timers[c.encode(path)] = at
     armed = [at for at in _timers(c).values() if at is not None]
-    if armed:  # a lower bound: only ever lowered by a commit (a sweep raises it)
+    if _timers(c) and known:
+        # the earliest of the timers it leaves, or none (core.stuck, Rule T1): what the
+        # document held at the version it writes over, less its cancels, with its schedules
+        doc.pop("next_fire", None)
+        if timers:
+            doc["next_fire"] = min(timers.values())
+    elif armed:  # timers it cannot read as fire times: a lower bound, only lowered
         doc["next_fire"] = min([*armed, *([doc["next_fire"]] if "next_fire" in doc else [])])
     doc["commit_tokens"] = (list(doc.get("commit_tokens") or []) + [COMMIT_TOKEN])[-COMMIT_TOKENS:]
     doc["outbox"] = list(doc.get("outbox") or []) + outbox

@@ -83,13 +83,17 @@ async def committed_within(doc: Any, since: float, until: float) -> int:
     return sum([await coll.count_documents({"status": s.value, "updated_at": window}) for s in Status])
 
 
-async def latest_sample(
-    samples: Any, now: Optional[float] = None, within: float = MINUTE + 5.0
-) -> Optional[dict[str, Any]]:
-    """The newest sample if it was taken at most `within` seconds ago (the sampler takes one
-    a minute), with when it was (`taken`, epoch seconds), else None: what `/metrics` serves
-    the pending entries from. One read of at most two documents (this minute's and the
-    last, by `_id`)."""
+async def latest_sample(samples: Any, now: Optional[float] = None, within: float = MINUTE) -> Optional[dict[str, Any]]:
+    """The newest sample if it was taken at most `within` seconds ago by the reader's clock
+    (the sampler takes one a minute), with when it was (`taken`, epoch seconds), else None:
+    what `/metrics` serves the pending entries from. One read of at most two documents (this
+    minute's and the last, by `_id`).
+
+    Rule: a sample is served only while `0 <= now - taken <= within`. The docs promise "at
+    most a minute old", so the bound is the minute itself, with no grace; and a sample whose
+    time is ahead of the reader's clock (another machine's clock runs fast) has an age this
+    reader cannot know, so it is not served either: the view reads the documents instead,
+    which is only slower (tests/queries/test_sample_age.py)."""
     now = time.time() if now is None else now
     minute = now - now % MINUTE
     docs = await samples.find({"_id": {"$gte": minute - MINUTE, "$lte": minute}}).to_list(None)
@@ -98,7 +102,7 @@ async def latest_sample(
     newest = max(docs, key=lambda d: float(d["_id"]))
     at = newest.get("at")
     taken = at.replace(tzinfo=datetime.timezone.utc).timestamp() if isinstance(at, datetime.datetime) else None
-    if taken is None or not now - within <= taken <= now + 1.0 or "pending_outbox" not in newest:
+    if taken is None or not now - within <= taken <= now or "pending_outbox" not in newest:
         return None  # too old, from a clock ahead of ours, or from a release that did not keep these
     return {**newest, "taken": taken}
 

@@ -14,6 +14,7 @@ about what `harel-beanie status` costs, not a pass over every document's data.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Mapping, Optional
 
@@ -61,6 +62,12 @@ class StoreMetrics:
             "Age of the oldest pending entry, by kind (0 when none); from the per-minute sample (a dashboard or a worker "
             "takes one) when one at most a minute old is kept, else read at the scrape",
             ["kind"],
+            registry=registry,
+        )
+        self.sample_age = Gauge(
+            "harel_pending_sample_age_seconds",
+            "Age, at this scrape, of the per-minute sample harel_pending_entries and harel_pending_oldest_age_seconds "
+            "came from (at most 60); NaN when they were read from the documents at this scrape",
             registry=registry,
         )
         self.timers_due = Gauge("harel_timers_due", "Executions holding a timer due now", registry=registry)
@@ -127,6 +134,10 @@ class StoreMetrics:
         self.pending.labels("spawn").set(b.pending_spawns)
         self.oldest_pending.labels("outbox").set(b.oldest_outbox_age or 0.0)
         self.oldest_pending.labels("spawn").set(b.oldest_spawn_age or 0.0)
+        # a scraper tells a figure read now from one a minute old by this gauge (NaN: read now)
+        self.sample_age.set(
+            max(0.0, now - b.entries_at) if sampled is not None and b.entries_at is not None else math.nan
+        )
         self.timers_due.set(b.due_timers)
         late = [now - t["fire_at"] for t in b.next_timers if t["fire_at"] <= now]
         self.timer_lateness.set(max(late, default=0.0))
