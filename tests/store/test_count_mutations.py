@@ -69,8 +69,8 @@ EXPLORED: dict[str, tuple[ModuleType, str, str, str, Family, dict[str, Any]]] = 
     "the build's cursor condition": (
         counting_flows,
         "_build_batch",
-        'yield UpdateOne("counts", {"_id": part, "built": False, "seq": 0, **at}, update)',
-        'yield UpdateOne("counts", {"_id": part, "built": False, "seq": 0}, update)',
+        'yield UpdateOne("counts", {"_id": part, "built": False, "seq": bases_of(counters, part), **at}, update)',
+        'yield UpdateOne("counts", {"_id": part, "built": False, "seq": bases_of(counters, part)}, update)',
         two_builders,
         dict(preemptions=2, kills=0),
     ),

@@ -59,6 +59,16 @@ Rule 5. A document is deleted only while the counters count it as nothing: prune
         counted as its `cc`; a document never folded (no `cseq`) or dirty may be counted as
         something by a batch not yet marked on it, and is not deleted. A commit in between
         removes the mark (and dirties it), and the execution stays.
+Rule 6. A counter's seqs never repeat, not even across a counters collection dropped and
+        rebuilt (by hand, or by `migrate up` after `migrate down`): an unbuilt counter starts
+        at the base of a new epoch (`epoch_base`: epochs are numbered by a document of harel's
+        counters collection, which the drop leaves), above every seq a counter of an earlier
+        epoch can reach, and its build raises the `cseq` of every document it counts to that
+        base before summing it. So the rebuilt counter's marks land (Rule 3: a mark needs
+        `cseq` below its seq), a late mark of a fold of the dropped counter, refused by the
+        raised `cseq`, cannot change what the rebuilt counter counted, and a fold of the
+        dropped counter cannot apply a batch to the new one (its seq is of another epoch).
+        A document the build finds dirty is summed as its `cc`, as Rule 4 counts it.
 
 A partition's counter starts unbuilt and is built in batches, off the request path (by the
 worker owning it, one batch a sweep, and by `harel-beanie migrate up`): a batch takes the
@@ -93,6 +103,9 @@ LEAVING = "leaving"
 UNKNOWN = "UNKNOWN"
 #: dirty documents one fold reads
 FOLD_BATCH = 500
+#: the document of harel's counters collection numbering the counters' epochs (Rule 6), and
+#: the seqs one epoch spans: 2**40 folds of one partition, beyond any database's life
+EPOCH_ID, EPOCH_SPAN = "hb_counts_epoch", 2**40
 #: a counter's smallest id its partition has held (`Counts.low`); an empty partition's is
 #: `NO_ID`, above any id an execution is given, so the first `$min` replaces it
 LOW, NO_ID = "low", "\U0010ffff"
@@ -311,9 +324,31 @@ def combine(counters: list[Mapping[str, Any]], dirty: list[Mapping[str, Any]], p
     return out.tidy()
 
 
-def build_pipeline() -> list[dict[str, Any]]:
+def epoch_base(epoch: int) -> int:
+    """The first seq of counters of `epoch` (Rule 6)."""
+    return epoch * EPOCH_SPAN
+
+
+def _base_expression(bases: Mapping[int, int]) -> Any:
+    """Each document's partition's counter base (Rule 6), as a server-side expression."""
+    values = set(bases.values())
+    if len(values) == 1:
+        return values.pop()
+    out: Any = 0
+    for part, base in sorted(bases.items()):
+        out = {"$cond": [{"$eq": ["$part", part]}, base, out]}
+    return out
+
+
+def raise_seq(bases: Mapping[int, int]) -> list[dict[str, Any]]:
+    """The update raising a document's `cseq` to its counter's base (Rule 6)."""
+    return [{"$set": {COUNTED_SEQ: {"$max": [f"${COUNTED_SEQ}", _base_expression(bases)]}}}]
+
+
+def build_pipeline(bases: Optional[Mapping[int, int]] = None) -> list[dict[str, Any]]:
     """The update giving a document not yet counted its `cc` from its own fields (Rule 1),
-    as `state_of` computes it, on the server."""
+    as `state_of` computes it, on the server, marked by its partition's counter base
+    (`bases`, Rule 6)."""
     live = {
         "d": "$definition_id",
         "s": {"$ifNull": ["$status", UNKNOWN]},
@@ -325,7 +360,8 @@ def build_pipeline() -> list[dict[str, Any]]:
             {"$cond": [{"$eq": [{"$type": "$tomb"}, "object"]}, {"t": 1}, live]},
         ]
     }
-    return [{"$set": {COUNTED: state, COUNTED_SEQ: 0, QUIET: quiet_expression()}}]
+    base = _base_expression(bases) if bases else 0
+    return [{"$set": {COUNTED: state, COUNTED_SEQ: base, QUIET: quiet_expression()}}]
 
 
 def build_sums(parts: list[int], ids: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:

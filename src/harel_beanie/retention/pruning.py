@@ -52,6 +52,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
+from harel.engine.schema import Names
+
 from harel_beanie.core.arguments import (
     BadArgument,
     optional_str,
@@ -266,9 +268,11 @@ async def _prune_batch(
 
 
 def _collections(executions: Any) -> dict[str, Any]:
-    """The collections a removal's calls name: the executions and their counters."""
+    """The collections a removal's calls name: the executions, their counters, and harel's
+    counters (where a counter built anew takes its epoch: core.counting, Rule 6)."""
     prefix = prefix_of(executions.name) or executions.name  # another name: it stands for the prefix
-    return {"executions": executions, "counts": executions.database[counts_collection(prefix)]}
+    db = executions.database
+    return {"executions": executions, "counts": db[counts_collection(prefix)], "counters": db[Names(prefix).counters]}
 
 
 def undated_filter() -> dict[str, Any]:
