@@ -15,8 +15,8 @@ Rule 3. prune deletes, each delete guarded on the incarnation read (`identity`: 
         else its `created_at`); `finish(removed)` appends the records of what was really
         removed to the archive (flushed and fsynced), then clears the journal.
 Rule 4. `recover()`, at the start of every run, settles a journal left by a killed run: the
-        records whose incarnation is gone from the executions (the id absent, a tombstone,
-        or another incarnation) and whose removal key is not yet in the archive are
+        records whose incarnation is gone from the executions (the id absent, or another
+        incarnation not descending from it: `gone_among`; a purge is no removal) and whose removal key is not yet in the archive are
         appended, then the journal is cleared. A kill before the deletes leaves nothing gone;
         a kill during or after them leaves the gone ones to append; a kill after the append
         finds their keys in the archive (nothing appended twice). Comparing keys, not ids,
@@ -70,12 +70,14 @@ def identity(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 #: what `gone_among` needs of the stored documents
-GONE_PROJECTION = {"born": 1, "created_at": 1, "tomb": 1}
+GONE_PROJECTION = {"born": 1, "created_at": 1, "tomb": 1, "buried": 1}
 
 
 async def are_gone(executions: Any, docs: list[dict[str, Any]]) -> list[bool]:
-    """For each of `docs` (as read), whether that incarnation is no longer stored: its id is
-    absent, a tombstone, or another incarnation (created again since)."""
+    """For each of `docs` (as read), whether prune removed that incarnation: its id is
+    absent, or holds another incarnation (created again since) that does not descend from it;
+    not where a purge buried it (a tombstone, or a creation over that tombstone, naming its
+    `born` among the incarnations buried): a purge is not a removal to archive."""
     ids = list({d["_id"] for d in docs})
     found = await executions.find({"_id": {"$in": ids}}, GONE_PROJECTION).to_list(None)
     return gone_among(found, docs)
@@ -84,11 +86,16 @@ async def are_gone(executions: Any, docs: list[dict[str, Any]]) -> list[bool]:
 def gone_among(found: list[dict[str, Any]], docs: list[dict[str, Any]]) -> list[bool]:
     """`are_gone` from `found`, the documents stored under the ids of `docs` (projected
     with `GONE_PROJECTION`)."""
-    stored = {p["_id"]: p for p in found if "tomb" not in p}
+    stored = {p["_id"]: p for p in found}
 
     def still(d: dict[str, Any]) -> bool:
         p = stored.get(d["_id"])
-        return p is not None and all(p.get(k) == v for k, v in identity(d).items())
+        if p is None:
+            return False
+        born = d.get("born")
+        if born and born in [*((p.get("tomb") or {}).get("buried") or ()), *(p.get("buried") or ())]:
+            return True  # purged, not pruned: its lineage goes on under the id
+        return "tomb" not in p and all(p.get(k) == v for k, v in identity(d).items())
 
     return [not still(d) for d in docs]
 

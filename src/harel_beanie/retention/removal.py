@@ -18,12 +18,25 @@ The steps, each a round trip whatever the batch holds:
    clean, counted as nothing), so a commit in between, or a fold not yet marked on the
    document, keeps it (a document from before partitions, which no counter holds, needs
    only its leaving mark);
-4. one read of the batch's ids: what is gone (`gone_among`) is what was removed.
+4. one read of the batch's ids: what is gone (`gone_among`) and was still this removal's
+   before its deletes is what it removed.
+
+Each removal is its own (`LEAVER`, a token minted for it): its leaving marks carry the token,
+guarded on the one read (a removal that read another's mark takes it over only once that mark
+is older than `LEASE`: a killed removal's), its deletes are guarded on it, and it reads which
+documents still carry it just before they go. So two removals of one batch (two prunes at
+once, a worker's retention beside a manual prune) never both count, or both archive, one
+execution's removal: a document the other marked is not this one's to mark, and a delete
+the other made is not this one's to claim. An execution purged in between is not removed
+by either (its tombstone buries the incarnation read: `gone_among`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, Mapping, Optional
+
+from bson import ObjectId
 
 from harel_beanie.core.calls import BulkWrite, DeleteOne, Find, Flow, UpdateOne
 from harel_beanie.core.counting import DIRTY, LEAVING, removable
@@ -35,6 +48,14 @@ from harel_beanie.retention.archive import GONE_PROJECTION, gone_among, identity
 FOLD_TRIES = 3
 #: what a removal may find pending on a document it was about to remove: nothing
 NOTHING_PENDING = {"outbox.0": {"$exists": False}, "spawns.0": {"$exists": False}}
+#: which removal marked a document leaving (its token), and when (epoch seconds)
+LEAVER, LEFT_AT = "lby", "lat"
+#: how long a removal's leaving mark keeps another from taking the document over: past it,
+#: the removal that made it is taken as killed (a batch's removal takes seconds), and the
+#: next prune removes what it left
+LEASE = 300.0
+#: what a removal reads of a document beside what prune reads: whose leaving mark it holds
+CLAIM_FIELDS = (LEAVING, LEAVER, LEFT_AT)
 
 
 def guard(doc: dict[str, Any]) -> dict[str, Any]:
@@ -51,17 +72,49 @@ def guard(doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def removal(scope: PartitionScope, chosen: list[dict[str, Any]]) -> Flow[list[dict[str, Any]]]:
-    """Remove `chosen` (documents as prune read them): the ones removed, in `chosen`'s order."""
+def claim(seen: Mapping[str, Any], now: float) -> Optional[dict[str, Any]]:
+    """The guard term under which a removal may mark a document whose leaving mark was read
+    as `seen` (its `CLAIM_FIELDS`): that mark still there, or none; None where another
+    removal's mark, younger than `LEASE`, holds it."""
+    token = seen.get(LEAVER)
+    if token is None:
+        return {LEAVER: {"$exists": False}}
+    at = seen.get(LEFT_AT)
+    held = seen.get(LEAVING) and isinstance(at, (int, float)) and now - at < LEASE
+    return None if held else {LEAVER: token}
+
+
+def removal(
+    scope: PartitionScope,
+    chosen: list[dict[str, Any]],
+    seen: Optional[Mapping[Any, Mapping[str, Any]]] = None,
+    *,
+    token: Optional[str] = None,
+    now: Optional[float] = None,
+) -> Flow[list[dict[str, Any]]]:
+    """Remove `chosen` (documents as prune read them; `seen`, each id's leaving mark as read,
+    `CLAIM_FIELDS`): the ones this removal removed, in `chosen`'s order. `token` names the
+    removal (default: a new ObjectId's), `now` its clock (default: the time)."""
+    seen = seen or {}
+    token = str(ObjectId()) if token is None else token
+    now = time.time() if now is None else now
+    terms = {d["_id"]: claim(seen.get(d["_id"]) or {}, now) for d in chosen}
+    chosen = [d for d in chosen if terms[d["_id"]] is not None]  # the rest another is removing
     if not chosen:
         return []
     guards = [guard(d) for d in chosen]
-    marks = tuple(UpdateOne("executions", g, {"$set": {LEAVING: True, DIRTY: True}}) for g in guards)
-    yield BulkWrite("executions", marks)
+    mark = {"$set": {LEAVING: True, DIRTY: True, LEAVER: token, LEFT_AT: now}}
+    yield BulkWrite("executions", tuple(UpdateOne("executions", {**g, **(terms[g["_id"]] or {})}, mark) for g in guards))
     yield from fold_leaving(scope, chosen)
-    yield BulkWrite("executions", tuple(DeleteOne("executions", {**g, **deletable(g)}) for g in guards))
-    found = yield Find("executions", {"_id": {"$in": sorted({d["_id"] for d in chosen})}}, GONE_PROJECTION)
-    return [d for d, gone in zip(chosen, gone_among(found, chosen)) if gone]
+    ids = sorted({d["_id"] for d in chosen})
+    held = yield Find("executions", {"_id": {"$in": ids}, LEAVER: token}, {"_id": 1})
+    ours = {d["_id"] for d in held}
+    deletes = tuple(DeleteOne("executions", {**g, **deletable(g), LEAVER: token}) for g in guards if g["_id"] in ours)
+    if not deletes:
+        return []
+    yield BulkWrite("executions", deletes)
+    found = yield Find("executions", {"_id": {"$in": sorted(ours)}}, GONE_PROJECTION)
+    return [d for d, gone in zip(chosen, gone_among(found, chosen)) if gone and d["_id"] in ours]
 
 
 def deletable(guard: dict[str, Any]) -> dict[str, Any]:
