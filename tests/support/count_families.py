@@ -33,7 +33,7 @@ from harel_beanie.core.flows.counting import build
 from harel_beanie.core.stuck import QUIET
 from harel_beanie.retention.archive import CollectionArchive
 from harel_beanie.retention.pruning import is_candidate
-from harel_beanie.retention.removal import CLAIM_FIELDS, claim, removal
+from harel_beanie.retention.removal import CLAIM_FIELDS, claim, hold, remove_held
 from harel_beanie.store.dispatch import call, drive
 from harel_beanie.store.sync_store import MongoStore
 from tests.support.count_oracle import EXES, CountsOracle
@@ -175,19 +175,22 @@ class World:
 
         def make() -> Flow[Any]:
             archive = self.archive()
-            yield Await(lambda: archive.recover(self.aexes))
+            yield Await(lambda: archive.recover(self.aexes, at))
             docs = yield Find("executions", {"_id": {"$in": list(ids)}})
             chosen = [d for d in docs if is_candidate(d, time.time() + 86400)]
             # as prune does: a leaving mark is the removal's, kept apart; one another
             # removal holds is its own
             seen = {d["_id"]: {f: d.pop(f) for f in CLAIM_FIELDS if f in d} for d in chosen}
             chosen = [d for d in chosen if claim(seen[d["_id"]], at) is not None]
-            yield Await(lambda: archive.begin(chosen))
             token = f"removal-{len(self.tokens)}"  # the same in every schedule
             self.tokens.append(len(self.tokens))
-            removed = yield from removal(self.st.scope, chosen, seen, token=token, now=at)
+            held = yield from hold(chosen, seen, token=token, now=at)
+            if held:
+                yield Await(lambda: archive.begin(held))
+            removed = yield from remove_held(self.st.scope, held, token)
             self.reported.extend((d["_id"], d.get("born")) for d in removed)
-            yield Await(lambda: archive.finish(removed))
+            if held:
+                yield Await(lambda: archive.finish(removed))
             return removed
 
         return make

@@ -113,10 +113,10 @@ def install(point: str, batch: int) -> None:
             if here("finish-after"):
                 die(point)
 
-        async def watched_recover(self: Any, executions: Any) -> int:
+        async def watched_recover(self: Any, executions: Any, now: Any = None) -> int:
             state["recovering"] = True
             try:
-                return await recover(self, executions)
+                return await recover(self, executions, now)
             finally:
                 state["recovering"] = False
 

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
+from bson import ObjectId
 from harel.engine.schema import Names
 
 from harel_beanie.core.arguments import (
@@ -69,7 +70,7 @@ from harel_beanie.core.names import prefix_of
 from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.core.windows import DownwardWalk, Window
 from harel_beanie.retention.archive import Archive
-from harel_beanie.retention.removal import CLAIM_FIELDS, claim, removal
+from harel_beanie.retention.removal import CLAIM_FIELDS, claim, hold, remove_held
 from harel_beanie.store.dispatch import acall, adrive
 
 #: what harel counts as finished for good (harel.engine.execution stamps finished_at on these)
@@ -183,7 +184,7 @@ async def prune(
         stop_after_batches = require_int("stop_after_batches", stop_after_batches, low=0)
     report = PruneReport(before=before, dry_run=dry_run)
     if archive is not None and not dry_run:
-        report.recovered = await archive.recover(executions)
+        report.recovered = await archive.recover(executions, clock())
     whole = archive is not None and not dry_run
     for status in FINISHED:
         walk = DownwardWalk(before, target=batch_size, width=FIRST_WIDTH)
@@ -269,18 +270,21 @@ async def _prune_batch(
         report.removed += len(chosen)
         report.removed_ids += [d["_id"] for d in chosen]
         return
-    if archive is not None:
-        await archive.begin(chosen)
-    # marked leaving, folded out of the counts, deleted while still leaving and counted as
-    # nothing, read back (harel_beanie.retention.removal; core.counting, Rule 5): a commit in
-    # between unmarks a document and it stays; what another removal (a prune at the same
-    # time) marked or deleted is not this one's, to archive or to report
-    flow = removal(PartitionScope(), chosen, seen, now=now)
-    removed = await adrive(flow, lambda c: acall(_collections(executions), c))
-    if archive is not None:
+    # marked leaving (what this removal holds is journaled), folded out of the counts,
+    # deleted while still leaving and counted as nothing, read back
+    # (harel_beanie.retention.removal; core.counting, Rule 5): a commit in between unmarks a
+    # document and it stays; what another removal (a prune at the same time) marked or
+    # deleted is not this one's, to journal, archive or report
+    colls = _collections(executions)
+    token = str(ObjectId())
+    held = await adrive(hold(chosen, seen, token=token, now=now), lambda c: acall(colls, c))
+    if archive is not None and held:
+        await archive.begin(held)
+    removed = await adrive(remove_held(PartitionScope(), held, token), lambda c: acall(colls, c))
+    if archive is not None and held:
         await archive.finish(removed)
     report.removed += len(removed)
-    report.moved_on += len(chosen) - len(removed)
+    report.moved_on += len(chosen) - len(removed)  # held by another, or changed meanwhile
     report.removed_ids += [d["_id"] for d in removed]
 
 

@@ -24,7 +24,7 @@ The steps, each a round trip whatever the batch holds:
 Each removal is its own (`LEAVER`, a token minted for it): its leaving marks carry the token,
 guarded on the one read (a removal that read another's mark takes it over only once that mark
 is older than `LEASE`: a killed removal's), its deletes are guarded on it, and it reads which
-documents still carry it just before they go. So two removals of one batch (two prunes at
+documents carry it after its marks (`hold`: what prune journals) and again just before they go. So two removals of one batch (two prunes at
 once, a worker's retention beside a manual prune) never both count, or both archive, one
 execution's removal: a document the other marked is not this one's to mark, and a delete
 the other made is not this one's to claim. An execution purged in between is not removed
@@ -42,18 +42,12 @@ from harel_beanie.core.calls import BulkWrite, DeleteOne, Find, Flow, UpdateOne
 from harel_beanie.core.counting import DIRTY, LEAVING, removable
 from harel_beanie.core.flows import fold_counts
 from harel_beanie.core.partitions import PART, PartitionScope
-from harel_beanie.retention.archive import GONE_PROJECTION, gone_among, identity
+from harel_beanie.retention.archive import GONE_PROJECTION, LEASE, LEAVER, LEFT_AT, gone_among, identity
 
 #: folds of a batch whose documents a racing folder keeps leaving dirty (step 2)
 FOLD_TRIES = 3
 #: what a removal may find pending on a document it was about to remove: nothing
 NOTHING_PENDING = {"outbox.0": {"$exists": False}, "spawns.0": {"$exists": False}}
-#: which removal marked a document leaving (its token), and when (epoch seconds)
-LEAVER, LEFT_AT = "lby", "lat"
-#: how long a removal's leaving mark keeps another from taking the document over: past it,
-#: the removal that made it is taken as killed (a batch's removal takes seconds), and the
-#: next prune removes what it left
-LEASE = 300.0
 #: what a removal reads of a document beside what prune reads: whose leaving mark it holds
 CLAIM_FIELDS = (LEAVING, LEAVER, LEFT_AT)
 
@@ -94,27 +88,56 @@ def removal(
 ) -> Flow[list[dict[str, Any]]]:
     """Remove `chosen` (documents as prune read them; `seen`, each id's leaving mark as read,
     `CLAIM_FIELDS`): the ones this removal removed, in `chosen`'s order. `token` names the
-    removal (default: a new ObjectId's), `now` its clock (default: the time)."""
-    seen = seen or {}
+    removal (default: a new ObjectId's), `now` its clock (default: the time). With an
+    archive, prune journals what `hold` returns before `remove_held`."""
     token = str(ObjectId()) if token is None else token
+    held = yield from hold(chosen, seen, token=token, now=now)
+    return (yield from remove_held(scope, held, token))
+
+
+def hold(
+    chosen: list[dict[str, Any]],
+    seen: Optional[Mapping[Any, Mapping[str, Any]]],
+    *,
+    token: str,
+    now: Optional[float] = None,
+) -> Flow[list[dict[str, Any]]]:
+    """Step 1: mark `chosen` leaving under `token`, each guarded on what prune read and on
+    the leaving mark read (`claim`); the ones this removal holds, in `chosen`'s order."""
+    seen = seen or {}
     now = time.time() if now is None else now
     terms = {d["_id"]: claim(seen.get(d["_id"]) or {}, now) for d in chosen}
     chosen = [d for d in chosen if terms[d["_id"]] is not None]  # the rest another is removing
     if not chosen:
         return []
-    guards = [guard(d) for d in chosen]
     mark = {"$set": {LEAVING: True, DIRTY: True, LEAVER: token, LEFT_AT: now}}
-    yield BulkWrite("executions", tuple(UpdateOne("executions", {**g, **(terms[g["_id"]] or {})}, mark) for g in guards))
-    yield from fold_leaving(scope, chosen)
-    ids = sorted({d["_id"] for d in chosen})
-    held = yield Find("executions", {"_id": {"$in": ids}, LEAVER: token}, {"_id": 1})
+    yield BulkWrite(
+        "executions", tuple(UpdateOne("executions", {**guard(d), **(terms[d["_id"]] or {})}, mark) for d in chosen)
+    )
+    held = yield Find("executions", {"_id": {"$in": sorted({d["_id"] for d in chosen})}, LEAVER: token}, {"_id": 1})
     ours = {d["_id"] for d in held}
-    deletes = tuple(DeleteOne("executions", {**g, **deletable(g), LEAVER: token}) for g in guards if g["_id"] in ours)
+    return [d for d in chosen if d["_id"] in ours]
+
+
+def remove_held(scope: PartitionScope, held: list[dict[str, Any]], token: str) -> Flow[list[dict[str, Any]]]:
+    """Steps 2 to 4 over what `hold` returned: the ones this removal removed."""
+    if not held:
+        return []
+    yield from fold_leaving(scope, held)
+    ids = sorted({d["_id"] for d in held})
+    still = yield Find("executions", {"_id": {"$in": ids}, LEAVER: token}, {"_id": 1})
+    ours = {d["_id"] for d in still}  # a commit keeps the mark's token; a take-over does not
+    deletes = tuple(
+        DeleteOne("executions", {**g, **deletable(g), LEAVER: token}) for g in map(guard, held) if g["_id"] in ours
+    )
     if not deletes:
         return []
-    yield BulkWrite("executions", deletes)
+    deleted = yield BulkWrite("executions", deletes)
     found = yield Find("executions", {"_id": {"$in": sorted(ours)}}, GONE_PROJECTION)
-    return [d for d, gone in zip(chosen, gone_among(found, chosen)) if gone and d["_id"] in ours]
+    gone = [d for d, went in zip(held, gone_among(found, held)) if went and d["_id"] in ours]
+    # a removal that deleted nothing removed nothing, whatever went meanwhile: one that took
+    # over its marks past `LEASE` (this one stalled) removed them, and archives them
+    return gone if deleted else []
 
 
 def deletable(guard: dict[str, Any]) -> dict[str, Any]:
@@ -135,8 +158,10 @@ def fold_leaving(scope: PartitionScope, docs: list[dict[str, Any]]) -> Flow[int]
     folded = 0
     for _ in range(FOLD_TRIES):
         folded += yield from fold_counts(scope, parts, ids=ids)
-        # `part` named first: the partial index hb_part_cdirty may serve this read
-        left = yield Find("executions", {PART: {"$in": parts}, DIRTY: True, "_id": {"$in": ids}}, {"_id": 1})
+        # by `_id` first, the batch's ids: the embedded server (SecantusDB) answers nothing to
+        # this read led by `part $in` or `cdirty` through the partial index hb_part_cdirty,
+        # so the fold was never tried again
+        left = yield Find("executions", {"_id": {"$in": ids}, DIRTY: True}, {"_id": 1})
         if not left:
             break
         ids = sorted(d["_id"] for d in left)

@@ -15,10 +15,10 @@ from harel_beanie.core.arguments import BadArgumentType, require_int, require_st
 from harel_beanie.core.calls import Aggregate, BulkWrite, Find, FindOne, Flow, Increment, UpdateMany, UpdateOne
 from harel_beanie.core.counting import (
     COUNTED,
-    EPOCH_ID,
     COUNTED_SEQ,
     DIRTY,
     DIRTY_PROJECTION,
+    EPOCH_ID,
     FOLD_BATCH,
     LOW,
     NO_ID,
@@ -26,13 +26,13 @@ from harel_beanie.core.counting import (
     batch_increment,
     build_pipeline,
     build_sums,
-    epoch_base,
-    raise_seq,
     combine,
+    epoch_base,
     fold_low,
     lineage,
     marked,
     plan_fold,
+    raise_seq,
     sums_by_part,
     unchanged,
 )
