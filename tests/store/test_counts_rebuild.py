@@ -10,6 +10,7 @@ again (drop, migrate up, 10 status changes, three folds: DONE 23 where 10 were).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pymongo
@@ -20,6 +21,9 @@ from harel.engine.store.base import Step
 from harel_beanie.commands import cli
 from harel_beanie.core.count_documents import counts_collection
 from harel_beanie.core.counting import COUNTED_SEQ, DIRTY
+from harel_beanie.core.documents import SCHEMA_MARKER_ID
+from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
+from harel_beanie.retention import pruning as retention
 from harel_beanie.store.sync_store import MongoStore
 from tests.store.test_counts import EXES, full_counts
 
@@ -40,6 +44,14 @@ def _exact(store: MongoStore, db: Any, when: str) -> None:
     assert counts is not None and not counts.unbuilt, when
     per, purged = full_counts(db)
     assert (counts.per, counts.purged) == (per, purged), f"{when}: counters {counts.per}, documents {per}"
+
+
+async def _prune(mongo_url: str, db_name: str) -> None:
+    aclient: Any = pymongo.AsyncMongoClient(mongo_url)
+    try:
+        await retention.prune(aclient[db_name][EXES], before=2e9)
+    finally:
+        await aclient.close()
 
 
 def _seeded(mongo_url: str, db_name: str) -> MongoStore:
@@ -119,5 +131,36 @@ def test_a_late_mark_of_a_dropped_counter_cannot_change_what_the_rebuilt_one_cou
         assert late.matched_count == 0
         store.fold_counts()
         _exact(store, db, "after the fold")
+    finally:
+        store.close()
+
+
+def test_a_prune_racing_migrate_up_after_down_builds_no_counter_before_the_layout(
+    mongo_url: str, client: Any, db_name: str
+) -> None:
+    """After `migrate down --to 2`, `migrate up` gives every execution its partition in
+    batches and builds the counters last; a prune's fold met the counters unbuilt half-way
+    and built them over the executions partitioned so far: those given their partition
+    after it were never counted (RUNNING 107 where 157 were, in 1 run of 7). A build waits
+    for the layout to be recorded whole."""
+    store = _seeded(mongo_url, db_name)
+    for i in range(16):  # prune's work, over many partitions
+        store.save(Execution(id=f"d-{i:02d}", definition_id="D", status=Status.DONE, finished_at=1.0))
+    db = client[db_name]
+    try:
+        assert cli.main(["migrate", "down", "--to", "2", "--url", mongo_url, "--db", db_name]) == 0
+        # the partition step half-way: half the executions given their partition
+        marker = db["harel_counters"].find_one({"_id": SCHEMA_MARKER_ID})
+        parts = int(marker.get("parts") or DEFAULT_PARTITIONS)
+        for i in [*(f"r-{i:02d}" for i in range(0, N, 2)), *(f"d-{i:02d}" for i in range(16))]:
+            db[EXES].update_one({"_id": i}, {"$set": {"part": part_of(i, parts)}})
+        asyncio.run(_prune(mongo_url, db_name))  # it meets the counters unbuilt, as a fold would
+        assert cli.main(["migrate", "up", "--url", mongo_url, "--db", db_name]) == 0
+        store.close()
+        store = MongoStore(pymongo.MongoClient(mongo_url), db_name)
+        store.init()
+        _exact(store, db, "after migrate up")
+        store.fold_counts()
+        _exact(store, db, "after a fold")
     finally:
         store.close()

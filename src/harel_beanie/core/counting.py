@@ -71,7 +71,9 @@ Rule 6. A counter's seqs never repeat, not even across a counters collection dro
         A document the build finds dirty is summed as its `cc`, as Rule 4 counts it.
 
 A partition's counter starts unbuilt and is built in batches, off the request path (by the
-worker owning it, one batch a sweep, and by `harel-beanie migrate up`): a batch takes the
+worker owning it, one batch a sweep, and by `harel-beanie migrate up`), once the layout is
+recorded at this version (during `migrate up` executions are still being given their
+partition, and one given it behind the cursor would never be counted): a batch takes the
 next documents of the partitions being built in `_id` order above the counter's cursor
 (`upto`), `build_pipeline` gives those not yet counted their `cc` (a server-side update of
 those ids alone), and the sums of the batch's `cc` (`build_sums`) are added to the counter
