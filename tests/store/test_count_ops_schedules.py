@@ -23,7 +23,7 @@ Family = Callable[[World], tuple[list[Actor], Callable[[], None]]]
 def test_every_schedule_of_the_operation_keeps_the_counts_and_the_archive(world: World, family: Family) -> None:
     preemptions, kills, limit = OPS_FAMILIES[family]
     actors, progress = family(world)
-    report = explore(world, actors, progress, preemptions=preemptions, kills=kills, limit=limit, sample=10)
+    report = explore(world, actors, progress, preemptions=preemptions, kills=kills, limit=limit, sample=5)
     assert not report.failures, str(report.failures[0])
     assert report.schedules > 1
     print(f"{family.__name__}: {report.schedules} schedules, exhausted {report.exhausted}")
@@ -32,8 +32,9 @@ def test_every_schedule_of_the_operation_keeps_the_counts_and_the_archive(world:
 @pytest.mark.soak
 @pytest.mark.parametrize("family", list(OPS_FAMILIES), ids=lambda f: f.__name__)
 def test_every_schedule_of_the_operation_deeper(world: World, family: Family) -> None:
-    """The soak's budget: one more preemption, twenty times the schedules, 300 random."""
+    """The soak's budget: one more preemption and a kill everywhere, fifty times the
+    schedules, 300 random."""
     preemptions, kills, limit = OPS_FAMILIES[family]
     actors, progress = family(world)
-    report = explore(world, actors, progress, preemptions=preemptions + 1, kills=1, limit=20 * limit, sample=300)
+    report = explore(world, actors, progress, preemptions=preemptions + 1, kills=1, limit=50 * limit, sample=300)
     assert not report.failures, str(report.failures[0])

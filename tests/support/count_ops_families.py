@@ -88,8 +88,11 @@ def purge_inside_removal(world: World) -> tuple[list[Actor], Callable[[], None]]
     """A purge of an execution prune is removing: archived by neither (a purge is not a
     removal), and the counts count its tombstone."""
     x = done(world, "a", fold=True)
+    y = done(world, "b", fold=True)
     keep(world)
-    return [Actor("prune", world.prune(x)), Actor("purge", world.purge(x)), Actor("fold", world.fold)], settled(world)
+    return [Actor("prune", world.prune(x, y)), Actor("purge", world.purge(x)), Actor("fold", world.fold)], settled(
+        world
+    )
 
 
 def a_late_removal(world: World) -> tuple[list[Actor], Callable[[], None]]:
@@ -152,10 +155,10 @@ def fold_purge_prune(world: World) -> tuple[list[Actor], Callable[[], None]]:
 
 #: family -> its default bounds: (preemptions, kills, most schedules)
 OPS_FAMILIES: dict[Callable[[World], tuple[list[Actor], Callable[[], None]]], tuple[int, int, int]] = {
-    two_removals: (2, 1, 200),
-    purge_inside_removal: (2, 1, 150),
-    a_late_removal: (2, 0, 100),
-    rebuild_racing_fold: (2, 1, 200),
-    fold_beside_prune: (2, 1, 200),
-    fold_purge_prune: (2, 1, 200),
+    two_removals: (2, 0, 40),
+    purge_inside_removal: (1, 1, 40),
+    a_late_removal: (1, 0, 30),
+    rebuild_racing_fold: (2, 0, 40),
+    fold_beside_prune: (1, 1, 40),
+    fold_purge_prune: (1, 0, 40),
 }

@@ -13,27 +13,29 @@ from typing import Any, Optional, Sequence
 
 from harel_beanie.core.arguments import BadArgumentType, require_int, require_str
 from harel_beanie.core.calls import Aggregate, BulkWrite, Find, FindOne, Flow, Increment, UpdateMany, UpdateOne
+from harel_beanie.core.count_build import (
+    EPOCH_ID,
+    batch_increment,
+    build_pipeline,
+    build_sums,
+    epoch_base,
+    raise_seq,
+    sums_by_part,
+)
 from harel_beanie.core.counting import (
     COUNTED,
     COUNTED_SEQ,
     DIRTY,
     DIRTY_PROJECTION,
-    EPOCH_ID,
     FOLD_BATCH,
     LOW,
     NO_ID,
     Counts,
-    batch_increment,
-    build_pipeline,
-    build_sums,
     combine,
-    epoch_base,
     fold_low,
     lineage,
     marked,
     plan_fold,
-    raise_seq,
-    sums_by_part,
     unchanged,
 )
 from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
