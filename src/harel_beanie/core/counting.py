@@ -57,8 +57,10 @@ Rule 5. A document is deleted only while the counters count it as nothing: prune
         then deletes it on the condition (`removable`) that it is still `leaving`, clean, and
         marked as counted as nothing (`cseq` set, `cc` null). By Rule 4 a clean document is
         counted as its `cc`; a document never folded (no `cseq`) or dirty may be counted as
-        something by a batch not yet marked on it, and is not deleted. A commit in between
-        removes the mark (and dirties it), and the execution stays.
+        something by a batch not yet marked on it, and is not deleted (prune folds again
+        while a racing folder leaves its batch dirty, a few times: these terms are what
+        keeps the one still dirty after them). A commit in between removes the mark (and
+        dirties it), and the execution stays.
 Rule 6. A counter's seqs never repeat, not even across a counters collection dropped and
         rebuilt (by hand, or by `migrate up` after `migrate down`): an unbuilt counter starts
         at the base of a new epoch (`core.count_build.epoch_base`: epochs are numbered by a document of harel's
