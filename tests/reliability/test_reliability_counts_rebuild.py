@@ -96,7 +96,7 @@ async def _run(url: str, db: str, tmp: Path) -> None:
         await _ready(worker_log, worker)
         await asyncio.to_thread(_finish_some, url, db, [f"run-{i:02d}" for i in range(10)])
         pymongo.MongoClient(url)[db].drop_collection(counts_collection("harel"))
-        prune = ["prune", *where, "--finished-before", f"@{CUT:.0f}", "--archive-collection", ARCHIVE]
+        prune = ["prune", *where, "--finished-before", f"@{CUT:.0f}", "--archive-collection", ARCHIVE, "--yes"]
         procs = [
             await _command("migrate", "up", *where, log=tmp / "migrate.log"),
             await _command(*prune, "--batch-size", "4", "--json", log=tmp / "prune1.log"),
