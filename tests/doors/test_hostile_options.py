@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -329,6 +330,15 @@ def _calls() -> dict[str, Callable[[Ctx, dict[str, Any]], Any]]:
         "parse_age": lambda c, kw: retention.parse_age(**kw),
         "parse_before": lambda c, kw: retention.parse_before(**{"text": "1d", **kw}),
         "CollectionArchive.__init__": lambda c, kw: retention.CollectionArchive(object(), **kw),
+        # `now` is checked before the archive or the executions are touched
+        "CollectionArchive.recover": lambda c, kw: _run(
+            retention.CollectionArchive(AsyncMongoMockClient()["d"], "archive").recover(
+                **{"executions": object(), **kw}
+            )
+        ),
+        "JsonlArchive.recover": lambda c, kw: _run(
+            retention.JsonlArchive(Path(tempfile.mkdtemp()) / "archive.jsonl").recover(**{"executions": object(), **kw})
+        ),
         "CollectionArchive.read": lambda c, kw: _run(
             retention.CollectionArchive(AsyncMongoMockClient()["d"], "archive").read(**kw)
         ),

@@ -49,7 +49,7 @@ from typing import Any, Callable, Optional, Protocol
 from bson import ObjectId, json_util
 from pymongo import ASCENDING, ReplaceOne
 
-from harel_beanie.core.arguments import require_str
+from harel_beanie.core.arguments import require_str, require_time
 
 _CANONICAL = json_util.CANONICAL_JSON_OPTIONS
 #: the archive collection's index: one execution's removals in order (`read(execution_id)`)
@@ -289,6 +289,7 @@ class JsonlArchive:
         _fsync_dir(self.pending)
 
     async def recover(self, executions: Any, now: Optional[float] = None) -> int:
+        now = None if now is None else require_time("now", now)  # a lease's clock: never a string or NaN
         repair_tail(self.path)
         if not self.pending.exists():
             return 0
@@ -346,6 +347,7 @@ class CollectionArchive:
             await self.coll.bulk_write([ReplaceOne({"_id": r["_id"]}, r, upsert=True) for r in records], ordered=False)
 
     async def recover(self, executions: Any, now: Optional[float] = None) -> int:
+        now = None if now is None else require_time("now", now)  # a lease's clock: never a string or NaN
         # at the start of every run, so that an archive made before the index gets it
         await self.coll.create_index([("execution_id", ASCENDING), ("pruned_at", ASCENDING)], name=EXECUTION_INDEX)
         journal = await self.journal.find({}).to_list(None)
