@@ -7,8 +7,9 @@ Opt in from the app's `conftest.py`::
 Fixtures:
 
 - `harel_store`: a `MongoStore`, set up, on a database of its own for this test;
-- `harel_async_store`: an `AsyncMongoStore` the same way (an async fixture: the app's suite
-  runs pytest-asyncio or anyio);
+- `harel_async_store`: an `AsyncMongoStore` the same way, a pytest-asyncio fixture (the extra
+  installs pytest-asyncio; an async test using it is marked `@pytest.mark.asyncio`, or the
+  suite runs with `asyncio_mode = auto`);
 - `harel_mongo_url`: the server's URL, for tests that build their own clients (server only).
 
 Where they live is chosen per run with `--harel-store` (or `HAREL_BEANIE_TEST_STORE`):
@@ -32,10 +33,11 @@ from typing import Any, AsyncIterator, Iterator
 
 try:
     import pytest
+    import pytest_asyncio
 except ImportError as exc:  # an app's test code without the extra: say which one
     raise ImportError(
         "harel_beanie.testing is a pytest plugin: install its extra, pip install 'harel-beanie[testing]' "
-        "(pytest, mongomock, mongomock-motor)",
+        "(pytest, pytest-asyncio, mongomock, mongomock-motor)",
         name=exc.name,
     ) from exc
 
@@ -134,7 +136,9 @@ def harel_store(request: pytest.FixtureRequest) -> Iterator[MongoStore]:
         store.close()
 
 
-@pytest.fixture
+# a pytest-asyncio fixture, not a bare `async def` under `pytest.fixture`: that one runs only in
+# a suite set to `asyncio_mode = auto`, and pytest refuses it in pytest-asyncio's default mode
+@pytest_asyncio.fixture
 async def harel_async_store(request: pytest.FixtureRequest) -> AsyncIterator[AsyncMongoStore]:
     """A set-up `AsyncMongoStore` of this test's own. On a server its Beanie document
     classes are initialised on its database (Beanie cannot initialise on mongomock-motor)."""

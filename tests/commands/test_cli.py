@@ -427,7 +427,7 @@ def test_commands_without_a_url_use_the_embedded_data_folder(tmp_path, command):
 
 
 @pytest.mark.parametrize(
-    "args", [["status"], ["prune", "--finished-before", "7d"], ["dashboard"], ["status", "--data", "typo"]]
+    "args", [["status"], ["prune", "--finished-before", "7d", "--yes"], ["dashboard"], ["status", "--data", "typo"]]
 )
 def test_a_reading_command_in_an_empty_folder_says_what_to_run_and_makes_no_folder(tmp_path, args):
     """No URL and no data folder: nothing to read. The command says so and names the

@@ -60,7 +60,7 @@ def test_the_server_serves_until_sigterm_and_refuses_a_second_on_its_folder(tmp_
         joined = run_cli("status", "--json", cwd=tmp_path)
         assert joined.returncode == 0, joined.stderr
         assert json.loads(joined.stdout)["where"]["url"] == url
-        assert "using the embedded server another harel-beanie command runs" in joined.stderr
+        assert f"using the server `harel-beanie server` runs in this folder: {url}" in joined.stderr.splitlines()[0]
         assert proc.poll() is None
 
         proc.send_signal(signal.SIGTERM)
@@ -90,3 +90,56 @@ def test_a_port_in_use_is_refused_before_a_folder_is_made(tmp_path):
         line = one_line_error(run_cli("server", "--port", str(taken), cwd=tmp_path, timeout=60))
     assert f"--port {taken} is in use" in line
     assert not (tmp_path / "harel-beanie-data").exists()
+
+
+def test_every_command_in_its_folder_uses_the_server(tmp_path):
+    """Its banner says "commands run in this folder use it too": the worker and `migrate
+    status` once refused there with "no MongoDB URL". With no URL set, each command names the
+    server it uses in its first line, and works on it: the worker starts (its ready line),
+    `migrate status`, `status` and `prune --dry-run` answer."""
+    from harel_beanie.deploy.loader import default_models_dir
+
+    port = free_port()
+    proc = _start(tmp_path, "--port", str(port))
+    try:
+        url = _exported_url(proc)
+        first = f"using the server `harel-beanie server` runs in this folder: {url}"
+        for args in (["migrate", "status"], ["status"], ["prune", "--finished-before", "30d", "--dry-run"]):
+            done = run_cli(*args, cwd=tmp_path, timeout=120)
+            assert done.returncode == 0, (args, done.stdout, done.stderr)
+            assert done.stderr.splitlines()[0].startswith(first), (args, done.stderr)
+        # the demo too, and its report says the server is left running, its commands need no --url
+        demo = run_cli("demo", "-n", "12", cwd=tmp_path, timeout=300)
+        assert demo.returncode == 0, (demo.stdout[-3000:], demo.stderr[-3000:])
+        said = " ".join(demo.stdout.split())  # the report's lines as rich wrapped them, joined
+        assert "`harel-beanie server` runs here" in said and "left running" in said, demo.stdout
+        assert "stopped on exit" not in said and " --url " not in said, demo.stdout
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "harel_beanie", "worker", "--definitions", str(default_models_dir())],
+            cwd=tmp_path,
+            env=cli_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert worker.stdout is not None and worker.stderr is not None
+            ready = worker.stdout.readline()
+            assert " ready: " in ready and url in ready, (ready, worker.stderr.read() if worker.poll() else "")
+            worker.send_signal(signal.SIGTERM)
+            out, err = worker.communicate(timeout=60)
+            assert worker.returncode == 0, (out, err)
+            assert err.splitlines()[0].startswith(first), err
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+        assert proc.poll() is None  # the server outlives the commands that used it
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

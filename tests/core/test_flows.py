@@ -56,9 +56,10 @@ from harel_beanie.core.documents import (
     VersionView,
     projection,
 )
-from harel_beanie.core.errors import CommitOutcomeUnknown, ExecutionTooLarge, SchemaMismatch
+from harel_beanie.core.errors import ExecutionTooLarge, SchemaMismatch
 from harel_beanie.core.flows import StoreState
 from harel_beanie.core.keys import ANY_SEQ, ANY_TIME
+from harel_beanie.core.outcome import CommitOutcomeUnknown
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
 from harel_beanie.core.seqs import (
     HAREL_SEQ_COUNTERS,
@@ -1244,7 +1245,7 @@ def test_purge_in_memory_pulls_without_the_pipeline() -> None:
 SNAPSHOT = execution(version=4).model_dump_json()
 LOAD_FILTER = {"_id": ID}
 #: a load reads the snapshot and what the execution waits on (the next commit's hint)
-LOAD = {"data": 1, "pending": 1, "next_fire": 1}
+LOAD = {"data": 1, "pending": 1, "next_fire": 1, "timers": 1}
 
 
 def load_read(keys: list[str]) -> Expect:

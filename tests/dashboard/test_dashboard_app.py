@@ -129,6 +129,15 @@ class FakeRunner:
     async def redrive(self, execution_id: str, target_path: str) -> None:
         self.calls.append(("redrive", execution_id, target_path))
 
+    async def terminate(self, execution_id: str) -> None:
+        self.calls.append(("terminate", execution_id))
+
+    async def suspend(self, execution_id: str) -> None:
+        self.calls.append(("suspend", execution_id))
+
+    async def resume(self, execution_id: str) -> None:
+        self.calls.append(("resume", execution_id))
+
 
 def _csrf(page: str, action: str) -> str:
     m = re.search(

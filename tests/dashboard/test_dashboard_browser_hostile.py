@@ -169,7 +169,7 @@ def test_an_action_on_the_empty_id_can_be_confirmed(browser: Any, hostile_dashbo
     """The empty id typed again is nothing: the confirmation field was `required`, so the
     browser refused to send the form and Send and Cancel could not be confirmed. Now the
     form goes, its confirmation is accepted, and the action reaches harel's runner (which
-    refuses this one: its machine, 'Hostile', is not among the definitions)."""
+    refuses this one: its machine, 'Hostile', is not among the definitions, which the page says)."""
     from selenium.webdriver.common.by import By
 
     dash, _ = hostile_dashboard
@@ -185,4 +185,5 @@ def test_an_action_on_the_empty_id_can_be_confirmed(browser: Any, hostile_dashbo
         time.sleep(0.1)
     assert "error=confirm" not in browser.current_url, browser.current_url
     reached = [e.text for e in browser.find_elements(By.ID, "error")]
-    assert browser.current_url.endswith("done=cancel") or reached == ["'Hostile'"], (browser.current_url, reached)
+    refused = "the runner does not know the machine 'Hostile': it is not among its definitions"
+    assert browser.current_url.endswith("done=cancel") or reached == [refused], (browser.current_url, reached)

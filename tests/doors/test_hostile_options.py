@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -30,9 +31,9 @@ from mongomock_motor import AsyncMongoMockClient
 
 from harel_beanie import AsyncMongoStore, AsyncMongoTransport, HistoryWriter, MongoStore, MongoTransport, RetryPolicy
 from harel_beanie.commands.cli import main as cli_main
+from harel_beanie.core.limits import MAX_IDLE_WAIT, MAX_PARK, MAX_POLL_INTERVAL, MAX_VISIBILITY
 from harel_beanie.dashboard import no_auth
 from harel_beanie.transport.queues import MAX_PREFETCH
-from harel_beanie.transport.settings import MAX_IDLE_WAIT, MAX_PARK, MAX_POLL_INTERVAL, MAX_VISIBILITY
 from tests.support.doors import NOT_VALUES, Door, cli_flags, doors
 
 OP = {"$gt": 0}
@@ -56,6 +57,8 @@ BOUNDED = {
     "MongoTransport.nack.delay": MAX_PARK,
     "AsyncMongoTransport.nack.delay": MAX_PARK,
     "AsyncMongoTransport.__init__.idle_wait": MAX_IDLE_WAIT,
+    "Worker.__init__.visibility": MAX_VISIBILITY,
+    "Worker.__init__.idle_wait": MAX_IDLE_WAIT,
     "AsyncMongoTransport.__init__.poll_interval": MAX_POLL_INTERVAL,
     "RetryPolicy.__init__.delay": 3600.0,
     "RetryPolicy.overridden.delay": 3600.0,
@@ -239,7 +242,7 @@ def _history(c: Ctx, method: str, kw: dict[str, Any]) -> Any:
 def _calls() -> dict[str, Callable[[Ctx, dict[str, Any]], Any]]:
     from harel_beanie import bind, check, document_models, mask_url, retention
     from harel_beanie.dashboard import DashboardActions, dashboard_router, token_auth
-    from harel_beanie.deploy import ScopedStore
+    from harel_beanie.deploy import ScopedStore, Worker
     from harel_beanie.history import stories, story
     from harel_beanie.migrate import run_beanie_step
     from harel_beanie.queries import ExecutionFilter
@@ -321,10 +324,21 @@ def _calls() -> dict[str, Callable[[Ctx, dict[str, Any]], Any]]:
         "run_beanie_step": lambda c, kw: _run(run_beanie_step(**{"version": 1, "direction": "up", **kw})),
         "ExecutionFilter.query": lambda c, kw: ExecutionFilter().query(**kw),
         "ScopedStore.__init__": lambda c, kw: ScopedStore(object(), **{"execution_id": "x", **kw}),
+        # built, not run: the arguments are checked before anything is opened
+        "Worker.__init__": lambda c, kw: Worker(**{"url": c.url, "definitions": {"Order": object()}, **kw}),
         "sweep": lambda c, kw: _sweep(kw),
         "parse_age": lambda c, kw: retention.parse_age(**kw),
         "parse_before": lambda c, kw: retention.parse_before(**{"text": "1d", **kw}),
         "CollectionArchive.__init__": lambda c, kw: retention.CollectionArchive(object(), **kw),
+        # `now` is checked before the archive or the executions are touched
+        "CollectionArchive.recover": lambda c, kw: _run(
+            retention.CollectionArchive(AsyncMongoMockClient()["d"], "archive").recover(
+                **{"executions": object(), **kw}
+            )
+        ),
+        "JsonlArchive.recover": lambda c, kw: _run(
+            retention.JsonlArchive(Path(tempfile.mkdtemp()) / "archive.jsonl").recover(**{"executions": object(), **kw})
+        ),
         "CollectionArchive.read": lambda c, kw: _run(
             retention.CollectionArchive(AsyncMongoMockClient()["d"], "archive").read(**kw)
         ),

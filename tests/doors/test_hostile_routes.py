@@ -41,7 +41,7 @@ PREFIX = "/ops"
 MARK = '<hb-mark x="1">'
 #: routes not fuzzed, with the reason
 NOT_FUZZED = {f"{PREFIX}/live": "a server-sent event stream that never ends: it reads no parameter"}
-ACTIONS = ("send", "cancel", "redrive")
+ACTIONS = ("send", "cancel", "redrive", "terminate", "suspend", "resume")
 
 numbers_as_text = st.sampled_from(["nan", "NaN", "inf", "-inf", "1e309", "-1", "0", "1e308", "2.5", "true", ""])
 seeded_ids = st.sampled_from(["order-1", "failed-1", "purged-1", *HOSTILE_IDS[:20]])
@@ -64,7 +64,7 @@ class App:
         self.runner = FakeRunner()
         self.store = self.loop.run_until_complete(self._seed(url, db_name))
         app = FastAPI()
-        acts = DashboardActions(self.runner, send=True, cancel=True, redrive=True)
+        acts = DashboardActions(self.runner, **{a: True for a in ACTIONS})
         router = dashboard_router(
             self.store, auth=token_auth(TOKEN), actions=acts, metrics=StoreMetrics(new_registry())
         )
@@ -166,7 +166,7 @@ def fuzz_route(dash: App, route: Route, examples: Any) -> None:
     )
     def one(q: dict[str, Any], p: dict[str, str], f: dict[str, Any]) -> None:
         if "action" in p:  # half the time an action the router offers, so its form is read
-            p = {**p, "action": ACTIONS[len(p["action"]) % 3]} if len(p["action"]) % 2 else p
+            p = {**p, "action": ACTIONS[len(p["action"]) % len(ACTIONS)]} if len(p["action"]) % 2 else p
         _send(dash, route, q, p, f)
 
     one()
@@ -240,7 +240,7 @@ def _ids(app_routes: list[Route]) -> list[str]:
 def _route_names() -> list[str]:
     # the routes as built (the same app the fixture builds), for stable test ids
     app = FastAPI()
-    acts = DashboardActions(FakeRunner(), send=True, cancel=True, redrive=True)
+    acts = DashboardActions(FakeRunner(), **{a: True for a in ACTIONS})
     app.include_router(
         dashboard_router(object(), auth=token_auth(TOKEN), actions=acts, metrics=StoreMetrics(new_registry())),
         prefix=PREFIX,

@@ -18,6 +18,7 @@ from harel.engine.schema import DEFAULT_PREFIX, Names
 from harel.engine.store import TimerOp
 
 from harel_beanie import MongoStore
+from harel_beanie.core.count_build import EPOCH_ID
 from harel_beanie.core.documents import PARTITION_INDEXES, RETIRED_INDEXES, SCHEMA_MARKER_ID, SCHEMA_VERSION
 from harel_beanie.core.names import queue_names
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, Held, PartitionScope, part_of
@@ -308,6 +309,9 @@ def test_down_then_up_again_round_trips(db: Db) -> None:
     written["executions"] = [{k: v for k, v in d.items() if k not in marks} for d in written["executions"]]
     again = _raw(db)
     again["executions"] = [{k: v for k, v in d.items() if k not in marks} for d in again["executions"]]
+    # the counters' epoch (core.counting, Rule 6) outlives the counts by design: a build after
+    # the next `up` must start above every seq the ones dropped reached
+    again["counters"] = [d for d in again["counters"] if d["_id"] != EPOCH_ID]
     assert again == written
     assert all("cc" in d for d in db.exes.find())  # every one counted by `up`'s build
     db.assert_found_by_owners(DEFAULT_PARTITIONS)

@@ -1,23 +1,13 @@
-"""The manual tested as written: docs/getting-started.md and README.md's quick start run in an
-empty folder, their shell blocks line by line and their Python blocks after them.
+"""The manual tested as written: every fenced `python` and shell block of README.md and of each
+page under docs/ runs as printed, in an empty folder against the embedded server, or carries
+the fragment marker `<!-- fragment: the reason -->` on the line directly above its fence. What
+a block is, which languages run, and what the script changes (everything else runs as printed)
+is in `tests/support/manual_pages.py`. Blocks of other languages are not code to run: the data
+blocks (`toml`, `json`, `yaml`) must parse, and `text`, `mermaid`, `promql`, `ini` and the like
+are read by people only. A fence naming no language is refused (the test cannot tell what it is).
 
-What is changed, and why, is all here (everything else runs as printed):
-
-- a `pip install` line is skipped: the package under test is installed already (its
-  commands on PATH, beside this interpreter);
-- `harel-beanie demo` gets `-n 24` (a small run: every kind of ending, in seconds);
-- the two fixed ports are moved to free ones, so two runs of the suite on one machine do not
-  collide: `harel-beanie server` (27018 in the text, and in the `export MONGODB_URL=` line that
-  repeats what it printed) and `harel-beanie dashboard` (8000);
-- a command that serves until stopped (`server`, `dashboard`, `worker`) runs in the
-  background until its ready line is printed, and is stopped at the end of its block,
-  `server` at the end of the page (it is "in a terminal of its own"), by SIGTERM, which each
-  of them handles as Ctrl-C (a background job of a script ignores SIGINT);
-- the Python blocks run in one process, one namespace, in the page's order (a later block
-  uses what an earlier one defined), top-level `await` on one event loop, with the names a
-  reader's own app brings defined first (`Order`, `definitions`, `stop_event` already set,
-  `app`, `require_staff`). They read `MONGODB_URL` as the page says: the embedded server
-  `harel-beanie server` started (getting-started), or the test session's (README).
+A page's test fails when a block is neither run nor marked, when a marker gives no reason, when
+a block fails, or when a page misses what it is known to print (`PRINTS`).
 
 A second test reads every page of the manual: each path, `harel-beanie` command and flag,
 `make` target and test file it names (code spans and code blocks included) must exist.
@@ -28,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import signal
 import subprocess
 import sys
@@ -38,117 +27,76 @@ import pytest
 
 from harel_beanie.deploy.embedded import free_port
 from tests.commands.test_cli import cli_env
+from tests.support.manual_pages import (
+    PRELUDE,
+    PYTHON_RUNNER,
+    RUNNABLE,
+    Block,
+    extra_plugins,
+    page_blocks,
+    problems,
+    runs_server,
+    shell_lines,
+    shell_script,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
-#: commands that serve until stopped, and the line each prints once it serves
-SERVING = {"server": "export MONGODB_URL=", "dashboard": "open http://", "worker": " ready: "}
 
 
-def blocks(text: str) -> list[tuple[str, str]]:
-    """The fenced blocks of `text`: (language, body), in order."""
-    return [(m.group(1), m.group(2)) for m in FENCE.finditer(text)]
+def pages() -> list[str]:
+    """README.md and every page under docs/, as paths from the repository's root."""
+    return ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))]
 
 
-def section(text: str, heading: str) -> str:
-    """From `heading` to the next heading of its level or above."""
-    start = text.index(heading)
-    level = heading.split(" ", 1)[0]
-    rest = text[start + len(heading) :]
-    end = re.search(rf"^#{{1,{len(level)}}} ", rest, re.M)
-    return heading + (rest[: end.start()] if end else rest)
+#: what a page is known to print when it runs, beside its blocks' exit codes
+PRINTS: dict[str, list[str]] = {
+    "README.md": ["Run demo-", "How the orders and payments ended", "open http://127.0.0.1:"],
+    "docs/getting-started.md": [
+        "Run demo-",
+        "How the orders and payments ended",  # the demo
+        "Nothing stuck",  # status after it
+        "open http://127.0.0.1:",  # the dashboard's link
+        "export MONGODB_URL=mongodb://127.0.0.1:",  # the server
+        "layout version",  # migrate status, on the server the export named
+        "failed orders: []",  # the typed query, first thing after the lifespan opened the store
+    ],
+    # the page's own test file, in memory and on the server
+    "docs/testing.md": ["2 passed"],
+}
 
 
-def shell_script(lines_of_blocks: list[str], ports: dict[str, int]) -> str:
-    """The blocks as one bash script, changed only as the module's docstring says."""
-    out = [
-        "set -euo pipefail",
-        'BG="$(mktemp -d)"; touch "$BG/block" "$BG/page"',
-        # stop serving commands as Ctrl-C does, and wait for them (their servers stop with them;
-        # 60 s at most each, then SIGKILL)
-        'stop() { for pid in $(cat "$BG/$1"); do kill -TERM "$pid" 2>/dev/null || true; done;'
-        '  for pid in $(cat "$BG/$1"); do for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1;'
-        '  done; kill -KILL "$pid" 2>/dev/null || true; done; : > "$BG/$1"; }',
-        "trap 'stop block; stop page' EXIT",
-        # run a serving command in the background until it prints its ready line (60 s at most)
-        '_bg() { local life=$1 ready=$2; shift 2; local log="$BG/$RANDOM.log"; "$@" > "$log" 2>&1 &'
-        '  local pid=$!; echo "$pid" >> "$BG/$life";'
-        '  for _ in $(seq 600); do if grep -q -- "$ready" "$log"; then cat "$log"; return 0; fi;'
-        '    if ! kill -0 "$pid" 2>/dev/null; then cat "$log"; echo "exited before: $ready" >&2; return 1; fi;'
-        '    sleep 0.1; done; cat "$log"; return 1; }',
-    ]
-    for block in lines_of_blocks:
-        for raw in block.splitlines():
-            line = raw.split("  #", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
-            if not line or line.startswith("pip install"):
-                continue
-            line = line.replace("127.0.0.1:27018", f"127.0.0.1:{ports['server']}")
-            words = line.split()
-            if words[:2] == ["harel-beanie", "demo"]:
-                line += " -n 24"
-            if words[:1] == ["harel-beanie"] and len(words) > 1 and words[1] in SERVING:
-                command = words[1]
-                if command == "server":
-                    line += f" --port {ports['server']}"
-                if command == "dashboard":
-                    line += f" --port {ports['dashboard']}"
-                life = "page" if command == "server" else "block"
-                line = f"_bg {life} {json.dumps(SERVING[command])} {line}"
-            out.append(f"echo {shlex.quote('$ ' + raw.strip())}")
-            out.append(line)
-        out.append("stop block")
-    return "\n".join(out) + "\n"
-
-
-PRELUDE = """
-import asyncio, json, os, sys
-from beanie import Document
-from fastapi import FastAPI
-from harel_beanie.dashboard import no_auth
-from harel_beanie.deploy import default_models_dir, load_models
-
-class Order(Document):  # a reader's own Beanie document
-    sku: str = ""
-
-definitions = load_models(default_models_dir())  # the reader's machines: the shop's
-stop_event = asyncio.Event()
-stop_event.set()  # a worker started by a snippet claims, finds it set, and stops
-app = FastAPI()
-require_staff = no_auth
-loop = asyncio.new_event_loop()
-asyncio.set_event_loop(loop)
-namespace = dict(globals())
-for i, source in enumerate(json.load(open(sys.argv[1]))):
-    code = compile(source, f"block {i + 1}", "exec", flags=__import__("ast").PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    result = eval(code, namespace)
-    if asyncio.iscoroutine(result):
-        loop.run_until_complete(result)
-    print(f"block {i + 1}: ran")
-"""
-
-
-def run_page(
-    tmp_path: Path, shell: list[str], python: list[str], env_url: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    """The page's shell blocks, then its Python blocks (while `harel-beanie server` still
-    serves), in an empty folder."""
-    ports = {"server": free_port(), "dashboard": free_port()}
-    (tmp_path / "blocks.json").write_text(json.dumps(python))
-    (tmp_path / "blocks.py").write_text(PRELUDE)
-    script = shell_script(shell, ports)
-    # the Python blocks run where the page puts them: after its shell blocks, in the same shell
-    run_python = f'python "{tmp_path / "blocks.py"}" "{tmp_path / "blocks.json"}"'
-    if env_url is not None:
-        run_python = f"MONGODB_URL={env_url} {run_python}"
-    script += run_python + "\n"
-    home = tmp_path / "empty"
+def run_page(tmp_path: Path, found: list[Block]) -> subprocess.CompletedProcess[str]:
+    """The page's runnable blocks in an empty folder: its files written, its shell blocks, then
+    its Python blocks (while a `harel-beanie server` the page started still serves)."""
+    ports = {"server": free_port(), "dashboard": free_port(), "reader": free_port()}
+    home, reader = tmp_path / "empty", tmp_path / "reader"
     home.mkdir()
+    reader.mkdir()
+    runnable = [b for b in found if b.lang in RUNNABLE and b.fragment is None]
+    for b in runnable:
+        if b.file:
+            (home / b.file).parent.mkdir(parents=True, exist_ok=True)
+            (home / b.file).write_text(b.body)
+    script = shell_script(runnable, ports, reader, reader_server=not runs_server(runnable))
+    python = [(b.line, b.body) for b in runnable if b.lang == "python" and not b.file]
+    if python:
+        (tmp_path / "blocks.json").write_text(json.dumps(python))
+        (tmp_path / "blocks.py").write_text(PYTHON_RUNNER)
+        # the Python blocks run where the page puts them: after its shell blocks, in the same
+        # shell, reading the MONGODB_URL it has
+        script += f'MONGODB_URL="$MONGODB_URL" python "{tmp_path / "blocks.py"}" "{tmp_path / "blocks.json"}"\n'
     env = cli_env()
+    env.pop("MONGODB_URL", None)  # the reader's terminal: only what the page sets
+    # pytest as in the reader's environment: the plugins the package and its testing extra bring
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    env["PYTEST_PLUGINS"] = ",".join(extra_plugins(ROOT / "pyproject.toml"))
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     proc = subprocess.Popen(
         ["bash", "-c", script],
         cwd=home,
         env=env,
+        stdin=subprocess.DEVNULL,  # no terminal: a command that would ask does not wait for an answer
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -176,33 +124,20 @@ def _ok(proc: subprocess.CompletedProcess[str]) -> str:
     return proc.stdout
 
 
-def test_getting_started_runs_as_written_from_an_empty_folder(tmp_path: Path) -> None:
-    page = (ROOT / "docs" / "getting-started.md").read_text()
-    found = blocks(page[: page.index("## From a clone of the repository")])  # the clone's `make` is the README's
-    shell = [body for lang, body in found if lang == "sh"]
-    python = [body for lang, body in found if lang == "python"]
-    assert len(shell) >= 4 and len(python) == 2, found
-    out = _ok(run_page(tmp_path, shell, python))
-    # what each step printed, as a new user reads it
-    assert "Run demo-" in out and "How the orders and payments ended" in out  # the demo
-    assert "Executions" in out and "Nothing stuck" in out  # status after it
-    assert "open http://127.0.0.1:" in out  # the dashboard's link
-    assert "export MONGODB_URL=mongodb://127.0.0.1:" in out  # the server
-    assert re.search(r"worker \S+ ready: mongodb://127\.0\.0\.1:\d+ database harel", out), out
-    assert "layout version" in out  # migrate status, on the server the export named
-    assert "block 1: ran" in out and "block 2: ran" in out
-    assert (tmp_path / "empty" / "my-shop" / "harel-beanie-data" / "db").is_dir()
-
-
-def test_the_readmes_quick_start_runs_as_written_from_an_empty_folder(tmp_path: Path, mongo_url: str) -> None:
-    readme = (ROOT / "README.md").read_text()
-    quick = blocks(section(readme, "## Quick start"))
-    shell = [body for lang, body in quick if lang == "sh"]
-    python = [body for lang, body in blocks(readme) if lang == "python"]
-    assert len(shell) == 1 and len(python) >= 3
-    out = _ok(run_page(tmp_path, shell, python, env_url=mongo_url))
-    assert "Run demo-" in out and "open http://127.0.0.1:" in out
-    assert all(f"block {i + 1}: ran" in out for i in range(len(python))), out
+@pytest.mark.parametrize("page", pages())
+def test_every_block_of_the_page_runs_as_printed_or_is_a_marked_fragment(page: str, tmp_path: Path) -> None:
+    found = page_blocks((ROOT / page).read_text())
+    assert not problems(found), f"{page}:\n" + "\n".join(problems(found))
+    runnable = [b for b in found if b.lang in RUNNABLE and b.fragment is None]
+    if not runnable:
+        assert page not in PRINTS
+        return
+    out = _ok(run_page(tmp_path, found))
+    for b in runnable:
+        if b.lang == "python" and not b.file:
+            assert f"python block at line {b.line}: ran" in out, out
+    for printed in PRINTS.get(page, []):
+        assert printed in out, f"{page} did not print {printed!r}:\n{out[-6000:]}"
 
 
 # --- every name the manual gives exists ----------------------------------------------------
@@ -225,7 +160,7 @@ def manual() -> dict[str, str]:
 
 def code_of(text: str) -> list[str]:
     """The code the page shows: its fenced blocks and its inline code spans."""
-    fenced = [body for _, body in blocks(text)]
+    fenced = [b.body for b in page_blocks(text)]
     spans = re.findall(r"`([^`\n]+)`", FENCE.sub("", text))
     return fenced + spans
 
@@ -292,3 +227,90 @@ def test_every_path_command_flag_and_target_the_manual_names_exists() -> None:
 )
 def test_the_reader_finds_paths_in_code(text: str, found: list[tuple[str, str]]) -> None:
     assert [m for code in code_of(text) for m in PATH.findall(code)] == found
+
+
+# --- how a page's blocks are read ------------------------------------------------------------
+
+PAGE = """Intro.
+
+<!-- fragment: needs your app's own store -->
+```python
+app.include_router(router)
+```
+
+1. A step:
+
+   ```sh
+   harel-beanie migrate status
+   ```
+
+```console
+$ harel-beanie status
+Executions
+```
+
+```toml
+[tool.x]
+a = 1
+```
+"""
+
+
+def test_a_pages_blocks_are_read_with_their_markers_and_indents() -> None:
+    found = page_blocks(PAGE)
+    assert [(b.lang, b.fragment) for b in found] == [
+        ("python", "needs your app's own store"),
+        ("sh", None),
+        ("console", None),
+        ("toml", None),
+    ]
+    assert found[1].body == "harel-beanie migrate status\n"  # dedented under its list item
+    assert shell_lines(found[2]) == ["harel-beanie status"]  # the command, not its output
+    assert not problems(found)
+
+
+@pytest.mark.parametrize(
+    "text,problem",
+    [
+        ("```\nls\n```\n", "names no language"),
+        ("<!-- fragment: -->\n```python\nx\n```\n", "without its reason"),
+        ("<!-- fragment (needs your app) -->\n```python\nx\n```\n", "without its reason"),
+        ("```toml\n[a\n```\n", "does not parse"),
+        ("```json\n{'a': 1}\n```\n", "does not parse"),
+    ],
+)
+def test_a_block_the_test_cannot_take_is_refused(text: str, problem: str) -> None:
+    assert any(problem in p for p in problems(page_blocks(text))), problems(page_blocks(text))
+
+
+def test_a_marker_counts_only_directly_above_its_fence() -> None:
+    [block] = page_blocks("<!-- fragment: a reason -->\n\n```sh\nls\n```\n")
+    assert block.fragment is None  # a blank line between: the block runs
+
+
+def test_a_python_block_naming_a_file_is_that_file() -> None:
+    conftest, code = page_blocks("```python\n# conftest.py\nx = 1\n```\n\n```python\n# a comment\nx = 1\n```\n")
+    assert (conftest.file, code.file) == ("conftest.py", None)
+
+
+def test_pytest_in_a_page_loads_only_the_plugins_the_testing_extra_brings() -> None:
+    plugins = extra_plugins(ROOT / "pyproject.toml")
+    assert "pytest_asyncio.plugin" in plugins  # harel_async_store needs it
+    assert not [p for p in plugins if p.startswith(("xdist", "_hypothesis", "schemathesis"))], plugins
+
+
+def test_a_serving_command_that_stops_on_its_own_within_its_block_fails_the_page(tmp_path: Path) -> None:
+    """A command that printed its ready line and then stopped with an error (its port taken
+    after its link was printed, say) is not taken as served: the page fails, its output shown."""
+    script = "\n".join(
+        [*PRELUDE, "_bg block ready bash -c 'echo ready; sleep 0.2; echo address in use; exit 3'", "sleep 2"]
+    )
+    done = subprocess.run(["bash", "-c", script + "\nstop block\n"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "exit 3" in done.stderr and "address in use" in done.stderr, done
+    served = subprocess.run(
+        ["bash", "-c", "\n".join([*PRELUDE, "_bg block ready bash -c 'echo ready; exec sleep 30'", "stop block"])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert served.returncode == 0, served  # stopped by the harness at its block's end: served

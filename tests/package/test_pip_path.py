@@ -210,7 +210,7 @@ def test_the_quick_start_runs_from_the_wheel_alone(dist: dict[str, Path], tmp_pa
             done = run(*args, *url)
             assert done.returncode == 0, (args, done.stderr[-2000:])
         pruned = run(
-            "prune", "--finished-before", "1s", "--archive", "pruned.jsonl", *url
+            "prune", "--yes", "--finished-before", "1s", "--archive", "pruned.jsonl", *url
         )  # the demo's last hour ends when it started
         assert pruned.returncode == 0 and " removed of " in pruned.stdout, pruned.stdout + pruned.stderr[-2000:]
         assert (run.project / "pruned.jsonl").stat().st_size > 0
@@ -254,7 +254,7 @@ def test_pip_install_with_extras_into_a_fresh_virtualenv(dist: dict[str, Path], 
     with _Dashboard(command, project, env) as dashboard:
         dashboard.shows_the_demo()
     assert "Order" in run("status").stdout
-    assert " removed of " in run("prune", "--finished-before", "1d").stdout
+    assert " removed of " in run("prune", "--yes", "--finished-before", "1d").stdout
     db = "hbt_pipvenv_" + uuid.uuid4().hex[:8]
     HarelMongoStore(pymongo.MongoClient(mongo_url), db).save(Execution(id="legacy-1", definition_id="Order"))
     try:
@@ -263,3 +263,32 @@ def test_pip_install_with_extras_into_a_fresh_virtualenv(dist: dict[str, Path], 
     finally:
         with pymongo.MongoClient(mongo_url) as client:
             client.drop_database(db)
+
+
+@pytest.mark.soak
+def test_testing_md_runs_in_a_fresh_virtualenv_with_the_testing_extra_alone(
+    dist: dict[str, Path], tmp_path: Path, mongo_url: str
+) -> None:
+    """`pip install harel-beanie[testing]` (the built wheel) into a new virtualenv, its
+    dependencies from the index, then docs/testing.md's files saved in an empty folder and its
+    `pytest` lines run as printed: the extra alone brings every plugin its fixtures need (the
+    async fixture's pytest-asyncio), in memory and on the server (`MONGODB_URL`)."""
+    from tests.support.manual_pages import SHELLS, page_blocks, shell_lines
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"{dist['wheel']}[testing]"], check=True, timeout=1800)
+    project = tmp_path / "my-project"
+    project.mkdir()
+    found = page_blocks((REPO / "docs" / "testing.md").read_text())
+    for block in found:
+        if block.file:
+            (project / block.file).write_text(block.body)
+    lines = [line for b in found if b.lang in SHELLS and b.fragment is None for line in shell_lines(b)]
+    commands = [line.split("  #", 1)[0].strip() for line in lines if line.startswith("pytest")]
+    assert commands and (project / "conftest.py").is_file()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(MONGODB_URL=mongo_url, PATH=os.pathsep.join([str(venv / "bin"), env.get("PATH", "")]))
+    for command in commands:
+        done = subprocess.run(command, shell=True, cwd=project, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0 and "2 passed" in done.stdout, (command, done.stdout[-3000:], done.stderr[-2000:])

@@ -34,6 +34,7 @@ PUBLIC: dict[str, set[str]] = {
         "RecordingStore",
         "check",
         "Verdict",
+        "Worker",
         "Anomaly",
         "CommitOutcomeUnknown",
         "PENDING",
@@ -136,7 +137,7 @@ PUBLIC: dict[str, set[str]] = {
         "otel_tracer",
         "InstrumentedStore",
     },
-    "harel_beanie.deploy": {"default_models_dir", "load_models", "ScopedStore", "sweep"},
+    "harel_beanie.deploy": {"default_models_dir", "load_models", "HarelSeamChanged", "ScopedStore", "Worker", "sweep"},
 }
 
 #: the pytest plugin: what an app's conftest and tests name

@@ -107,7 +107,7 @@ def test_the_option_chooses_the_store(app: pytest.Pytester, monkeypatch: pytest.
     result.assert_outcomes(passed=1, deselected=2)
 
 
-@pytest.mark.parametrize("missing", ["pytest", "mongomock"])
+@pytest.mark.parametrize("missing", ["pytest", "pytest_asyncio", "mongomock"])
 def test_the_plugin_without_its_extra_names_the_extra(missing: str, tmp_path) -> None:
     """`import harel_beanie.testing` (or its memory store) where the `testing` extra is not
     installed: an ImportError naming the extra to install, not a bare `No module named pytest`."""

@@ -159,7 +159,9 @@ async def test_waiting_is_not_stuck_and_the_views_read_the_same_however_many_wai
     entry = dict(coll.find_one({"_id": "relaying"})["outbox"][0])
     target = Target(url=mongo_url, db=db_name, prefix="harel", retry=RetryPolicy(1, 0.1, 5_000), source="--url")
     # `status` opens its own client: its reads are counted too
-    monkeypatch.setattr(status_command, "open_client", lambda t: stack.open_client(t, listeners=[reads]))
+    # (it imports `open_client` from the stack as it runs: the stack's is the one to replace)
+    opened = stack.open_client
+    monkeypatch.setattr(stack, "open_client", lambda t: opened(t, listeners=[reads]))
 
     async def sampled() -> None:
         """This minute's sample, as a running worker or dashboard takes it once a minute: at

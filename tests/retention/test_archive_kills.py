@@ -14,6 +14,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import pytest
 from harel.engine.execution import Execution, Status
 
 from harel_beanie import MongoStore, retention
+from harel_beanie.retention.archive import LEASE
 from tests.support.crash_prune import POINTS
 
 OLD = 1_700_000_000.0
@@ -62,12 +64,17 @@ def _archive(kind: str, path: Path, db: Any) -> Any:
     return retention.CollectionArchive(db, ARCHIVE_COLLECTION)
 
 
-async def _prune_here(mongo_url: str, db_name: str, kind: str, path: Path) -> retention.PruneReport:
-    """A whole run in this process: what `harel-beanie prune` runs, without its start-up."""
+async def _prune_here(
+    mongo_url: str, db_name: str, kind: str, path: Path, *, later: bool = False
+) -> retention.PruneReport:
+    """A whole run in this process: what `harel-beanie prune` runs, without its start-up; on
+    a clock past `LEASE`, when a killed run's leaving marks no longer hold what it marked."""
     client: pymongo.AsyncMongoClient[Any] = pymongo.AsyncMongoClient(mongo_url)
+    at = time.time() + (LEASE + 1 if later else 0)
     try:
         archive = _archive(kind, path, client[db_name])
-        return await retention.prune(client[db_name].harel_executions, CUT, archive=archive, batch_size=BATCH)
+        coll = client[db_name].harel_executions
+        return await retention.prune(coll, CUT, archive=archive, batch_size=BATCH, clock=lambda: at)
     finally:
         await client.close()
 
@@ -130,7 +137,7 @@ def _scenario(
             again = _prune_killed(mongo_url, db_name, kind, path, "recover-torn", "0")
             assert again.returncode == -9 and "KILLED recover-torn" in again.stderr, again.stderr[-2000:]
             kills += 1
-        asyncio.run(_prune_here(mongo_url, db_name, kind, path))
+        asyncio.run(_prune_here(mongo_url, db_name, kind, path, later=True))
         assert db.harel_executions.count_documents({"_id": {"$in": sorted(second)}}) == 0  # completed
         _check(kind, path, db, [first, second])
         return kills

@@ -215,7 +215,7 @@ def test_prune_command_dry_run_then_for_real(tmp_path: Path, mongo_url: str, cli
     shown = run_cli(*args, "--dry-run", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert _progress(shown.stdout) == ["examining", "7/7", "7", "to", "remove"]
-    real = run_cli(*args, "--archive", str(tmp_path / "out.jsonl"), cwd=tmp_path)
+    real = run_cli(*args, "--yes", "--archive", str(tmp_path / "out.jsonl"), cwd=tmp_path)
     assert real.returncode == 0, real.stderr
     # the progress line's count column once printed "7 removingd"
     assert _progress(real.stdout) == ["examining", "7/7", "7", "removed"]
@@ -321,8 +321,28 @@ async def test_an_id_created_again_between_the_read_and_the_delete_is_not_remove
     counted = ("cc", "cseq", "cdirty")
     now = client[db_name].harel_executions.find_one({"_id": "x"})
     assert {k: v for k, v in now.items() if k not in counted} == {k: v for k, v in again.items() if k not in counted}
-    # the one read is gone (prune cannot tell by whose hand), and only it is recorded
-    assert [r.document for r in retention.read_jsonl(tmp_path / "a.jsonl").removals] == batch
+    # the one read is gone by another run's hand: that run's to archive, not this one's
+    # (two prunes at once archive each removal once: retention.removal)
+    assert retention.read_jsonl(tmp_path / "a.jsonl").removals == [] and report.removed == 0
+
+
+async def test_an_execution_purged_during_a_prune_is_archived_by_neither(
+    astore, client, db_name, tmp_path: Path
+) -> None:
+    """A purge between prune's read and its deletes: prune's read-back took the tombstone for
+    "gone" and archived the execution as removed. A purge is no removal: its tombstone buries
+    the incarnation read (`archive.gone_among`), and prune neither archives nor reports it."""
+    await astore.save(_exe("old-p", Status.DONE, OLD))
+    await astore.save(_exe("old-q", Status.DONE, OLD))
+    coll = astore._colls["executions"]
+    batch = await coll.find({"_id": {"$in": ["old-p", "old-q"]}}).to_list(None)
+    assert await astore.purge("old-p", batch[0]["version"])  # purged after prune's read
+    report = retention.PruneReport(before=CUT, dry_run=False)
+    archive = retention.JsonlArchive(tmp_path / "a.jsonl")
+    await prune_internals._prune_batch(coll, batch, report, archive, False)
+    archived = [r.execution_id for r in retention.read_jsonl(tmp_path / "a.jsonl").removals]
+    assert archived == ["old-q"] and report.removed == 1 and report.removed_ids == ["old-q"]
+    assert client[db_name].harel_executions.find_one({"_id": "old-p"})["tomb"]
 
 
 def test_prune_ttl_says_what_the_index_will_expire(tmp_path: Path, mongo_url: str, store, client, db_name) -> None:

@@ -13,6 +13,7 @@ from pymongo.errors import OperationFailure
 from harel_beanie.commands import cli, shard
 from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
 from harel_beanie.core.errors import ConfigError, SchemaMismatch, ShardPlanError
+from harel_beanie.store import connect
 
 DB, PREFIX = "app", "harel"
 EXECUTIONS, QUEUES, OVERFLOW = "harel_executions", "harel_hb_queues", "harel_hb_overflow"
@@ -173,7 +174,7 @@ def test_a_server_that_is_no_mongos_is_refused_by_the_stand_in_too(hello):
 
 def test_the_command_line_prints_each_step(monkeypatch, capsys):
     server = FakeMongos(marker=marker(parts=8))
-    monkeypatch.setattr(shard, "wait_for_server", lambda make, url, retry: server)
+    monkeypatch.setattr(connect, "wait_for_server", lambda make, url, retry: server)  # shard imports it in main
     server.close = lambda: None  # type: ignore[attr-defined]
     assert cli.main(["shard", "--url", "mongodb://mongos:27017", "--db", DB, "--prefix", PREFIX]) == 0
     out = capsys.readouterr().out
@@ -182,7 +183,7 @@ def test_the_command_line_prints_each_step(monkeypatch, capsys):
 
 def test_the_command_line_refuses_a_plan_conflict_in_one_line(monkeypatch, capsys):
     server = FakeMongos(marker=marker(), sharded={QUEUES: {"_id": 1}})
-    monkeypatch.setattr(shard, "wait_for_server", lambda make, url, retry: server)
+    monkeypatch.setattr(connect, "wait_for_server", lambda make, url, retry: server)  # shard imports it in main
     server.close = lambda: None  # type: ignore[attr-defined]
     assert cli.main(["shard", "--url", "mongodb://mongos:27017", "--db", DB]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]

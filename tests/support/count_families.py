@@ -33,7 +33,7 @@ from harel_beanie.core.flows.counting import build
 from harel_beanie.core.stuck import QUIET
 from harel_beanie.retention.archive import CollectionArchive
 from harel_beanie.retention.pruning import is_candidate
-from harel_beanie.retention.removal import removal
+from harel_beanie.retention.removal import CLAIM_FIELDS, claim, hold, remove_held
 from harel_beanie.store.dispatch import call, drive
 from harel_beanie.store.sync_store import MongoStore
 from tests.support.count_oracle import EXES, CountsOracle
@@ -69,6 +69,8 @@ class World:
     #: state met again is recognised (tests/support/explore.py, `fingerprint`)
     tokens: list[int] = field(default_factory=list)
     drawn: int = 0  # the tokens the start state holds
+    #: (id, incarnation) of each removal a prune's removal reported as its own
+    reported: list[tuple[Any, Any]] = field(default_factory=list)
 
     def urandom(self, n: int) -> bytes:
         self.tokens.append(len(self.tokens))
@@ -128,6 +130,7 @@ class World:
 
     def reset(self) -> None:
         del self.tokens[self.drawn :]  # numbered on from the start state's: never one of its tokens
+        self.reported = []
         for name, docs in self.saved.items():
             self.db[name].delete_many({})
             if docs:
@@ -165,21 +168,29 @@ class World:
         assert loaded is not None
         return lambda: flows.purge(self.st, execution_id, loaded.version)
 
-    def prune(self, *ids: str) -> Callable[[], Flow[Any]]:
+    def prune(self, *ids: str, at: float = 1_000_000.0) -> Callable[[], Flow[Any]]:
         """prune's batch over `ids`, as `retention.pruning.prune` runs it with an archive:
         the journal settled, the read, the batch journaled, the removal
-        (`retention.removal`), the removed archived."""
+        (`retention.removal`, its clock at `at`), the removed archived."""
 
         def make() -> Flow[Any]:
             archive = self.archive()
-            yield Await(lambda: archive.recover(self.aexes))
+            yield Await(lambda: archive.recover(self.aexes, at))
             docs = yield Find("executions", {"_id": {"$in": list(ids)}})
             chosen = [d for d in docs if is_candidate(d, time.time() + 86400)]
-            for d in chosen:
-                d.pop("leaving", None)  # as prune does: a mark an interrupted run left
-            yield Await(lambda: archive.begin(chosen))
-            removed = yield from removal(self.st.scope, chosen)
-            yield Await(lambda: archive.finish(removed))
+            # as prune does: a leaving mark is the removal's, kept apart; one another
+            # removal holds is its own
+            seen = {d["_id"]: {f: d.pop(f) for f in CLAIM_FIELDS if f in d} for d in chosen}
+            chosen = [d for d in chosen if claim(seen[d["_id"]], at) is not None]
+            token = f"removal-{len(self.tokens)}"  # the same in every schedule
+            self.tokens.append(len(self.tokens))
+            held = yield from hold(chosen, seen, token=token, now=at)
+            if held:
+                yield Await(lambda: archive.begin(held))
+            removed = yield from remove_held(self.st.scope, held, token)
+            self.reported.extend((d["_id"], d.get("born")) for d in removed)
+            if held:
+                yield Await(lambda: archive.finish(removed))
             return removed
 
         return make
@@ -203,6 +214,10 @@ class World:
         archived = Counter((r["execution_id"], r["document"].get("born")) for r in records)
         removed = Counter(self.oracle.removed)
         assert archived == removed, f"archived {dict(archived)}, removed {dict(removed)}"
+        reported = Counter(self.reported)
+        assert reported <= removed and not [k for k, n in reported.items() if n > 1], (
+            f"the removals reported {dict(reported)} as their own, removed {dict(removed)}"
+        )
         assert self.db[ARCHIVE + "_pending"].count_documents({}) == 0, "the journal was left unsettled"
 
     def explore(self, actors: list[Actor], **bounds: Any) -> Report:

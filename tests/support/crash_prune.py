@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pymongo import DeleteOne
 from pymongo.asynchronous.collection import AsyncCollection
 
 from harel_beanie.commands import cli
@@ -112,10 +113,10 @@ def install(point: str, batch: int) -> None:
             if here("finish-after"):
                 die(point)
 
-        async def watched_recover(self: Any, executions: Any) -> int:
+        async def watched_recover(self: Any, executions: Any, now: Any = None) -> int:
             state["recovering"] = True
             try:
-                return await recover(self, executions)
+                return await recover(self, executions, now)
             finally:
                 state["recovering"] = False
 
@@ -125,7 +126,10 @@ def install(point: str, batch: int) -> None:
 
     async def killed_bulk_write(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = await bulk_write(self, *args, **kwargs)
-        if here("delete-after") and self.name.endswith("_executions"):  # not the archive's copy
+        # the deletes' bulk write, not the leaving marks' (a run killed after its marks
+        # leaves them to hold for `retention.removal.LEASE`), nor the archive's copy
+        deletes = any(isinstance(op, DeleteOne) for op in (args[0] if args else kwargs.get("requests") or ()))
+        if here("delete-after") and self.name.endswith("_executions") and deletes:
             die(point)
         return result
 
@@ -141,7 +145,7 @@ def main(argv: list[str]) -> int:
     if len(argv) < 2:
         raise SystemExit(__doc__)
     install(argv[0], int(argv[1]))
-    return cli.main(["prune", *argv[2:]])
+    return cli.main(["prune", "--yes", *argv[2:]])
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ start-up and periodic relay sweeps, its ready line and signal handling — with 
 harel's `AsyncWorker` and the transport take the time from the clock file the test writes
 (`tests/support/crash_clock.py`) instead of the wall clock, and the relay sweeps take the
 worker's. The command has no clock option, so this script puts the clock into the two places
-the command builds them (`open_transport`, `CountingWorker` in `harel_beanie.commands.worker`),
+the command's `Worker` builds them (`open_transport`, `CountingWorker` in `harel_beanie.deploy.worker`),
 then runs the command unchanged. That way the models' long timers fire within seconds, every incarnation of the
 worker agrees on the time, and `--visibility` is in clock seconds.
 """
@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from harel_beanie.commands import cli
-from harel_beanie.commands import worker as command
+from harel_beanie.deploy import worker as command
 from tests.support.crash_clock import SharedClock
 
 PATCHED = ("open_transport", "CountingWorker")
@@ -27,7 +27,7 @@ PATCHED = ("open_transport", "CountingWorker")
 def use_clock(clock: SharedClock) -> None:
     missing = [name for name in PATCHED if not hasattr(command, name)]
     if missing:
-        raise SystemExit(f"harel_beanie.commands.worker no longer has {missing}: update tests/support/crash_worker.py")
+        raise SystemExit(f"harel_beanie.deploy.worker no longer has {missing}: update tests/support/crash_worker.py")
     open_transport, counting_worker = (getattr(command, name) for name in PATCHED)
 
     # the transport's and the worker's clock replaced (the command passes its own since the

@@ -34,6 +34,8 @@ COMMIT_TOKENS = 16  # commit tokens an execution keeps
 BURIED_MAX = 64  # creations a tombstone keeps
 NO_ID = "\U0010ffff"  # an empty counter's `low`
 FRESH_OFFSET = 2.0**34  # a fresh group's claim key: its publish time less this
+SCHEMA_VERSION = 4  # the layout a database made by this version records
+EPOCH_ID, EPOCH_SPAN = "hb_counts_epoch", 2**40  # the counters' epochs, and the seqs each spans
 
 
 # --- values no model can predict ---------------------------------------------------------------
@@ -281,13 +283,20 @@ def _updated(stored: dict[str, Any], c: Commit) -> dict[str, Any]:
         doc.pop("leaving", None)  # a commit keeps an execution prune had begun removing
         doc.pop("quiet", None)  # no longer silent: the next fold decides again (core.stuck)
     timers = doc.setdefault("timers", {})
+    known = isinstance(timers, dict) and all(_number(at) for at in timers.values())
     for path, at in _timers(c).items():
         if at is None:
             timers.pop(c.encode(path), None)
         else:
             timers[c.encode(path)] = at
     armed = [at for at in _timers(c).values() if at is not None]
-    if armed:  # a lower bound: only ever lowered by a commit (a sweep raises it)
+    if _timers(c) and known:
+        # the earliest of the timers it leaves, or none (core.stuck, Rule T1): what the
+        # document held at the version it writes over, less its cancels, with its schedules
+        doc.pop("next_fire", None)
+        if timers:
+            doc["next_fire"] = min(timers.values())
+    elif armed:  # timers it cannot read as fire times: a lower bound, only lowered
         doc["next_fire"] = min([*armed, *([doc["next_fire"]] if "next_fire" in doc else [])])
     doc["commit_tokens"] = (list(doc.get("commit_tokens") or []) + [COMMIT_TOKEN])[-COMMIT_TOKENS:]
     doc["outbox"] = list(doc.get("outbox") or []) + outbox
@@ -435,18 +444,34 @@ def _entry(doc: Mapping[str, Any]) -> dict[str, Any]:
     return entry
 
 
+def _fresh_counters(after: Snapshot, parts: Sequence[int]) -> None:
+    """The counters of `parts` where there are none, unbuilt, at a new epoch's base
+    (core.counting, Rule 6): one epoch drawn for all of them."""
+    counts = after.setdefault(COUNTS, {})
+    missing = [p for p in parts if p not in counts]
+    if not missing:
+        return
+    epoch = after.setdefault(COUNTERS, {}).setdefault(EPOCH_ID, {"_id": EPOCH_ID, "n": 0})
+    epoch["n"] = int(epoch.get("n") or 0) + 1
+    base = epoch["n"] * EPOCH_SPAN
+    for part in missing:
+        counts[part] = {"_id": part, "part": part, "seq": base, "n": {}, "t": 0, "last": [], "built": False}
+
+
 def _build(exes: dict[Any, dict[str, Any]], counts: dict[Any, dict[str, Any]], part: int) -> None:
     """A partition's counter built: every document never counted and not dirty given its
-    `cc`, the counter the sums of its partition's `cc`."""
-    counter = counts.setdefault(
-        part, {"_id": part, "part": part, "seq": 0, "n": {}, "t": 0, "last": [], "built": False}
-    )
+    `cc`, every older mark raised to the counter's base (Rule 6), the counter the sums of
+    its partition's `cc`."""
+    counter = counts[part]
+    base = int(counter.get("seq") or 0)
     mine = [d for d in exes.values() if d.get("part") == part]
     for d in mine:
         if "cc" not in d and "cdirty" not in d:
-            d["cc"], d["cseq"] = counted_as(d), 0
+            d["cc"], d["cseq"] = counted_as(d), base
             _quiet(d, quiet_as(d))
-    if counter.get("built") or counter.get("seq") != 0:
+        elif isinstance(d.get("cseq"), int) and d["cseq"] < base:
+            d["cseq"] = base
+    if counter.get("built"):
         return
     sums: dict[str, int] = {}
     counted = [d for d in mine if isinstance(d.get("cc"), dict)]
@@ -465,12 +490,16 @@ def fold(before: Snapshot, parts: Optional[Sequence[int]], ids: Optional[Sequenc
     after = copy.deepcopy(before)
     exes, counts = after.setdefault(EXES, {}), after.setdefault(COUNTS, {})
     chosen = sorted(set(parts)) if parts is not None else list(range(PARTS))
-    for part in chosen:
-        if not counts.get(part, {}).get("built"):
+    unbuilt = [p for p in chosen if not counts.get(p, {}).get("built")]
+    if unbuilt and (after.get(COUNTERS, {}).get(MARKER) or {}).get("n") == SCHEMA_VERSION:
+        _fresh_counters(after, unbuilt)
+        for part in unbuilt:
             _build(exes, counts, part)
     folded = 0
     for part in chosen:
-        counter = counts[part]
+        counter = counts.get(part) or {}
+        if not counter.get("built"):
+            continue  # no build before the layout is recorded whole: no fold either
         seq = int(counter.get("seq") or 0)
         if counter.get("last") and not counter.get("marked"):
             _mark(exes, part, seq, counter["last"])
@@ -721,9 +750,10 @@ def migrate_up_from_1(before: Snapshot) -> Snapshot:
     marker.setdefault("parts", PARTS)
     # and, at this package's layout, every partition's counter built (migrate.counts_build)
     exes, counts = after.setdefault(EXES, {}), after.setdefault(COUNTS, {})
-    for part in range(PARTS):
-        if not counts.get(part, {}).get("built"):
-            _build(exes, counts, part)
+    unbuilt = [p for p in range(PARTS) if not counts.get(p, {}).get("built")]
+    _fresh_counters(after, unbuilt)
+    for part in unbuilt:
+        _build(exes, counts, part)
     return after
 
 

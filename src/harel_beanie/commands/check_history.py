@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harel_beanie.commands.worker import load_definitions
 from harel_beanie.core.errors import ConfigError
-from harel_beanie.history.checker import check
-from harel_beanie.history.records import read_history
-from harel_beanie.history.replay import replay
-from harel_beanie.history.story import story
-from harel_beanie.history.verdict import Verdict
+
+if TYPE_CHECKING:
+    from harel_beanie.history.verdict import Verdict
 
 NAME = "check-history"
 HELP = "judge recorded history files: nothing lost, nothing doubled"
@@ -57,6 +54,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: Any) -> int:
+    from harel_beanie.commands.worker import load_definitions
+    from harel_beanie.history.checker import check
+    from harel_beanie.history.records import read_history
+    from harel_beanie.history.replay import replay
+    from harel_beanie.history.story import story
+
     definitions = load_definitions(args.definitions)  # the worker's rule: the same one-line refusals
     try:
         records = read_history(args.history)

@@ -11,6 +11,11 @@ one way every command is started — one set of `--url`/`--db`/`--prefix` rules
 unreachable server, a missing directory, a database in another layout or sharded against
 the plan — turned into one line on stderr and exit code 2 (a command that refuses or fails
 on its own terms raises `CommandFailed`: one line, its exit code).
+
+Each command module imports at its top only what its flags need (argparse, `flags`, the
+driver-free errors), and what it runs on inside its `main`: building the parser and refusing
+a flag then load no driver, no Beanie and no harel engine, so `--help`, `--version` and a
+typo answer at once and each command pays only for its own imports.
 """
 
 from __future__ import annotations
@@ -44,7 +49,6 @@ from harel_beanie.core.errors import (
     ShardPlanError,
     StoreUnavailable,
 )
-from harel_beanie.deploy.where import resolve
 
 PROG = "harel-beanie"
 
@@ -74,7 +78,13 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (raised, printed by `main`)."""
+    """argparse, but a usage error is one line (raised, printed by `main`), and a flag is
+    taken only as spelled: with argparse's abbreviations `--model` would be read as
+    `--models`, and a destructive command would run on a flag the user never typed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
@@ -125,6 +135,10 @@ def _handler(command: ModuleType) -> Callable[[Any], int]:
 
     def run(args: Any) -> int:
         check(args)
+        # only now: the rules of where the data lives import the driver, which `--help`,
+        # `--version` and a refused flag never need
+        from harel_beanie.deploy.where import resolve
+
         with resolve(
             url=args.url,
             db=args.db,

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from harel_beanie.core.arguments import BadArgument, parse_number, require_int, require_seconds
 from harel_beanie.core.errors import ConfigError
-from harel_beanie.transport.settings import MAX_IDLE_WAIT
+from harel_beanie.core.limits import MAX_IDLE_WAIT
 
 #: A day, in seconds: the bound of most waits a flag sets.
 DAY = 86400.0

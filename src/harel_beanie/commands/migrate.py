@@ -10,18 +10,13 @@ running the same command again resumes), an interruption (exit 130, resumable to
 from __future__ import annotations
 
 import argparse
-import asyncio
-from typing import Any
-
-from pymongo.errors import PyMongoError
+from typing import TYPE_CHECKING, Any
 
 from harel_beanie.commands import flags
-from harel_beanie.core.documents import SCHEMA_VERSION
 from harel_beanie.core.errors import CommandFailed, ConfigError
-from harel_beanie.deploy.stack import open_client
-from harel_beanie.deploy.where import Target
-from harel_beanie.migrate.engine import BATCH_SIZE, MigrationError, Migrator
-from harel_beanie.store.connect import driver_message
+
+if TYPE_CHECKING:
+    from harel_beanie.deploy.where import Target
 
 NAME = "migrate"
 HELP = "move a database between layout versions (0: harel's MongoStore layout)"
@@ -50,8 +45,17 @@ RESUME = "run the same command again to resume"
 
 
 async def run(args: Any, target: Target) -> None:
+    from harel_beanie.core.documents import SCHEMA_VERSION
+    from harel_beanie.deploy.stack import open_client
+    from harel_beanie.deploy.where import mistyped_db
+    from harel_beanie.migrate.engine import BATCH_SIZE, Migrator
+
     client = await open_client(target)
     try:
+        # `status` on a mistyped name would say to migrate it up; `up` may start a new database
+        hint = await mistyped_db(client, target.db, target.prefix) if args.action == "status" else None
+        if hint is not None:
+            raise ConfigError(hint)
         m = Migrator(client[target.db], target.prefix, batch_size=args.batch_size or BATCH_SIZE, say=print)
         if args.action == "status":
             for line in (await m.status()).lines(m.where):
@@ -68,6 +72,14 @@ async def run(args: Any, target: Target) -> None:
 
 def main(args: Any, target: Target) -> int:
     """Run `args.action` against `target` (see `harel_beanie.commands.cli` for the flags)."""
+    import asyncio
+
+    from pymongo.errors import PyMongoError
+
+    from harel_beanie.core.documents import SCHEMA_VERSION
+    from harel_beanie.migrate.engine import MigrationError
+    from harel_beanie.store.connect import driver_message
+
     if args.to is not None and args.action == "status":
         raise ConfigError("--to goes with up or down")
     if args.to is not None and not 0 <= args.to <= SCHEMA_VERSION:

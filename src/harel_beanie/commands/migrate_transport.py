@@ -10,13 +10,12 @@ harel's; `status` says how many wait in each. A run cut short is finished by run
 from __future__ import annotations
 
 import argparse
-import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harel_beanie.core.errors import CommandFailed
-from harel_beanie.deploy.stack import TRANSPORTS, open_client, queued
-from harel_beanie.deploy.where import Target
-from harel_beanie.transport.moving import MoveRefused, down, up
+
+if TYPE_CHECKING:
+    from harel_beanie.deploy.where import Target
 
 NAME = "migrate-transport"
 HELP = "move undelivered messages between harel's Mongo transport and this package's"
@@ -36,6 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def run(args: Any, target: Target) -> None:
+    from harel_beanie.deploy.stack import TRANSPORTS, open_client, queued
+    from harel_beanie.transport.moving import down, up
+
     client = await open_client(target)
     try:
         db = client[target.db]
@@ -51,6 +53,10 @@ async def run(args: Any, target: Target) -> None:
 
 
 def main(args: Any, target: Target) -> int:
+    import asyncio
+
+    from harel_beanie.transport.moving import MoveRefused
+
     try:
         asyncio.run(run(args, target))
     except MoveRefused as exc:

@@ -15,15 +15,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 from pathlib import Path
-from typing import Any, Optional
-
-from harel.config import Config
+from typing import TYPE_CHECKING, Any, Optional
 
 from harel_beanie.commands import flags
 from harel_beanie.core.errors import ConfigError
-from harel_beanie.deploy.loader import load_models
-from harel_beanie.deploy.stack import open_sync_store
-from harel_beanie.deploy.where import Target
+
+if TYPE_CHECKING:
+    from harel_beanie.deploy.where import Target
 
 NAME = "monitor"
 HELP = "harel's monitoring TUI over the store"
@@ -52,6 +50,8 @@ def definition_source(directory: Optional[str]) -> Any:
     (with the directory importable for the models' actions), or none."""
     from harel.tui.resolve import DefinitionSource
 
+    from harel_beanie.deploy.loader import load_models
+
     if not directory:
         return DefinitionSource.empty()
     if not Path(directory).is_dir():
@@ -68,8 +68,11 @@ def build_app(
 ) -> Any:
     """harel's `MonitorApp` over our `MongoStore` for `target`. Close `app.model` after use."""
     _tui()
+    from harel.config import Config
     from harel.tui.app import MonitorApp
     from harel.tui.model import MonitorModel
+
+    from harel_beanie.deploy.stack import open_sync_store
 
     cfg = Config.from_env()
     source = definition_source(definitions or cfg.definitions_dir)

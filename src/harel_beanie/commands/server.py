@@ -21,8 +21,10 @@ from typing import IO, Any
 
 from harel_beanie.commands import flags
 from harel_beanie.core.errors import ConfigError
-from harel_beanie.deploy.local_server import LOCK_FILE, LocalServer
-from harel_beanie.deploy.where import DEFAULT_DATA_DIR, URL_ENV
+
+#: the data folder's name, as `harel_beanie.deploy.where` has it (a test holds them equal):
+#: imported from there, `--help` would load the deploy package
+DEFAULT_DATA_DIR = "harel-beanie-data"
 
 NAME = "server"
 HELP = "the embedded MongoDB server in the foreground: prints the MONGODB_URL to export"
@@ -59,6 +61,8 @@ def folder(args: Any) -> Path:
 def check_flags(args: Any) -> None:
     """A server already on the folder, then the port, refused before anything is made (a
     folder, a lock)."""
+    from harel_beanie.deploy.local_server import LocalServer
+
     data = folder(args)
     found = LocalServer(data, NAME).running()
     if found is not None:
@@ -75,6 +79,8 @@ def check_flags(args: Any) -> None:
 
 
 def main(args: Any) -> int:
+    from harel_beanie.deploy.local_server import LocalServer
+
     data = folder(args)
     local = LocalServer(data, NAME, port=args.port)
     data.mkdir(parents=True, exist_ok=True)
@@ -110,6 +116,8 @@ def _lock(data: Path) -> IO[str]:
     """The folder's lock, held until closed; refused if another `server` holds it."""
     import fcntl
 
+    from harel_beanie.deploy.local_server import LOCK_FILE
+
     handle = open(data / LOCK_FILE, "w")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -124,6 +132,8 @@ def _lock(data: Path) -> IO[str]:
 
 
 def _announce(url: str, data: Path) -> None:
+    from harel_beanie.deploy.where import URL_ENV
+
     print(f"harel-beanie server: the embedded MongoDB server (SecantusDB) on {url}, data in {data}/", flush=True)
     print("Point your code, a worker or a migration at it (in another terminal):", flush=True)
     print(f"  export MONGODB_URL={url}", flush=True)

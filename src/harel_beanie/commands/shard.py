@@ -19,17 +19,12 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from harel.engine.schema import Names
-from pymongo.errors import OperationFailure
-
-from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
 from harel_beanie.core.errors import ConfigError, SchemaMismatch, ShardPlanError
-from harel_beanie.core.partitions import DEFAULT_PARTITIONS, SHARD_PLAN
-from harel_beanie.deploy.where import Target
-from harel_beanie.store.connect import wait_for_server
-from harel_beanie.store.sharding import format_key, is_mongos, plan_collections, plan_problems, read_live_keys
+
+if TYPE_CHECKING:
+    from harel_beanie.deploy.where import Target
 
 NAME = "shard"
 HELP = "shard the store's and transport's collections on a cluster, as planned"
@@ -65,6 +60,8 @@ class ShardReport:
 
 
 def _refuse_unless_mongos(client: Any, where: str) -> None:
+    from harel_beanie.store.sharding import is_mongos
+
     hello = client.admin.command("hello")
     if not is_mongos(hello):
         kind = "a replica set member" if hello.get("setName") else "a standalone server"
@@ -75,6 +72,11 @@ def _refuse_unless_mongos(client: Any, where: str) -> None:
 
 def _parts_of_layout(client: Any, db_name: str, prefix: str, where: str) -> int:
     """The partitions the schema marker records, once the layout is this package's."""
+    from harel.engine.schema import Names
+
+    from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
+    from harel_beanie.core.partitions import DEFAULT_PARTITIONS
+
     marker = client[db_name][Names(prefix).counters].find_one({"_id": SCHEMA_MARKER_ID})
     if marker is None:
         raise ConfigError(
@@ -88,6 +90,8 @@ def _parts_of_layout(client: Any, db_name: str, prefix: str, where: str) -> int:
 
 
 def _enable_sharding(client: Any, db_name: str) -> str:
+    from pymongo.errors import OperationFailure
+
     try:
         client.admin.command({"enableSharding": db_name})
     except OperationFailure as exc:
@@ -98,6 +102,8 @@ def _enable_sharding(client: Any, db_name: str) -> str:
 
 
 def _create_key_index(client: Any, db_name: str, name: str, key: dict[str, int]) -> None:
+    from pymongo.errors import OperationFailure
+
     index = {"key": dict(key), "name": SHARD_KEY_INDEX}
     try:
         client[db_name].command({"createIndexes": name, "indexes": [index]})
@@ -114,6 +120,9 @@ def apply_plan(client: Any, db_name: str, prefix: str, where: str, say: Callable
     refusals. Each step is said as it is done. Raises `ConfigError` (not a mongos, no
     schema), `SchemaMismatch` (another layout) or `ShardPlanError` (a collection on another
     key), in each case before changing anything."""
+    from harel_beanie.core.partitions import SHARD_PLAN
+    from harel_beanie.store.sharding import format_key, plan_collections, plan_problems, read_live_keys
+
     _refuse_unless_mongos(client, where)
     report = ShardReport(db_name, _parts_of_layout(client, db_name, prefix, where))
     live = read_live_keys(client, db_name, prefix)
@@ -145,6 +154,8 @@ def apply_plan(client: Any, db_name: str, prefix: str, where: str, say: Callable
 
 def main(args: Any, target: Target) -> int:
     from pymongo import MongoClient
+
+    from harel_beanie.store.connect import wait_for_server
 
     def make() -> Any:
         return MongoClient(target.url, **target.retry.client_settings({}))

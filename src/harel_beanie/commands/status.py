@@ -3,8 +3,8 @@
 Why this module exists: an operator asks "is anything stuck, and how much is waiting?"
 This answers from the store's indexed fields (`harel_beanie.queries.backlog`: executions by
 definition and status, the pending outbox and the age of its oldest entry, pending spawns,
-the executions holding the oldest of them (`harel_beanie.queries.oldest`), due and next timers, the stuck executions: `harel_beanie.core.stuck`) plus the
-queue of harel's Mongo transport (events queued, executions leased by a worker). `--json`
+the executions holding the oldest of them (`harel_beanie.queries.oldest`), due and next
+timers, the stuck executions: `harel_beanie.core.stuck`) plus the queue of harel's Mongo transport (events queued, executions leased by a worker). `--json`
 prints the same figures for scripts and monitoring; times are epoch seconds, ages seconds.
 
 It reads only: the store is opened without creating indexes or layout markers.
@@ -13,27 +13,17 @@ It reads only: the store is opened without creating indexes or layout markers.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from harel.engine.schema import Names
-from rich import box
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
-
-from harel_beanie import queries
 from harel_beanie.commands import flags
-from harel_beanie.core.documents import bind
-from harel_beanie.deploy.stack import open_client
-from harel_beanie.deploy.where import Target
-from harel_beanie.queries.backlog import human_duration
-from harel_beanie.queries.samples import sampled_backlog, samples_name
-from harel_beanie.store.async_store import AsyncMongoStore
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from harel_beanie.deploy.where import Target
 
 NAME = "status"
 HELP = "backlog and health: counts, pending work, timers, stuck executions"
@@ -57,7 +47,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-STATUSES = queries.STATUSES
 #: what the stuck list is (harel_beanie.core.stuck), as its title and when it is empty
 STUCK_TITLE = "Stuck: RUNNING, silent for more than {} with nothing to wake it, or a timer overdue by as long"
 NOTHING_STUCK = (
@@ -68,6 +57,14 @@ NOTHING_STUCK = (
 
 async def collect(target: Target, stuck_after: float, show: int) -> dict[str, Any]:
     """Everything `status` shows, as plain data."""
+    from harel.engine.schema import Names
+
+    from harel_beanie.core.documents import bind
+    from harel_beanie.deploy.stack import open_client
+    from harel_beanie.deploy.where import mistyped_db
+    from harel_beanie.queries.samples import sampled_backlog, samples_name
+    from harel_beanie.store.async_store import AsyncMongoStore
+
     client = await open_client(target)
     store = AsyncMongoStore(client, target.db, prefix=target.prefix, create_schema=False)
     try:
@@ -84,6 +81,7 @@ async def collect(target: Target, stuck_after: float, show: int) -> dict[str, An
         # (counts partial: executions are stored, their partitions not counted yet)
         counted = sum(sum(per.values()) for per in b.counts.values()) or b.unbuilt
         found = [] if counted else await elsewhere(client, target)
+        hint = None if counted else await mistyped_db(client, target.db, target.prefix)
     finally:
         await store.close()
     out = b.as_dict()
@@ -99,6 +97,7 @@ async def collect(target: Target, stuck_after: float, show: int) -> dict[str, An
     out["where"] = {"url": target.masked_url, "db": target.db, "prefix": target.prefix}
     if not out["executions"]:
         out["elsewhere"] = found
+        out["did_you_mean"] = hint
     return out
 
 
@@ -108,10 +107,6 @@ def execution_page(execution_id: str) -> str:
     return f"/execution?id={quote(execution_id, safe='')}"
 
 
-#: the server's own databases: never an app's
-_SYSTEM_DBS = ("admin", "config", "local")
-
-
 async def elsewhere(client: Any, target: Target, limit: int = 5) -> list[dict[str, Any]]:
     """The databases and prefixes on this server that hold executions, other than the
     target's (`--db`, `--prefix` mistyped, or the data written under other names), the names
@@ -119,12 +114,14 @@ async def elsewhere(client: Any, target: Target, limit: int = 5) -> list[dict[st
     points at. Estimated counts: a look, not a scan."""
     from difflib import SequenceMatcher
 
+    from harel_beanie.deploy.where import SYSTEM_DBS
+
     def likeness(f: dict[str, Any]) -> float:
         return SequenceMatcher(None, f"{f['db']}/{f['prefix']}", f"{target.db}/{target.prefix}").ratio()
 
     found = []
     for name in await client.list_database_names():
-        if name in _SYSTEM_DBS:
+        if name in SYSTEM_DBS:
             continue
         for coll in await client[name].list_collection_names():
             prefix = coll.removesuffix("_executions")
@@ -138,6 +135,13 @@ async def elsewhere(client: Any, target: Target, limit: int = 5) -> list[dict[st
 
 def render(console: Console, data: dict[str, Any]) -> None:
     """Kept whole: it is the command's output in the order it is printed, a table or line at a time."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    from harel_beanie.queries.backlog import human_duration
+
     w = data["where"]
     now = data["now"]
     console.print(
@@ -222,6 +226,12 @@ def empty_hint(found: list[dict[str, Any]]) -> list[str]:
 def _oldest(console: Console, data: dict[str, Any]) -> None:
     """The executions holding the oldest pending entries (read now, even where the counts
     above come from a sample), each with its page on the dashboard."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from harel_beanie.queries.backlog import human_duration
+
     rows = [*data["oldest_outbox"], *data["oldest_spawns"]]
     if not rows:
         return
@@ -243,6 +253,12 @@ def _oldest(console: Console, data: dict[str, Any]) -> None:
 
 def _executions(console: Console, data: dict[str, Any]) -> None:
     """The executions by definition and status, or what to run when there are none."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from harel_beanie.queries import STATUSES
+
     w = data["where"]
     if data.get("unbuilt"):
         console.print(
@@ -251,6 +267,8 @@ def _executions(console: Console, data: dict[str, Any]) -> None:
         )
     if not data["executions"] and not data.get("unbuilt"):
         console.print(f"No executions in database {w['db']}, collection {w['prefix']}_executions.")
+        if data.get("did_you_mean"):
+            console.print(Text(data["did_you_mean"]))
         for line in empty_hint(data.get("elsewhere") or []):
             console.print(Text(line))
     else:
@@ -275,6 +293,10 @@ def _executions(console: Console, data: dict[str, Any]) -> None:
 
 
 def main(args: Any, target: Target) -> int:
+    import asyncio
+
+    from rich.console import Console
+
     data = asyncio.run(collect(target, args.stuck_after, args.show))
     if args.json:
         print(json.dumps(data, indent=2, sort_keys=True))

@@ -4,7 +4,8 @@ the same server (this package's own by default, harel's Mongo transport with
 
 Why this module exists: harel's own worker (`python -m harel.worker`) builds harel's
 `AsyncMongoStore` for `HAREL_STORE_BACKEND=mongo`; it cannot be pointed at another store.
-This is the same loop on ours, configured the same way: the `HAREL_*` variables harel's
+This is the same loop on ours (`harel_beanie.Worker`, which an app runs in its own process
+the same way), configured as harel's is: the `HAREL_*` variables harel's
 worker reads (`HAREL_DEFINITIONS_DIR`, `HAREL_MONGO_URL`, `HAREL_MONGO_DB`, `HAREL_PREFIX`,
 `HAREL_CONCURRENCY`, `HAREL_WORKER_ID`, `HAREL_VISIBILITY`, `HAREL_TRACE`, `HAREL_TRACE_MAX`,
 `HAREL_CREATE_SCHEMA`), each overridable by a flag.
@@ -39,35 +40,21 @@ What it adds to harel's loop:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import signal
 import socket
 import time
 from pathlib import Path
-from typing import Any, Optional
-
-from harel.config import Config
-from harel.engine.schema import Names
-from pymongo.errors import ConnectionFailure
+from typing import TYPE_CHECKING, Any
 
 from harel_beanie.commands import flags
-from harel_beanie.core.documents import bind
 from harel_beanie.core.errors import ConfigError
-from harel_beanie.core.partitions import PartitionScope
-from harel_beanie.deploy.loader import load_models
-from harel_beanie.deploy.relay import sweep
-from harel_beanie.deploy.serving import first_look, give_back, run_through_outages, share, sweep_forever
-from harel_beanie.deploy.stack import TRANSPORTS, CountingWorker, open_client, open_transport, refuse_if_stranded
-from harel_beanie.deploy.where import Target
-from harel_beanie.history.recording import RecordingStore, RecordingTransport
-from harel_beanie.history.records import HistoryWriter
-from harel_beanie.queries.samples import sample_if_due, samples_name
-from harel_beanie.store.async_store import AsyncMongoStore
-from harel_beanie.transport.ownership import PartitionOwner
-from harel_beanie.transport.prefetch import PREFETCH_CAP
-from harel_beanie.transport.settings import MAX_VISIBILITY
+from harel_beanie.core.limits import MAX_VISIBILITY
+
+if TYPE_CHECKING:
+    from harel_beanie.deploy.where import Target
+    from harel_beanie.deploy.worker import Worker
 
 NAME = "worker"
 HELP = "a long-running harel AsyncWorker on the store"
@@ -117,11 +104,16 @@ log = logging.getLogger("harel_beanie.commands.worker")
 
 #: which transport a worker runs on when `--transport` is not given (`beanie` or `harel`)
 TRANSPORT_ENV = "HAREL_BEANIE_TRANSPORT"
+#: the transport a worker runs on unless told (`harel_beanie.deploy.stack.TRANSPORTS[0]`: a
+#: test holds them equal; imported from there, `--help` would load the whole stack)
+DEFAULT_TRANSPORT = "beanie"
 
 
 def load_definitions(directory: str) -> dict[str, Any]:
     """Every machine in `directory`/*.stm, validated, its actions imported; a `ConfigError`
     naming the problem otherwise."""
+    from harel_beanie.deploy.loader import load_models
+
     path = Path(directory)
     if not path.is_dir():
         raise ConfigError(f"no definitions directory at {directory}")
@@ -136,6 +128,8 @@ def load_definitions(directory: str) -> dict[str, Any]:
 
 def settings(args: Any) -> dict[str, Any]:
     """The worker's settings: flags first, then harel's `HAREL_*` variables, then harel's defaults."""
+    from harel.config import Config
+
     try:
         cfg = Config.from_env()
     except ValueError as exc:
@@ -152,7 +146,7 @@ def settings(args: Any) -> dict[str, Any]:
         "trace_max": cfg.trace_max,
         "create_schema": cfg.create_schema,
         "sweep_every": args.sweep_every,
-        "transport": args.transport or os.environ.get(TRANSPORT_ENV) or TRANSPORTS[0],
+        "transport": args.transport or os.environ.get(TRANSPORT_ENV) or DEFAULT_TRANSPORT,
         "idle_wait": args.idle_wait,
         "history": args.history,
         # the one clock the worker's leases, claims, timers and sweeps read (no flag: the seam
@@ -172,6 +166,8 @@ def check_flags(args: Any) -> None:
 
 
 def main(args: Any, target: Target) -> int:
+    import asyncio
+
     opts = settings(args)
     if opts["concurrency"] < 1:
         raise ConfigError(f"concurrency must be at least 1, got {opts['concurrency']}")
@@ -181,84 +177,42 @@ def main(args: Any, target: Target) -> int:
 
 
 async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any]) -> int:
-    """The worker's life: the store and transport opened, its share of the partitions taken,
-    the work earlier workers left relayed, harel's loop run until a signal, the share given
-    back."""
-    client = await open_client(target)
-    # with this package's transport, the store, the transport and the partition owner share
-    # one scope: the leases the owner holds are what the sweeps and claims read
-    clock = opts.get("clock") or time.time
-    scope = PartitionScope(held={}, clock=clock) if opts["transport"] == TRANSPORTS[0] else None
-    store: Any = AsyncMongoStore(
-        client,
-        target.db,
-        prefix=target.prefix,
-        create_schema=opts["create_schema"],
-        trace_max=opts["trace_max"],
-        partitions=scope,
-    )
+    """The worker's life, as an app's own process runs it (`harel_beanie.Worker`): here with
+    its ready line, the stop lines, the signals and `--history`. SIGTERM or SIGINT lets the
+    events in flight finish; a second stops at once (they come back after their lease).
+    Kept whole: the signal handler, the worker's task and its lines share the stop event and
+    the signal count."""
+    import asyncio
+
+    from harel_beanie.deploy.worker import Worker
+    from harel_beanie.history.recording import RecordingStore, RecordingTransport
+    from harel_beanie.history.records import HistoryWriter
+
     history = HistoryWriter(opts["history"], opts["worker_id"]) if opts["history"] else None
-    if history is not None:
-        store = RecordingStore(store, history)
-    transport = None
-    owner: Optional[PartitionOwner] = None
-    try:
-        transport = await _start(store, client, target, opts, scope)
-        if scope is not None:
-            owner = PartitionOwner(transport.partition_leases, opts["worker_id"], scope, clock=clock)
-            await first_look(owner)
-        if history is not None:
-            transport = RecordingTransport(transport, history)
-        executions = client[target.db][Names(target.prefix).executions]
-        worker = CountingWorker(
-            store,
-            transport,
-            definitions,
-            worker_id=opts["worker_id"],
-            visibility=opts["visibility"],
-            concurrency=opts["concurrency"],
-            trace=opts["trace"],
-            executions=executions,
-            clock=clock,
-        )
-        await _relay_leftovers(store, transport, executions, worker, opts)
-        await _until_stopped(target, definitions, opts, store, transport, executions, worker, owner)
-        return 0
-    finally:
-        await store.close()
-        if transport is not None:
-            await transport.close()
-
-
-async def _relay_leftovers(store: Any, transport: Any, executions: Any, worker: Any, opts: dict[str, Any]) -> None:
-    """The pending work earlier workers left, relayed before this one starts claiming."""
-    try:
-        leftover = await sweep(store, transport, executions, worker.definitions, worker.clock, trace=opts["trace"])
-    except ConnectionFailure:  # the periodic sweep will do it once the server answers again
-        leftover = 0
-    if leftover:
-        print(
-            f"worker {opts['worker_id']}: relayed the pending work of {leftover} execution(s) left by earlier workers",
-            flush=True,
-        )
-
-
-async def _until_stopped(
-    target: Target,
-    definitions: dict[str, Any],
-    opts: dict[str, Any],
-    store: Any,
-    transport: Any,
-    executions: Any,
-    worker: Any,
-    owner: Optional[PartitionOwner],
-) -> None:
-    """harel's loop, the sweeps and the leases run until SIGTERM or SIGINT: the first lets
-    the events in flight finish, a second stops at once (they come back after their lease).
-    Kept whole: the signal handler, the tasks and their clean-up share the stop event and the signal count."""
     wid = opts["worker_id"]
+    worker = Worker(
+        target.url,
+        definitions,
+        db_name=target.db,
+        prefix=target.prefix,
+        retry=target.retry,
+        concurrency=opts["concurrency"],
+        worker_id=wid,
+        visibility=opts["visibility"],
+        trace=opts["trace"],
+        trace_max=opts["trace_max"],
+        create_schema=opts["create_schema"],
+        transport_kind=opts["transport"],
+        idle_wait=opts["idle_wait"],
+        sweep_every=opts["sweep_every"],
+        clock=opts.get("clock") or time.time,
+        wrap_store=None if history is None else lambda store: RecordingStore(store, history),
+        wrap_transport=None if history is None else lambda transport: RecordingTransport(transport, history),
+        on_ready=lambda w: print(_ready_line(target, definitions, opts, w), flush=True),
+        say=lambda line: print(line, flush=True),
+    )
     stop = asyncio.Event()
-    run = asyncio.create_task(run_through_outages(worker, stop, wid))
+    run = asyncio.create_task(worker.run(stop))
     signals = 0
 
     def on_signal(signum: int) -> None:
@@ -267,8 +221,7 @@ async def _until_stopped(
         if signals == 1:
             name = signal.Signals(signum).name
             print(f"worker {wid} stopping ({name}): finishing {worker.in_flight} event(s) in flight", flush=True)
-            stop.set()
-            getattr(transport, "wake", lambda: None)()  # a claim waiting for work returns now
+            stop.set()  # the worker wakes a claim waiting for work itself
         else:
             lease = opts["visibility"]
             print(
@@ -280,90 +233,18 @@ async def _until_stopped(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
-    samples = executions.database[samples_name(target.prefix)]
-    doc = bind(target.prefix)[0]
-    sweeper = asyncio.create_task(
-        sweep_forever(
-            store,
-            transport,
-            executions,
-            worker,
-            opts["sweep_every"],
-            stop,
-            opts["trace"],
-            sample=lambda: sample_if_due(doc, samples),
-        )
-    )
-    leases = asyncio.create_task(owner.run(stop)) if owner is not None else None
-    print(_ready_line(target, definitions, opts, transport, owner), flush=True)
     try:
         await run
     except asyncio.CancelledError:
         if signals < 2:
             raise
-    finally:
-        sweeper.cancel()
-        if leases is not None:
-            leases.cancel()
-        await asyncio.gather(sweeper, *([leases] if leases else []), return_exceptions=True)
-        if owner is not None and signals < 2:
-            await give_back(owner, wid)
     print(f"worker {wid} stopped: {worker.handled} events handled", flush=True)
+    return 0
 
 
-def _ready_line(
-    target: Target, definitions: dict[str, Any], opts: dict[str, Any], transport: Any, owner: Optional[PartitionOwner]
-) -> str:
+def _ready_line(target: Target, definitions: dict[str, Any], opts: dict[str, Any], worker: Worker) -> str:
     top = sorted(d for d in definitions if "." not in d)  # the rest are their invoked submachines
     return (
         f"worker {opts['worker_id']} ready: {target.masked_url} database {target.db} prefix {target.prefix}; "
-        f"{len(top)} machines from {opts['definitions_dir']} ({', '.join(top)}); "
-        f"concurrency {opts['concurrency']}, visibility {opts['visibility']:g}s, "
-        f"transport {opts['transport']}{_wake_mode(transport)}, "
-        f"trace {'on' if opts['trace'] else 'off'}{share(owner)}"
-    )
-
-
-async def _start(
-    store: Any, client: Any, target: Target, opts: dict[str, Any], scope: Optional[PartitionScope] = None
-) -> Any:
-    """The store's set-up, the stranded-messages check and the transport, tried again (per
-    `--connect-attempts`) when the connection breaks meanwhile: the first ping answering is
-    no promise that the next command will, and a worker that exits on a blip during its
-    start-up is one a supervisor must restart for nothing."""
-    failure: Optional[ConnectionFailure] = None
-    for pause in target.retry.pauses():
-        if failure is not None:
-            print(
-                f"worker {opts['worker_id']}: lost the server while starting ({type(failure).__name__}); "
-                f"retrying in {pause:g}s",
-                flush=True,
-            )
-            await asyncio.sleep(pause)
-        try:
-            await store.init()
-            await refuse_if_stranded(client[target.db], target.prefix, opts["transport"])
-            return await open_transport(
-                target,
-                kind=opts["transport"],
-                create_schema=opts["create_schema"],
-                idle_wait=opts["idle_wait"],
-                timers=store.next_timer,
-                partitions=scope,
-                clock=opts.get("clock") or time.time,
-                prefetch=min(opts["concurrency"], PREFETCH_CAP),
-            )
-        except ConnectionFailure as exc:
-            failure = exc
-    assert failure is not None
-    raise failure
-
-
-def _wake_mode(transport: Any) -> str:
-    """How an idle claim of this transport wakes, as the ready line says it."""
-    wakeups = getattr(transport, "wakeups", None)
-    return (
-        ""
-        if wakeups is None
-        else f" (idle claims wait up to {transport.settings.idle_wait:g}s, woken by a change stream where the server has one)"
+        f"{len(top)} machines from {opts['definitions_dir']} ({', '.join(top)}); {worker.describe()}"
     )

@@ -10,8 +10,12 @@ once, with no I/O, for both stores. Compared with harel's MongoStore it:
 - keeps `processed` a window of the most recent event ids (`$push` + `$slice`), so a
   long-lived execution's document stays bounded;
 - promotes the summary fields so listing and dashboards read them through indexes;
-- keeps `next_fire` a lower bound of the armed timers (`$min` on schedule), so the timer
-  sweep reads only documents with something due;
+- keeps `next_fire` a lower bound of the armed timers, so the timer sweep reads only
+  documents with something due, and as if a cancelled timer had never been armed
+  (`core.stuck`, Rule T1): a commit with timer ops sets it to the earliest of the timers
+  it leaves (those loaded at the version it writes over, less its cancels, with its
+  schedules: `core.timer_ops`), or removes it when none is left; only commits arm timers
+  and the version pins the load's, so no armed timer is missed;
 - counts trace steps (`trace_n`) instead of a per-execution counter document;
 - bounds what it keeps for itself in bytes, not only in count, so no execution can be
   wedged by the store's own additions: a trace step is stored whole up to
@@ -35,11 +39,10 @@ once, with no I/O, for both stores. Compared with harel's MongoStore it:
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from harel.engine.execution import Execution, Status
 from harel.engine.store.base import Step, TimerOp
@@ -50,6 +53,7 @@ from harel_beanie.core.counting import DIRTY, LEAVING
 from harel_beanie.core.keys import encode_path, point, timer_field
 from harel_beanie.core.sizes import DEFAULT_TRACE_STEP_BYTES, dedupe_key, ring_length, strict_json, trace_item
 from harel_beanie.core.stuck import QUIET
+from harel_beanie.core.timer_ops import bound_update, final_timer_ops, remaining_timers
 
 DEFAULT_DEDUPE_WINDOW = 1000
 """How many of the most recent event ids an execution remembers as processed (docs/design.md, "The dedupe window")."""
@@ -97,6 +101,7 @@ class CommitPlan:
     pinned: bool = False  # sent without `cdirty`, its filter pinning what it is counted as
     pending: bool = False  # it adds an outbox entry or a spawn
     armed: bool = False  # it arms a timer
+    timers: Optional[dict[str, float]] = None  # the timers it leaves (Rule T1), if known
 
 
 def bson_date(epoch_seconds: float) -> datetime:
@@ -124,24 +129,6 @@ def summary_fields(exe: Execution) -> dict[str, Any]:
     }
 
 
-def final_timer_ops(timers: Sequence[TimerOp]) -> dict[str, Optional[float]]:
-    """Path -> fire_at (None = cancel), the last op per path winning: one update can't both
-    `$set` and `$unset` the same field."""
-    out: dict[str, Optional[float]] = {}
-    for op in timers:
-        require_str("timers[].path", op.path)
-        if op.action == "schedule":
-            at = float(op.fire_at)
-            if not math.isfinite(at):  # a NaN bound would match no sweep and hide every timer
-                raise ValueError(f"timer {op.path!r} must fire at a finite time, got {op.fire_at!r}")
-            out[op.path] = at
-        elif op.action == "cancel":
-            out[op.path] = None
-        else:
-            raise ValueError(f"unknown timer action {op.action!r} for path {op.path!r}")
-    return out
-
-
 def plan_commit(
     request: CommitRequest,
     *,
@@ -152,20 +139,21 @@ def plan_commit(
     part_of: Optional[Callable[[str], int]] = None,
     pin: bool = True,
     waited: Optional[tuple[bool, bool]] = None,
+    armed: Optional[Mapping[str, float]] = None,
 ) -> CommitPlan:
     """Build the commit of `request.exe` at its version + 1, its outbox entries and spawns
     taking `seqs` (minted by the caller, one per emit then one per spawn, increasing): the
-    whole document of a new execution (version 0), else one conditional update. The
-    execution itself is not changed: the store bumps its version only once the write has
-    landed. `part_of` gives the partition a new document carries
-    (`harel_beanie.core.partitions`). `pin` False sends it unpinned whatever harel says
-    (the resend of a pinned commit that missed: see the module); `waited` is what the
-    execution waited on when loaded at this version, (an entry pending, a timer bound held),
-    if the store knows: which `quiet` a pinned commit pins."""
+    whole document of a new execution (version 0), else one conditional update; the store
+    bumps the execution's version once it has landed. `part_of` gives a new document's
+    partition. `pin` False sends it unpinned whatever harel says (the resend of a pinned
+    commit that missed: see the module); `waited` is what the execution waited on when
+    loaded at this version (an entry pending, a timer bound held): which `quiet` a pinned
+    commit pins; `armed` the timers it held then: its timer bound's (Rule T1); each None
+    where the store does not know."""
     exe = request.exe
     c = _parts(request, seqs, trace_max, trace_step_bytes)
     insert: Optional[dict[str, Any]] = None
-    pinned = False
+    pinned, left = False, remaining_timers(armed, c.timer_ops)
     if exe.version == 0:
         cas: dict[str, Any] = {"_id": exe.id}
         update: dict[str, Any] = {}
@@ -174,7 +162,7 @@ def plan_commit(
             insert["part"] = part_of(exe.id)
     else:
         pinned = pin and keeps_counted(request, c)
-        cas, update = _cas_update(exe, c, dedupe_window, pinned, waited)
+        cas, update = _cas_update(exe, c, dedupe_window, pinned, waited, left)
     return CommitPlan(
         exe.id,
         exe.version,
@@ -189,13 +177,14 @@ def plan_commit(
         pinned=pinned,
         pending=bool(c.outbox or c.spawns),
         armed=bool(c.schedules),
+        timers={encode_path(p): at for p, at in c.schedules.items()} if insert is not None else left,
     )
 
 
 def keeps_counted(request: CommitRequest, c: "_CommitParts") -> bool:
     """Whether the commit is sent pinned (see the module): harel says it leaves the status
-    as it was, and it cancels no timer (a cancel leaves the bound stale, and `quiet` is
-    the fold's to decide then, as after the sweep's repair)."""
+    as it was, and it cancels no timer (a cancel may leave it waiting on nothing, and
+    `quiet` is the fold's to decide then: `core.stuck`, Rule T2)."""
     step = request.step
     if step is None or step.from_status != request.exe.status:
         return False
@@ -315,6 +304,7 @@ def _cas_update(
     dedupe_window: int,
     pinned: bool = False,
     waited: Optional[tuple[bool, bool]] = None,
+    left: Optional[dict[str, float]] = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The filter (the CAS on the loaded version, the seq floor, and a pinned commit's pins)
     and the partial update of an existing execution."""
@@ -339,8 +329,7 @@ def _cas_update(
     update: dict[str, Any] = {"$set": set_ops}
     if unset_ops:
         update["$unset"] = unset_ops
-    if c.schedules:
-        update["$min"] = {"next_fire": min(c.schedules.values())}
+    bound_update(c.timer_ops, left, set_ops, unset_ops, update)
     push: dict[str, Any] = {"commit_tokens": {"$each": [c.token], "$slice": -COMMIT_TOKENS}}
     if c.outbox:
         push["outbox"] = {"$each": c.outbox}

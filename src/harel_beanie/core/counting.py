@@ -57,14 +57,29 @@ Rule 5. A document is deleted only while the counters count it as nothing: prune
         then deletes it on the condition (`removable`) that it is still `leaving`, clean, and
         marked as counted as nothing (`cseq` set, `cc` null). By Rule 4 a clean document is
         counted as its `cc`; a document never folded (no `cseq`) or dirty may be counted as
-        something by a batch not yet marked on it, and is not deleted. A commit in between
-        removes the mark (and dirties it), and the execution stays.
+        something by a batch not yet marked on it, and is not deleted (prune folds again
+        while a racing folder leaves its batch dirty, a few times: these terms are what
+        keeps the one still dirty after them). A commit in between removes the mark (and
+        dirties it), and the execution stays.
+Rule 6. A counter's seqs never repeat, not even across a counters collection dropped and
+        rebuilt (by hand, or by `migrate up` after `migrate down`): an unbuilt counter starts
+        at the base of a new epoch (`core.count_build.epoch_base`: epochs are numbered by a document of harel's
+        counters collection, which the drop leaves), above every seq a counter of an earlier
+        epoch can reach, and its build raises the `cseq` of every document it counts to that
+        base before summing it. So the rebuilt counter's marks land (Rule 3: a mark needs
+        `cseq` below its seq), a late mark of a fold of the dropped counter, refused by the
+        raised `cseq`, cannot change what the rebuilt counter counted, and a fold of the
+        dropped counter cannot apply a batch to the new one (its seq is of another epoch).
+        A document the build finds dirty is summed as its `cc`, as Rule 4 counts it.
 
 A partition's counter starts unbuilt and is built in batches, off the request path (by the
-worker owning it, one batch a sweep, and by `harel-beanie migrate up`): a batch takes the
+worker owning it, one batch a sweep, and by `harel-beanie migrate up`), once the layout is
+recorded at this version (during `migrate up` executions are still being given their
+partition, and one given it behind the cursor would never be counted): a batch takes the
 next documents of the partitions being built in `_id` order above the counter's cursor
-(`upto`), `build_pipeline` gives those not yet counted their `cc` (a server-side update of
-those ids alone), and the sums of the batch's `cc` (`build_sums`) are added to the counter
+(`upto`), `core.count_build.build_pipeline` gives those not yet counted their `cc` (a
+server-side update of those ids alone), and the sums of the batch's `cc` (`build_sums`) are
+added to the counter
 with the cursor moved, on the condition that the cursor is still where the batch began.
 So a counter not yet built holds the sums of the `cc` of its documents up to its cursor,
 and the last batch (fewer documents than asked) marks it built. This stays true under
@@ -82,7 +97,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 from urllib.parse import unquote
 
-from harel_beanie.core.stuck import QUIET, quiet_expression, quiet_of
+from harel_beanie.core.stuck import QUIET, quiet_of
 
 #: the fields each execution document carries for the counts (Rule 1, 2, 3, 5)
 DIRTY = "cdirty"
@@ -309,81 +324,6 @@ def combine(counters: list[Mapping[str, Any]], dirty: list[Mapping[str, Any]], p
         low = min([*lows, *(d["_id"] for d in dirty if isinstance(d.get("_id"), str))])
         out.low = None if low == NO_ID else low  # NO_ID: no execution held anywhere yet
     return out.tidy()
-
-
-def build_pipeline() -> list[dict[str, Any]]:
-    """The update giving a document not yet counted its `cc` from its own fields (Rule 1),
-    as `state_of` computes it, on the server."""
-    live = {
-        "d": "$definition_id",
-        "s": {"$ifNull": ["$status", UNKNOWN]},
-    }
-    state = {
-        "$cond": [
-            {"$eq": [f"${LEAVING}", True]},
-            None,
-            {"$cond": [{"$eq": [{"$type": "$tomb"}, "object"]}, {"t": 1}, live]},
-        ]
-    }
-    return [{"$set": {COUNTED: state, COUNTED_SEQ: 0, QUIET: quiet_expression()}}]
-
-
-def build_sums(parts: list[int], ids: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
-    """The aggregation summing the `cc` of each of `parts` (of its documents whose `_id`
-    matches `ids`: one build batch), one group per partition, definition and status: one
-    read for every partition being built, where one read per partition would read the
-    collection once each on a server with no index led by `part` alone."""
-    match: dict[str, Any] = {"part": parts[0] if len(parts) == 1 else {"$in": parts}, COUNTED: {"$type": "object"}}
-    if ids is not None:
-        match["_id"] = ids
-    return [
-        {"$match": match},
-        {
-            "$group": {
-                "_id": {"p": "$part", "d": f"${COUNTED}.d", "s": f"${COUNTED}.s"},
-                "n": {"$sum": 1},
-                "t": {"$sum": {"$ifNull": [f"${COUNTED}.t", 0]}},
-                LOW: {"$min": "$_id"},
-            }
-        },
-    ]
-
-
-def sums_by_part(groups: list[Mapping[str, Any]], parts: list[int]) -> dict[int, list[Mapping[str, Any]]]:
-    """`build_sums`' groups, per partition (every one of `parts`, an empty one too)."""
-    out: dict[int, list[Mapping[str, Any]]] = {p: [] for p in parts}
-    for g in groups:
-        part = (g.get("_id") or {}).get("p")
-        if part in out:
-            out[part].append(g)
-    return out
-
-
-def built_counter(groups: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """The `$set` of a partition's counter from `build_sums`' groups."""
-    n: dict[str, dict[str, int]] = {}
-    t = 0
-    low = NO_ID
-    for g in groups:
-        t += int(g.get("t") or 0)
-        if isinstance(g.get(LOW), str):
-            low = min(low, g[LOW])
-        key = g.get("_id") or {}
-        if key.get("d") is not None and key.get("s") is not None:
-            per = n.setdefault(definition_key(str(key["d"])), {})
-            per[status_key(str(key["s"]))] = int(g["n"])
-    return {"n": n, "t": t, LOW: low, "built": True}
-
-
-def batch_increment(groups: list[Mapping[str, Any]]) -> tuple[dict[str, int], str]:
-    """A build batch's `$inc` of its partition's counter from `build_sums`' groups, and the
-    batch's smallest id (`NO_ID`: none) for the counter's `$min` of `low`."""
-    sums = built_counter(groups)
-    inc = {"t": sums["t"]} if sums["t"] else {}
-    for dkey, per in sums["n"].items():
-        for skey, n in per.items():
-            inc[f"n.{dkey}.{skey}"] = n
-    return inc, sums[LOW]
 
 
 def fold_low(docs: list[Mapping[str, Any]], counter: Mapping[str, Any]) -> dict[str, Any]:

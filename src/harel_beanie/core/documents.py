@@ -26,6 +26,7 @@ from pymongo import ASCENDING, IndexModel
 from harel_beanie.core.arguments import BadArgumentType, require_str
 from harel_beanie.core.keys import ANY_TIME
 from harel_beanie.core.stuck import QUIET, QUIET_FILTER
+from harel_beanie.core.unbound import StoreDocument
 
 #: The layout version this package writes and reads; recorded in the counters collection.
 #: Bump it with every migration in migrations/. Version 2: the `pending` flag and the partial
@@ -84,7 +85,7 @@ class SummaryFields(BaseModel):
     finished_at: Optional[float] = None
 
 
-class ExecutionDocument(Document, SummaryFields):
+class ExecutionDocument(StoreDocument, SummaryFields):
     """One execution and everything that must commit atomically with it.
 
     Its `_id`, `definition_id`, `version`, `data`, `outbox`, `spawns`, `processed`, `timers`
@@ -243,7 +244,7 @@ class Tombstone(BaseModel):
     by: Optional[str] = None
 
 
-class CounterDocument(Document):
+class CounterDocument(StoreDocument):
     """harel's counters collection. harel's MongoStore keeps its global outbox/spawn seq
     counters here; this store keeps its layout version and its seq node counter."""
 

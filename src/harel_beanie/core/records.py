@@ -66,6 +66,20 @@ def spawn_entries(docs: Iterable[Mapping[str, Any]]) -> tuple[list[SpawnEntry], 
     return entries, owners
 
 
+def timers_held(doc: Mapping[str, Any]) -> Optional[dict[str, float]]:
+    """The timers a document holds (stored key -> fire time), or None where they are not all
+    fire times (a document of another layout): a commit's hint for its bound (`core.commit`)."""
+    held = doc.get("timers") or {}
+    if not isinstance(held, dict):
+        return None
+    out: dict[str, float] = {}
+    for key, at in held.items():
+        if isinstance(at, bool) or not isinstance(at, (int, float)):
+            return None
+        out[str(key)] = float(at)
+    return out
+
+
 def due_timers(
     docs: Iterable[Mapping[str, Any]], now: float
 ) -> tuple[list[tuple[str, str, float]], list[dict[str, Any]]]:

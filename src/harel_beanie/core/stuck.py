@@ -26,14 +26,40 @@ while it is marked for the counts' fold (`cdirty`). Who keeps it so:
   neither may be quiet, and then its filter pins what it assumed (nothing pending, no timer
   bound held) and it sets `quiet` to the `updated_at` it writes. A pin that does not hold
   makes it miss, and it is sent again marked for the fold. A commit that cancels a timer is
-  marked (the bound it leaves stale is the sweep's to repair): so `quiet` follows status
-  changes and the writes that cannot know it, not every event;
+  marked (Rule T2): so `quiet` follows status changes and the writes that cannot know it,
+  not every event;
 - an ack, a timer's removal or the repair of its bound may make it wait on nothing without
   knowing the rest of the document: it is marked for the fold (one write where a pinned
   update would need to know the status, the other entries and the timers).
 
+Stuck means stuck, whatever happened to the timers: the bound `next_fire` stands for the
+timers above, so a bound left by a timer no longer armed would hide a silent execution (out
+of `hb_quiet`, and not overdue) until its time. Two rules keep that from happening:
+
+- **Rule T1** (the bound): `next_fire` is never above an armed timer's fire time (the sweep
+  reads only bounds due), and every write that removes a timer leaves it at the earliest
+  timer that write cannot rule out, or absent: as if the removed timer had never been
+  armed. A commit with timer ops sets it from the timers it leaves (`core.commit`): the
+  ones held at the version it loaded, less its cancels, with its schedules. Only commits
+  arm timers, and the commit's filter admits it only at that version; between the load and
+  the commit a timer is only ever removed (the sweep's removal of a fired one), so that set
+  holds every timer armed after the write and the bound stays a lower bound, too low at
+  most by a timer that fired since the load: due, so the next sweep repairs it. The sweep's
+  removal of a fired timer sets the bound to the earliest timer left in the same write (a
+  pipeline), and a sweep that finds a due bound with nothing due repairs it. A commit with
+  no timer op leaves the bound as it is.
+- **Rule T2** (`quiet` follows): every write that removes a timer (a commit with a cancel,
+  the sweep's removal, a repair) is marked for the fold and clears `quiet`; the fold gives
+  `quiet` exactly when `quiet_of` holds on the document it read (no bound left, nothing
+  pending); until then the views read it among the marked documents and check it by
+  `is_stuck`, on the timers themselves; and a bound left too low (Rule T1) is due, so the
+  views read it among the due bounds until the sweep repairs it. So an execution whose last
+  timer was cancelled is listed stuck by every view once silent past the threshold, before
+  and after the fold.
+
 The partial index `hb_quiet` holds only those documents, so the silent ones are a range of
-it; the long-overdue timers are a range of the timer index `hb_timer_pending`; and the
+it; the due timers and bounds (the long-overdue timers among them) are a range of the timer
+index `hb_timer_pending`; and the
 documents marked since the last fold are the few the counts read anyway (`hb_part_cdirty`).
 Each candidate is then checked against its own fields (`is_stuck`): a bound may be stale, a
 document may have moved since.
@@ -57,8 +83,7 @@ CHECK_FIELDS = ("status", "updated_at", "next_fire", "timers", "pending")
 def quiet_of(doc: Mapping[str, Any]) -> Optional[float]:
     """The `quiet` a document should carry (its `updated_at`), or None: RUNNING, no timer
     bound, nothing pending. `next_fire` stands for the timers: it is kept whenever a timer
-    is armed (a stale bound left by a cancel keeps a document out until the sweep repairs
-    the bound; meanwhile it is read as an overdue timer)."""
+    is armed, and removed with the last one (Rule T1)."""
     at = doc.get("updated_at")
     if doc.get("status") != "RUNNING" or doc.get("pending") or "next_fire" in doc or "tomb" in doc:
         return None
@@ -84,7 +109,7 @@ def quiet_expression() -> dict[str, Any]:
 
 def earliest_timer(doc: Mapping[str, Any]) -> Optional[float]:
     """The earliest armed timer's fire time, read from the timers themselves (not the
-    bound, which may be stale), or None."""
+    bound, which may be too low: Rule T1), or None."""
     times = [float(v) for v in (doc.get("timers") or {}).values() if isinstance(v, (int, float))]
     return min(times, default=None)
 
@@ -111,9 +136,13 @@ def quiet_query(after: float, now: float) -> dict[str, Any]:
     return {QUIET: {**ANY_TIME, "$lt": now - after}}
 
 
-def overdue_query(after: float, now: float) -> dict[str, Any]:
-    """The timers due for longer than `after`: a range of `hb_timer_pending`."""
-    return {"next_fire": {**ANY_TIME, "$lt": now - after}}
+def due_query(now: float) -> dict[str, Any]:
+    """The due bounds: a range of `hb_timer_pending`. It holds the timers due for longer than
+    the threshold, and the bounds left too low by a timer removed since (Rule T1), which the
+    sweep repairs at its next pass: a silent execution is read through them meanwhile. The
+    timers due for less than the threshold among them are waiting (`is_stuck`); on a healthy
+    deployment there are few, the sweep firing them as they fall due."""
+    return {"next_fire": {**ANY_TIME, "$lte": now}}
 
 
 def dirty_query(parts: int) -> dict[str, Any]:

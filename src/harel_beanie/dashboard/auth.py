@@ -12,6 +12,7 @@ import hmac
 from typing import Callable, Optional
 
 from fastapi import HTTPException, Request
+from fastapi.responses import HTMLResponse
 
 from harel_beanie.core.arguments import BadArgument, require_str
 
@@ -43,8 +44,42 @@ def token_auth(token: str) -> Callable[[Request], None]:
     def check(request: Request) -> None:
         got = presented_token(request)
         if got is None or not hmac.compare_digest(got.encode(), expected):
-            raise HTTPException(
-                status_code=401, detail="a valid dashboard token is required", headers={"WWW-Authenticate": "Bearer"}
-            )
+            raise TokenRequired()
 
     return check
+
+
+class TokenRequired(HTTPException):
+    """The refusal of `token_auth`: 401, as JSON for a script, as a page saying how to get in
+    for a browser (`login_page`)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            status_code=401, detail="a valid dashboard token is required", headers={"WWW-Authenticate": "Bearer"}
+        )
+
+
+#: what a browser without the token is shown: no style, no script, nothing of the dashboard's
+LOGIN_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>harel dashboard: token required</title></head>
+<body>
+<h1>This dashboard needs its token</h1>
+<p>Open the link <code>harel-beanie dashboard</code> printed when it started
+(<code>http://HOST:PORT/?token=...</code>): the browser then keeps the token in a cookie, and
+every page opens. The token stays the same when the dashboard is started again in the same
+folder (it is kept in the data folder, beside the embedded server's data), so a link printed
+earlier still works unless it was rotated with <code>--new-token</code>.</p>
+<p>Started with <code>--token</code> or <code>HAREL_DASHBOARD_TOKEN</code>? Add
+<code>?token=</code> and that token to this address. Scripts send
+<code>Authorization: Bearer &lt;token&gt;</code>.</p>
+</body></html>
+"""
+
+
+def login_page(request: Request, exc: Exception) -> Optional[HTMLResponse]:
+    """The page a browser gets for `TokenRequired` (None: a script, answered with the JSON).
+    A browser is a request whose `Accept` names HTML; `Accept: application/json`, or none,
+    keeps the JSON."""
+    if not isinstance(exc, TokenRequired) or "text/html" not in request.headers.get("accept", ""):
+        return None
+    return HTMLResponse(LOGIN_PAGE, status_code=401, headers=exc.headers)

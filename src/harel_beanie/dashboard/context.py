@@ -25,6 +25,7 @@ from harel_beanie.core.arguments import require_bool
 from harel_beanie.core.documents import bind
 from harel_beanie.core.errors import SchemaMismatch
 from harel_beanie.dashboard import render
+from harel_beanie.dashboard.acting import ACTIONS
 from harel_beanie.dashboard.charts import Sampler, samples_name
 from harel_beanie.dashboard.links import Links
 from harel_beanie.dashboard.live import LiveFeed
@@ -32,7 +33,6 @@ from harel_beanie.dashboard.security import FormSigner
 from harel_beanie.dashboard.survey import Surveyor
 
 MAX_PAGE = 500
-ACTIONS = ("send", "cancel", "redrive")
 #: where a dashboard is kept in the scope of a request its router serves
 SCOPE_KEY = "harel_beanie.dashboard"
 
@@ -43,14 +43,21 @@ StoreArg = Union[Any, Callable[[], Any]]
 @dataclass
 class DashboardActions:
     """Which actions the dashboard offers; each is off unless set. `runner` is the harel
-    runner the app already uses (`AsyncDurableRunner` or `AsyncDistributedRunner`): the
-    dashboard only calls its `send`, `cancel` and `redrive`, so what they do and refuse is
-    harel's. Each action asks for a confirmation (the execution id typed again)."""
+    runner the app already uses: `AsyncDistributedRunner` (an event sent is queued for the
+    workers), `AsyncDurableRunner` (an event is processed at once, in this process, by its
+    `process`), or the sync `DistributedRunner` / `DurableRunner` (called in a worker thread).
+    The dashboard calls the runner's own method for each action, so what they do and refuse is
+    harel's; an action the runner has no method for is shown as unavailable, and one that does
+    not apply to an execution's status is not offered on it (`acting.py`). Each action asks for
+    a confirmation (the execution id typed again)."""
 
     runner: Any = None
     send: bool = False
     cancel: bool = False
     redrive: bool = False  # harel redrives FAILED executions only; offered on those
+    terminate: bool = False  # cancel at once, without the model's cleanup
+    suspend: bool = False
+    resume: bool = False
 
     def enabled(self) -> list[str]:
         return [name for name in ACTIONS if getattr(self, name)]

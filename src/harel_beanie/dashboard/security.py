@@ -40,6 +40,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from harel_beanie.core.arguments import BadArgument, BadArgumentType
 from harel_beanie.core.errors import SchemaMismatch
+from harel_beanie.dashboard.auth import login_page
 
 CONTENT_SECURITY_POLICY = "; ".join(
     [
@@ -100,7 +101,7 @@ class DashboardRoute(APIRoute):
             except SchemaMismatch as exc:
                 response = JSONResponse({"detail": str(exc)}, status_code=503)
             except (HTTPException, RequestValidationError) as exc:
-                response = await _apps_answer(request, exc)
+                response = login_page(request, exc) or await _apps_answer(request, exc)
             for header, value in PAGE_HEADERS.items():
                 response.headers.setdefault(header, value)
             return response

@@ -6,18 +6,21 @@ get the pages. It builds a FastAPI app around `dashboard_router` on the command'
 (the embedded server when no URL is given: the CLI resolves it through
 `harel_beanie.deploy.where`, as for `status`), guards it with a token, and serves `/metrics`.
 
-The token: `--token`, else `HAREL_DASHBOARD_TOKEN`, else a random one printed with the URL
-to open. A request carrying it as `?token=` gets it back as an HttpOnly, SameSite=Strict
-cookie, so the link printed once is all a browser needs; scripts send
-`Authorization: Bearer <token>`. Every path of the app is the dashboard's, behind the token
+The token: `--token`, else `HAREL_DASHBOARD_TOKEN`, else the one kept in the data folder
+(`tokens.py`: drawn at the first start, kept across restarts, `--new-token` rotates it),
+printed with the URL to open. A request carrying it as `?token=` gets it back as an
+HttpOnly, SameSite=Strict cookie, so the link printed once is all a browser needs; scripts
+send `Authorization: Bearer <token>`. A browser without it is answered 401 with a page saying
+how to get in, a script with the JSON. Every path of the app is the dashboard's, behind the token
 and with its security headers: FastAPI's default `/docs` and `/redoc` (an inline script and
 a CDN on the origin whose cookie carries the token) are left out, and the OpenAPI schema is
 served at `/openapi.json` behind the token. The actions' forms are signed with a key derived
 from the token, so every process serving one token takes the forms any of them served.
 
-Actions are off unless `--allow send,cancel,redrive` names them; they need `--definitions`
-(harel's runner needs the machines) and go through harel's `AsyncDistributedRunner` onto
-the Mongo transport, for the workers to process.
+Actions are off unless `--allow` names them (`send`, `cancel`, `redrive`, `terminate`,
+`suspend`, `resume`, comma-separated); they need `--definitions` (harel's runner needs the
+machines) and go through harel's `AsyncDistributedRunner` onto the Mongo transport: a sent
+event is queued for the workers to process.
 """
 
 from __future__ import annotations
@@ -32,12 +35,11 @@ from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
 from harel_beanie.core.errors import ConfigError
-from harel_beanie.dashboard.auth import COOKIE, token_auth
+from harel_beanie.dashboard.acting import ACTIONS
+from harel_beanie.dashboard.auth import COOKIE, TokenRequired, login_page, token_auth
 from harel_beanie.dashboard.router import DashboardActions, dashboard_router
 from harel_beanie.dashboard.security import SecurityHeaders, server_error
 from harel_beanie.deploy.where import Target
-
-ACTIONS = ("send", "cancel", "redrive")
 
 
 def parse_allow(text: Optional[str]) -> list[str]:
@@ -93,7 +95,15 @@ def build_app(
     app.middleware("http")(_token_to_cookie(token))
     app.add_middleware(SecurityHeaders)  # added last, so outermost: the redirect above gets them too
     app.add_exception_handler(Exception, server_error)
+    app.add_exception_handler(TokenRequired, _refused)  # for /openapi.json (the router's routes answer it themselves)
     return app
+
+
+async def _refused(request: Request, exc: Exception) -> Response:
+    """A request without the token, outside the router: the page for a browser, else JSON."""
+    assert isinstance(exc, TokenRequired)
+    page = login_page(request, exc)
+    return page or JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
 
 def _definitions(directory: Optional[str]) -> Optional[dict[str, Any]]:

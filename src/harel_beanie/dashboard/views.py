@@ -21,6 +21,7 @@ from harel_beanie.core.documents import ExecutionDocument
 from harel_beanie.core.keys import decode_path
 from harel_beanie.core.seqs import age_of
 from harel_beanie.dashboard import statechart
+from harel_beanie.dashboard.acting import FINISHED
 from harel_beanie.queries.samples import sampled_backlog
 from harel_beanie.queries.stuck import stuck
 
@@ -126,7 +127,8 @@ class ExecutionView(BaseModel):
     timers: list[TimerOut]
     timeline: list[StepOut]
     steps_written: int  # trace steps ever written; the timeline keeps the most recent
-    actions: list[str] = []  # the actions this dashboard allows on it
+    actions: list[str] = []  # the actions this dashboard offers on it, as it is now
+    unavailable: dict[str, str] = {}  # an action turned on but not offered here -> why not
     diagram: Optional[DiagramOut] = None
 
 
@@ -320,7 +322,9 @@ async def execution_view(
     timers = sorted(
         (
             TimerOut(path=decode_path(k), fire_at=at, late_by=(now - at) if at <= now else None)
-            for k, at in d.timers.items()
+            # harel's terminate and a forceful cancel leave the timers armed (the sweep drops
+            # them when due, firing nothing): a finished execution waits on none of them
+            for k, at in (d.timers.items() if d.status not in FINISHED else ())
         ),
         key=lambda t: t.fire_at,
     )
@@ -346,10 +350,6 @@ async def execution_view(
     )
 
 
-def _silent(stuck: list[dict[str, Any]]) -> list[SilentOut]:
-    return [SilentOut(**s) for s in stuck]
-
-
 async def failed_view(
     *, after: Optional[str], limit: int, stuck_after: float, doc: Doc, hint: bool = False
 ) -> FailedView:
@@ -359,7 +359,7 @@ async def failed_view(
     )
     # the counters (exact, a few reads), and the stuck as the backlog reads them (core.stuck)
     total = (await queries.status_counts(doc=doc, hint=hint)).get("FAILED", 0)
-    silent = _silent(await stuck(after=stuck_after, now=now, show=limit, doc=doc))
+    silent = [SilentOut(**s) for s in await stuck(after=stuck_after, now=now, show=limit, doc=doc)]
     return FailedView(
         now=now,
         failed=[ExecutionOut.of(r) for r in page.rows],
@@ -393,7 +393,7 @@ async def backlog_view(*, stuck_after: float, show: int, doc: Doc, samples: Any 
         oldest_spawns=[queries.PendingHolder(**r) for r in b.oldest_spawns],
         due_timers=b.due_timers,
         next_timers=timers,
-        silent=_silent(b.stuck),
+        silent=[SilentOut(**s) for s in b.stuck],
         stuck_after=stuck_after,
         entries_at=b.entries_at,
         uncounted=b.unbuilt,

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harel_beanie.deploy.loader import default_models_dir
-from harel_beanie.deploy.where import DEFAULT_DB, Target
+from harel_beanie.deploy.where import DEFAULT_DB, SERVER_SOURCE, Target
 
 
 @dataclass
@@ -68,7 +68,8 @@ def report(console: Console, target: Target, result: Result, workers: int, concu
     console.print()
     console.print(table)
 
-    endings(console, r, order)
+    shop = models.resolve() == default_models_dir().resolve()
+    endings(console, r, order, "How the orders and payments ended" if shop else "How the executions ended")
 
     per_event = f"{r.transport_rt / r.events:.1f} per event" if r.events else ""
     console.print("[bold]Round trips[/] (commands sent to the server)")
@@ -78,16 +79,22 @@ def report(console: Console, target: Target, result: Result, workers: int, concu
     if r.store_rt.get("sweep"):
         console.print(f"  store, relay sweeps      {r.store_rt['sweep']:>7}   entries no handler relayed")
     console.print(f"  the transport            {r.transport_rt:>7}   {per_event}: publish, claim, ack")
+    clock = (
+        "a week of shop time ending now: the lost parcels' orders a week back, the rest in the last 25 minutes"
+        if shop
+        else "an hour ending now; a timer armed past it is left armed"
+    )
     console.print(
         f"Worked by {workers} harel AsyncWorker loop(s), up to {concurrency} events in flight each; timers fired "
-        "on a simulated clock (a week of shop time ending now: the lost parcels' orders a week back, the rest "
-        "in the last 25 minutes). Children started inside their parent's "
-        "relay (pickers, most payments) count their round trips under the parent."
+        f"on a simulated clock ({clock}). Children started inside their parent's relay (pickers, most "
+        "payments, in the shop) count their round trips under the parent."
     )
     console.print()
     console.print("[bold]Where the data lives[/]")
     where = f"  server     {target.masked_url}"
-    if target.embedded:
+    if target.source == SERVER_SOURCE:  # not ours to stop: `harel-beanie server` serves it
+        where += f"  (the server `harel-beanie server` runs here, files in {target.data_dir}/db, left running)"
+    elif target.embedded:
         where += f"  (embedded SecantusDB, files in {target.data_dir}/db, stopped on exit)"
     console.print(where)
     console.print(f"  database   {target.db}")
@@ -107,7 +114,7 @@ def report(console: Console, target: Target, result: Result, workers: int, concu
         console.print(line, markup=False, soft_wrap=True)  # a command to copy: never wrapped
 
 
-def endings(console: Console, r: Result, order: list[str]) -> None:
+def endings(console: Console, r: Result, order: list[str], title: str) -> None:
     """How the executions ended, by model (status and outcome), and the scenarios' final states."""
     # two words that answer different questions, kept apart: an execution's status (is it
     # still going, did it stop on an error?) and its outcome (what its model's final state
@@ -126,11 +133,11 @@ def endings(console: Console, r: Result, order: list[str]) -> None:
         "the dashboard count statuses: an outcome failed is a DONE execution, not a FAILED one."
     )
 
-    ends = Table(box=box.SIMPLE_HEAD, title="How the orders and payments ended", title_justify="left")
-    ends.add_column("scenario")
+    ends = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left")
+    ends.add_column("scenario" if title.startswith("How the orders") else "machine")
     ends.add_column("n", justify="right")
     ends.add_column("final state")
-    ends.add_column("as the model says?")
+    ends.add_column("as the model says?" if title.startswith("How the orders") else "ran without error?")
     for name, expect, got, n, ok in r.endings:
         ends.add_row(name, str(n), got, "[green]yes[/]" if ok else f"[red]no, expected {expect}[/]")
     console.print(ends)
@@ -147,7 +154,8 @@ def look_at_them(target: Target, models: Path) -> list[str]:
     The models are named by a path that exists wherever the demo ran (the shop models live
     in the installed package, not in the folder the demo ran from); the dashboard draws the
     shop models unless told otherwise, the monitor only the definitions it is given."""
-    flags = "" if target.source == "embedded" else f" --url {shlex.quote(target.masked_url)}"
+    # in this folder every command finds the embedded server or the one `harel-beanie server` runs
+    flags = "" if target.source in ("embedded", SERVER_SOURCE) else f" --url {shlex.quote(target.masked_url)}"
     flags += "" if target.db == DEFAULT_DB else f" --db {shlex.quote(target.db)}"
     definitions = f" --definitions {shlex.quote(_path(models))}"
     shop = models.resolve() == default_models_dir().resolve()

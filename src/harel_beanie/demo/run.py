@@ -22,9 +22,9 @@ last hour finds them, `prune --finished-before 1d` leaves them, and the dashboar
 charts draw them (the demo takes the charts' per-minute samples at the minutes of its clock
 in that hour, as a dashboard running through it would have).
 
-With no URL (`--url`, `HAREL_MONGO_URL`, `MONGODB_URL`) it starts the embedded server on
-`./harel-beanie-data` (see `harel_beanie.deploy.where`), so a second run finds the first run's
-executions; every run's ids start with its own run id.
+With no URL it starts the embedded server on `./harel-beanie-data` (`harel_beanie.deploy.where`),
+so a second run finds the first run's executions (every run's ids start with its run id); an
+interrupted run's are cleared first (`harel_beanie.demo.leftovers`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +42,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from harel_beanie.core.errors import ConfigError
 from harel_beanie.demo.charts import DemoSamples
+from harel_beanie.demo.leftovers import fresh_command, record_finish, record_start, start_over
 from harel_beanie.demo.mix import FULFIL_WINDOW, LOST_WINDOW, PAY_WINDOW, SPAN, STORY, Scenario, plan, root_id
 from harel_beanie.demo.report import Result
+from harel_beanie.demo.tally import earlier_runs, final_state, tally
 from harel_beanie.deploy.loader import load_models
 from harel_beanie.deploy.relay import sweep
 from harel_beanie.deploy.stack import (
@@ -65,7 +66,11 @@ FINISHED = ("DONE", "FAILED", "CANCELLED")
 
 
 class DemoStalled(RuntimeError):
-    pass
+    """The work stopped moving; the message names the command that starts over."""
+
+
+class DemoServerLost(RuntimeError):
+    """The server stopped answering mid-run (stopped, killed); the message says what to run."""
 
 
 class Demo:
@@ -81,8 +86,10 @@ class Demo:
         console: Console,
         trace: bool = True,
         transport: str = TRANSPORTS[0],
+        fresh: bool = False,
     ) -> None:
         self.target = target
+        self.fresh = fresh  # drop the demo's database first (`harel_beanie.demo.leftovers`)
         self.transport_kind = transport
         self.models = models
         self.scenarios = plan(executions)
@@ -96,16 +103,22 @@ class Demo:
         self.store_counter = CommandCounter()
         self.transport_counter = CommandCounter()
         self.roots = [(root_id(self.run_id, i, s), s) for i, s in enumerate(self.scenarios)]
+        self.scenario_of = dict(self.roots)
         self.planned = sum(s.executions for s in self.scenarios)
 
-    async def run(self) -> Result:
-        try:
-            definitions = load_models(self.models)
-        except FileNotFoundError as exc:
-            raise ConfigError(f"{exc} (pass --models DIR)") from None
+    def definitions(self) -> dict[str, Any]:
+        """The shop's machines (a run of other models is `harel_beanie.demo.explore`'s)."""
+        definitions = load_models(self.models)
         missing = {"Order", "Payment"} - set(definitions)
         if missing:
-            raise ConfigError(f"the demo needs the machines {sorted(missing)} of models/ in {self.models}")
+            raise ConfigError(f"the shop's run needs the machines {sorted(missing)} in {self.models}")
+        return definitions
+
+    def root_ids(self) -> list[str]:
+        return [eid for eid, _ in self.roots]
+
+    async def run(self) -> Result:
+        definitions = self.definitions()
         store_client = await open_client(self.target, listeners=[self.store_counter])
         store = AsyncMongoStore(store_client, self.target.db, prefix=self.target.prefix)
         self.store_executions = store_client[self.target.db][Names(self.target.prefix).executions]
@@ -114,9 +127,13 @@ class Demo:
             # the demo's own looking (progress, settling) goes through a client of its own, uncounted
             self.client = await open_client(self.target)
             poll = AsyncMongoStore(self.client, self.target.db, prefix=self.target.prefix, beanie=False)
+            said = await start_over(self.client, self.target, fresh=self.fresh)
+            if said:
+                self.console.print(said, markup=False, soft_wrap=True)  # one line, to find
             await store.init()
             await poll.init()
             await refuse_if_stranded(self.client[self.target.db], self.target.prefix, self.transport_kind)
+            await record_start(self.client[self.target.db], self.target.prefix, self.run_id)
             transport = await open_transport(
                 self.target,
                 kind=self.transport_kind,
@@ -124,7 +141,9 @@ class Demo:
                 listeners=[self.transport_counter],
                 timers=store.next_timer,
             )
-            return await self._run(store, poll, transport, definitions)
+            result = await self._run(store, poll, transport, definitions)
+            await record_finish(self.client[self.target.db], self.target.prefix, self.run_id)
+            return result
         finally:
             await store.close()
             if poll is not None:
@@ -144,7 +163,7 @@ class Demo:
         self.transport = transport
         self.poll = poll
         earlier = await self.executions.count_documents({})
-        earlier_runs = await self._earlier_runs() if earlier else []
+        found = await earlier_runs(self.executions) if earlier else []
 
         sender = AsyncDistributedRunner(store, transport, definitions, clock=self.clock, trace=self.trace)
         workers = [
@@ -193,7 +212,7 @@ class Demo:
             if t.exception() is not None:
                 raise t.exception()  # type: ignore[misc]
         elapsed = time.perf_counter() - started
-        return await self._result(elapsed, earlier, earlier_runs)
+        return await tally(self, self.root_ids(), self.ending, elapsed, earlier, found)
 
     async def _script(self, sender: AsyncDistributedRunner) -> None:
         start = self.clock()
@@ -316,7 +335,10 @@ class Demo:
                 nudged += 1
                 since = time.monotonic()
             elif time.monotonic() - since > stall:
-                raise DemoStalled(f"the work stopped moving (queued, outbox, spawns, due timers: {now})")
+                raise DemoStalled(
+                    f"the work stopped moving (queued, outbox, spawns, due timers: {now}); work left by an "
+                    f"earlier run stalls it: start over with `{fresh_command(self.target)}`"
+                )
             await asyncio.sleep(0.05)
 
     async def _tick(self) -> None:
@@ -331,65 +353,8 @@ class Demo:
         events = sum(w.handled for w in self.workers)
         self.progress.update(self.bar, total=max(self.planned, seen), completed=done, events=events)
 
-    async def _earlier_runs(self) -> list[str]:
-        rows = await (
-            await self.executions.aggregate(
-                [
-                    {"$match": {"_id": {"$regex": "^demo-"}, "parent_id": None}},
-                    {"$group": {"_id": {"$substrCP": ["$_id", 0, 11]}, "at": {"$min": "$created_at"}}},
-                    {"$sort": {"at": 1}},
-                ]
-            )
-        ).to_list(None)
-        return [r["_id"] for r in rows]
-
-    async def _result(self, elapsed: float, earlier: int, earlier_runs: list[str]) -> Result:
-        docs = await self.executions.find(
-            {"_id": {"$regex": f"^{self.run_id}-"}},
-            {"definition_id": 1, "status": 1, "outcome": 1, "active_path": 1, "parent_id": 1},
-        ).to_list(None)
-        model_of = {d["_id"]: d["definition_id"] for d in docs}
-        events: Counter[str] = Counter()
-        for w in self.workers:
-            events.update(w.events)
-        per_model: dict[str, dict[str, Any]] = defaultdict(
-            lambda: {"executions": 0, "statuses": Counter(), "outcomes": Counter(), "events": 0, "rt": 0}
-        )
-        for d in docs:
-            row = per_model[d["definition_id"]]
-            row["executions"] += 1
-            status = d.get("status") or "?"
-            row["statuses"][status] += 1
-            if status == "DONE":
-                row["outcomes"][d.get("outcome") or "none"] += 1
-        for eid, n in events.items():
-            per_model[model_of.get(eid, "?")]["events"] += n
-        rt_events = 0
-        for label, n in self.store_counter.by_label.items():
-            if label in model_of:
-                per_model[model_of[label]]["rt"] += n
-                rt_events += n
-        by_id = {d["_id"]: d for d in docs}
-        endings: Counter[tuple[str, str, str]] = Counter()
-        for eid, s in self.roots:
-            d = by_id.get(eid, {})
-            ended = (d.get("active_path") or d.get("status") or "missing").rsplit(".", 1)[-1]
-            endings[(s.name, s.expect, ended)] += 1
-        names = await self.executions.database.list_collection_names()
-        collections = {}
-        for name in sorted(names):
-            if name.startswith(self.target.prefix + "_"):
-                collections[name] = await self.executions.database[name].estimated_document_count()
-        return Result(
-            run_id=self.run_id,
-            elapsed=elapsed,
-            earlier=earlier,
-            earlier_runs=earlier_runs,
-            per_model=dict(per_model),
-            endings=[(n, e, got, k, got == e) for (n, e, got), k in sorted(endings.items())],
-            events=sum(events.values()),
-            store_rt=self.store_counter.by_label,
-            store_rt_events=rt_events,
-            transport_rt=self.transport_counter.total,
-            collections=collections,
-        )
+    def ending(self, eid: str, doc: dict[str, Any]) -> tuple[str, str, str, bool]:
+        """A shop root's ending: its scenario's, and the final state its model must end it in."""
+        s = self.scenario_of[eid]
+        got = final_state(doc)
+        return s.name, s.expect, got, got == s.expect

@@ -94,10 +94,13 @@ def _failed(what: str, exc: Exception, every: float) -> None:
     log.warning("%s failed (%r); retrying in %ss", what, exc, every, exc_info=not expected)
 
 
-async def run_through_outages(worker: Any, stop: asyncio.Event, wid: str, pause: float = 1.0) -> None:
+async def run_through_outages(
+    worker: Any, stop: asyncio.Event, wid: str, pause: float = 1.0, say: Callable[[str], Any] = print
+) -> None:
     """harel's `AsyncWorker.run`, restarted when the server goes away: its claims and timer
     sweeps are outside its per-event error handling, so an outage ends the loop. Events in
-    flight then come back after their lease, as after any worker crash."""
+    flight then come back after their lease, as after any worker crash. `say` gets the line
+    a person reads about it."""
     while True:
         try:
             await worker.run(stop)
@@ -105,7 +108,7 @@ async def run_through_outages(worker: Any, stop: asyncio.Event, wid: str, pause:
         except ConnectionFailure as exc:  # refused, reset, no server selectable: wait it out
             if stop.is_set():
                 return
-            print(f"worker {wid}: lost the server ({type(exc).__name__}); retrying every {pause:g}s", flush=True)
+            say(f"worker {wid}: lost the server ({type(exc).__name__}); retrying every {pause:g}s")
             log.warning("worker loop interrupted by %r", exc)
         except OperationFailure as exc:
             # a claim the server applied without the write concern it asked for (a member
@@ -116,7 +119,7 @@ async def run_through_outages(worker: Any, stop: asyncio.Event, wid: str, pause:
                 raise
             if stop.is_set():
                 return
-            print(f"worker {wid}: the server failed a command ({type(exc).__name__}); retrying", flush=True)
+            say(f"worker {wid}: the server failed a command ({type(exc).__name__}); retrying")
             log.warning("worker loop interrupted by %r", exc)
         try:
             await asyncio.wait_for(stop.wait(), timeout=pause)

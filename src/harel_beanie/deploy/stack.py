@@ -38,6 +38,7 @@ from pymongo.errors import ConfigurationError
 from harel_beanie.core.errors import ConfigError
 from harel_beanie.core.names import queue_names
 from harel_beanie.core.partitions import PartitionScope
+from harel_beanie.deploy import seam
 from harel_beanie.deploy.relay import ScopedStore
 from harel_beanie.deploy.where import Target
 from harel_beanie.store.async_store import AsyncMongoStore
@@ -87,6 +88,7 @@ class CountingWorker(AsyncWorker):
     `executions` is the store's executions collection on an async client."""
 
     def __init__(self, *args: Any, executions: Any, **kwargs: Any) -> None:
+        seam.check()  # the `_handle` below replaces a private method of harel's: refused if it is gone
         super().__init__(*args, **kwargs)
         self.executions = executions
         # the worker's time, which its relay sweeps take too: a child a sweep starts arms

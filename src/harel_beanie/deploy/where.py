@@ -14,6 +14,11 @@ Every `harel-beanie` command needs the same answer, so it is worked out once her
   running `demo`) joins the same server instead of starting another on the same files; a
   server whose command was killed is taken over (and stopped when done); two demos never
   share one (each runs its own simulated clock).
+- A server `harel-beanie server` runs on that folder is used by every command started there
+  with no URL, the worker and the migrations included (what its banner promises); each says
+  so first, naming the URL.
+- A database named by mistake is told apart from a new one by one rule (`mistyped_db`): the
+  named database holds no harel-beanie collections while another on the server does.
 - The CLI's connect policy is short (5 pings, 0.5 s apart, 1 s each) so an unreachable URL
   gets an answer within seconds; `--connect-attempts` / `--connect-timeout` lengthen it.
 
@@ -26,7 +31,7 @@ import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 from harel_beanie.core.errors import ConfigError
 from harel_beanie.deploy.local_server import LocalServer
@@ -130,6 +135,19 @@ def db_and_prefix(db: Optional[str], prefix: Optional[str], env: Mapping[str, st
 
 # --- the embedded server on the data folder --------------------------------------------------
 
+#: a `Target.source` saying the URL is that of the server `harel-beanie server` runs here
+SERVER_SOURCE = "harel-beanie server"
+
+
+def served_here(folder: Path) -> Optional[str]:
+    """The URL of the server `harel-beanie server` runs on `folder`, if one answers there (the
+    embedded servers other commands start for themselves come and go with them: only the
+    commands that may start one join those, through `LocalServer`)."""
+    info = LocalServer(folder).running()
+    if info is None or info.get("command") != SERVER_SOURCE.split()[-1]:
+        return None
+    return f"mongodb://127.0.0.1:{info['port']}"
+
 
 def no_data_message(folder: Path, given: bool) -> str:
     """What a reading command says in a folder with no data and no URL: what it found, and
@@ -169,11 +187,27 @@ def resolve(
     if found is not None:
         yield Target(found, db_name, prefix_name, policy, source)
         return
-    if not embedded_ok:
-        raise ConfigError("no MongoDB URL: pass --url or set HAREL_MONGO_URL (or MONGODB_URL)")
     folder = Path(data or env.get("HAREL_BEANIE_DATA") or DEFAULT_DATA_DIR)
+    served = served_here(folder)
+    if served is not None:  # the banner of `harel-beanie server` promised it: every command uses it
+        say(f"using the server `harel-beanie server` runs in this folder: {served} (data in {folder}/)")
+        yield Target(served, db_name, prefix_name, policy, SERVER_SOURCE, data_dir=folder)
+        return
+    if not embedded_ok:
+        raise ConfigError(
+            "no MongoDB URL: pass --url or set HAREL_MONGO_URL (or MONGODB_URL), or start `harel-beanie server` "
+            "in this folder"
+        )
     if not makes_data and not folder.is_dir():
         raise ConfigError(no_data_message(folder, given=bool(data or env.get("HAREL_BEANIE_DATA"))))
+    with _embedded(folder, command, say) as url_now:
+        yield Target(url_now, db_name, prefix_name, policy, "embedded", data_dir=folder)
+
+
+@contextmanager
+def _embedded(folder: Path, command: str, say: Callable[[str], None]) -> Iterator[str]:
+    """The URL of the embedded server on `folder`, started, joined or adopted (`LocalServer`),
+    and stopped on exit if this command owns it; `say` announces which."""
     local = LocalServer(folder, command)
     try:
         url_now = local.open()
@@ -183,8 +217,44 @@ def resolve(
             say(f"No MONGODB_URL set: using the embedded server another harel-beanie command runs on {folder}/")
         else:
             say(f"No MONGODB_URL set: taking over the embedded server left running on {folder}/")
-        yield Target(url_now, db_name, prefix_name, policy, "embedded", data_dir=folder)
+        yield url_now
     finally:
         if local.owns:
             say(f"Stopping the embedded server (its data stays in {folder}/).")
         local.close()
+
+
+# --- a database named by mistake -------------------------------------------------------------
+
+#: the server's own databases: never an app's
+SYSTEM_DBS = ("admin", "config", "local")
+
+
+async def mistyped_db(client: Any, db: str, prefix: str) -> Optional[str]:
+    """What to say when `db` looks mistyped: it holds no collection of `prefix` (no harel-beanie
+    data) while another database on the server holds executions. The one rule every command
+    that reads or removes data applies (`status`, `migrate status`, `prune`, `dashboard`), so
+    none tells a user to migrate, prune or watch a database that does not exist. `None` when
+    `db` holds data, or when no other database does (a new deployment's first run).
+    `client` is PyMongo's async client."""
+    from difflib import SequenceMatcher
+
+    mine = f"{prefix}_"
+    if any(name.startswith(mine) for name in await client[db].list_collection_names()):
+        return None
+    found: list[tuple[str, str]] = []
+    for name in await client.list_database_names():
+        if name in SYSTEM_DBS or name == db:
+            continue
+        for coll in await client[name].list_collection_names():
+            if coll.endswith("_executions"):
+                found.append((name, coll.removesuffix("_executions")))
+    if not found:
+        return None
+
+    def likeness(where: tuple[str, str]) -> tuple[bool, float]:
+        return where[1] == prefix, SequenceMatcher(None, where[0], db).ratio()
+
+    name, theirs = max(found, key=likeness)
+    flags = f"--db {name}" + ("" if theirs == prefix else f" --prefix {theirs}")
+    return f"no harel-beanie data in {db!r}; did you mean {name!r}? ({flags})"

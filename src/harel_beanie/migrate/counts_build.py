@@ -33,7 +33,8 @@ async def build_counts(
     partitions built of all, executions read so far. Batches of `batch` (None: `BATCH`, or
     on a server where `limit` bounds no work, SecantusDB, the whole build in one pass: there
     each batch's read of its ids reads the collection). Resumes where a killed run stopped."""
-    colls = {"executions": exes, "counts": exes.database[counts_collection(prefix)]}
+    # harel's counters too: a counter built anew takes its epoch there (core.counting, Rule 6)
+    colls = {"executions": exes, "counts": exes.database[counts_collection(prefix)], "counters": counters}
     parts = marker_parts(await counters.find_one({"_id": SCHEMA_MARKER_ID}))
     if batch is None and not (await server_of(exes)).limit_bounds_work:
         batch = 0  # each batch's id read would read the collection: the rest in one pass

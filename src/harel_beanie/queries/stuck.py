@@ -9,8 +9,9 @@ three reads, each of candidates only, each bounded by what is shown:
 
 - the silent with nothing to wake them: the lowest of `hb_quiet` (`queries.lowest`: about
   `show` documents once a process has read it once);
-- the long-overdue timers: the lowest of `hb_timer_pending` below now less the threshold
-  (due timers the sweep did not fire; none on a healthy deployment);
+- the due timer bounds: the lowest of `hb_timer_pending` up to now (due timers the sweep
+  did not fire, and bounds a removed timer left too low, which the sweep repairs: few on a
+  healthy deployment);
 - the documents marked for the counts' fold since the last one, silent for longer than the
   threshold: their `quiet` is not decided yet (`hb_part_cdirty`: what the exact counts read
   anyway); a commit that keeps the status sets its `quiet` itself and is not marked
@@ -28,7 +29,7 @@ from harel_beanie.core.arguments import require_int, require_seconds, require_ti
 from harel_beanie.core.documents import SCHEMA_MARKER_ID, ExecutionDocument
 from harel_beanie.core.names import prefix_of
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, MAX_PARTITIONS
-from harel_beanie.core.stuck import QUIET, dirty_query, overdue_query, quiet_query, stuck_rows
+from harel_beanie.core.stuck import QUIET, dirty_query, due_query, quiet_query, stuck_rows
 from harel_beanie.queries.lowest import lowest
 from harel_beanie.queries.rows import Executions, StuckRow, checked_doc
 
@@ -49,7 +50,7 @@ async def stuck(
     if not show:
         return []
     quiet = await lowest(doc, quiet_query(after, now), QUIET, show, StuckRow)
-    overdue = await lowest(doc, overdue_query(after, now), "next_fire", show, StuckRow, kind=" overdue")
+    overdue = await lowest(doc, due_query(now), "next_fire", show, StuckRow, kind=" overdue")
     parts = await _parts(doc)
     coll = doc.get_pymongo_collection()
     fields = {k: 1 for k in StuckRow.model_fields if k != "id"}

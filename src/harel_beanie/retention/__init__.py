@@ -3,6 +3,7 @@
 from their own code.
 """
 
+from harel_beanie.core.ages import parse_age, parse_before
 from harel_beanie.retention.archive import (
     Archive,
     ArchiveContents,
@@ -19,8 +20,6 @@ from harel_beanie.retention.pruning import (
     candidates_filter,
     dumps_report,
     ensure_ttl,
-    parse_age,
-    parse_before,
     prune,
 )
 

@@ -15,9 +15,13 @@ Rule 3. prune deletes, each delete guarded on the incarnation read (`identity`: 
         else its `created_at`); `finish(removed)` appends the records of what was really
         removed to the archive (flushed and fsynced), then clears the journal.
 Rule 4. `recover()`, at the start of every run, settles a journal left by a killed run: the
-        records whose incarnation is gone from the executions (the id absent, a tombstone,
-        or another incarnation) and whose removal key is not yet in the archive are
-        appended, then the journal is cleared. A kill before the deletes leaves nothing gone;
+        records whose incarnation is gone from the executions (the id absent, or another
+        incarnation not descending from it: `gone_among`; a purge is no removal) and whose
+        removal key is not yet in the archive are appended; then the journal is cleared of
+        all but the records of documents still marked leaving less than `LEASE` ago (another
+        prune's batch, going on now: it appends them itself, or a later run does once they
+        are gone). A removal journals only what it holds (`removal.hold`), so a record gone
+        is its removal's, no other prune's. A kill before the deletes leaves nothing gone;
         a kill during or after them leaves the gone ones to append; a kill after the append
         finds their keys in the archive (nothing appended twice). Comparing keys, not ids,
         is what keeps a re-created id's second removal from passing for its first.
@@ -40,12 +44,12 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 from bson import ObjectId, json_util
 from pymongo import ASCENDING, ReplaceOne
 
-from harel_beanie.core.arguments import require_str
+from harel_beanie.core.arguments import require_str, require_time
 
 _CANONICAL = json_util.CANONICAL_JSON_OPTIONS
 #: the archive collection's index: one execution's removals in order (`read(execution_id)`)
@@ -53,7 +57,7 @@ EXECUTION_INDEX = "hb_archive_execution"
 
 
 class Archive(Protocol):
-    async def recover(self, executions: Any) -> int: ...
+    async def recover(self, executions: Any, now: Optional[float] = None) -> int: ...
     async def begin(self, docs: list[dict[str, Any]]) -> None: ...
     async def finish(self, removed: list[dict[str, Any]]) -> None: ...
 
@@ -69,28 +73,61 @@ def identity(doc: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-#: what `gone_among` needs of the stored documents
-GONE_PROJECTION = {"born": 1, "created_at": 1, "tomb": 1}
+#: which removal marked a document leaving (its token), and when (epoch seconds)
+LEAVER, LEFT_AT = "lby", "lat"
+#: how long a removal's leaving mark keeps another from taking the document over, and keeps
+#: its journal record for a later settling (Rule 4): past it, the removal that made it is
+#: taken as killed (a batch's removal takes seconds), and the next prune removes what it left
+LEASE = 300.0
+#: what `gone_among` and `journal_states` need of the stored documents
+GONE_PROJECTION = {"born": 1, "created_at": 1, "tomb": 1, "buried": 1, "leaving": 1, LEFT_AT: 1}
 
 
 async def are_gone(executions: Any, docs: list[dict[str, Any]]) -> list[bool]:
-    """For each of `docs` (as read), whether that incarnation is no longer stored: its id is
-    absent, a tombstone, or another incarnation (created again since)."""
+    """For each of `docs` (as read), whether prune removed that incarnation: its id is
+    absent, or holds another incarnation (created again since) that does not descend from it;
+    not where a purge buried it (a tombstone, or a creation over that tombstone, naming its
+    `born` among the incarnations buried): a purge is not a removal to archive."""
     ids = list({d["_id"] for d in docs})
     found = await executions.find({"_id": {"$in": ids}}, GONE_PROJECTION).to_list(None)
     return gone_among(found, docs)
 
 
+async def journal_states(executions: Any, docs: list[dict[str, Any]], now: float) -> list[str]:
+    """For each of `docs` (a journal's records' documents): "gone" (removed: `gone_among`),
+    "held" (still stored and marked leaving less than `LEASE` ago: its removal may be going
+    on, in another prune), or "left" (stored and not being removed)."""
+    ids = list({d["_id"] for d in docs})
+    found = await executions.find({"_id": {"$in": ids}}, GONE_PROJECTION).to_list(None)
+    stored = {p["_id"]: p for p in found}
+    out = []
+    for d, went in zip(docs, gone_among(found, docs)):
+        p = stored.get(d["_id"]) or {}
+        at = p.get(LEFT_AT)
+        held = bool(p.get("leaving")) and isinstance(at, (int, float)) and now - at < LEASE
+        out.append("gone" if went else "held" if held else "left")
+    return out
+
+
 def gone_among(found: list[dict[str, Any]], docs: list[dict[str, Any]]) -> list[bool]:
     """`are_gone` from `found`, the documents stored under the ids of `docs` (projected
     with `GONE_PROJECTION`)."""
-    stored = {p["_id"]: p for p in found if "tomb" not in p}
+    stored = {p["_id"]: p for p in found}
 
     def still(d: dict[str, Any]) -> bool:
         p = stored.get(d["_id"])
-        return p is not None and all(p.get(k) == v for k, v in identity(d).items())
+        if p is None:
+            return False
+        born = d.get("born")
+        if born and born in [*((p.get("tomb") or {}).get("buried") or ()), *(p.get("buried") or ())]:
+            return True  # purged, not pruned: its lineage goes on under the id
+        return "tomb" not in p and all(p.get(k) == v for k, v in identity(d).items())
 
     return [not still(d) for d in docs]
+
+
+def _now(now: Optional[float]) -> float:
+    return time.time() if now is None else now
 
 
 def removal_record(doc: dict[str, Any], now: float) -> dict[str, Any]:
@@ -251,19 +288,24 @@ class JsonlArchive:
         self.pending.unlink()
         _fsync_dir(self.pending)
 
-    async def recover(self, executions: Any) -> int:
+    async def recover(self, executions: Any, now: Optional[float] = None) -> int:
+        now = None if now is None else require_time("now", now)  # a lease's clock: never a string or NaN
         repair_tail(self.path)
         if not self.pending.exists():
             return 0
         # a torn journal line was never followed by a delete (Rule 2): its document is still
         # stored, so reading only the whole lines loses nothing
         journal = read_jsonl(self.pending).records
-        flags = await are_gone(executions, [document_of(r) for r in journal]) if journal else []
-        have = self.read().keys() if any(flags) else set()
-        late = [r for r, gone in zip(journal, flags) if gone and r["_id"] not in have]
+        states = await journal_states(executions, [document_of(r) for r in journal], _now(now)) if journal else []
+        have = self.read().keys() if "gone" in states else set()
+        late = [r for r, state in zip(journal, states) if state == "gone" and r["_id"] not in have]
         if late:
             self._append(late)
-        self._clear()
+        kept = [r for r, state in zip(journal, states) if state == "held"]
+        if kept:
+            _write(self.pending, lines_of(kept), "w")
+        else:
+            self._clear()
         return len(late)
 
     async def begin(self, docs: list[dict[str, Any]]) -> None:
@@ -304,18 +346,20 @@ class CollectionArchive:
         if records:  # replace by removal key: copying a record twice leaves one copy
             await self.coll.bulk_write([ReplaceOne({"_id": r["_id"]}, r, upsert=True) for r in records], ordered=False)
 
-    async def recover(self, executions: Any) -> int:
+    async def recover(self, executions: Any, now: Optional[float] = None) -> int:
+        now = None if now is None else require_time("now", now)  # a lease's clock: never a string or NaN
         # at the start of every run, so that an archive made before the index gets it
         await self.coll.create_index([("execution_id", ASCENDING), ("pruned_at", ASCENDING)], name=EXECUTION_INDEX)
         journal = await self.journal.find({}).to_list(None)
         if not journal:
             return 0
-        flags = await are_gone(executions, [document_of(r) for r in journal])
-        keys = [r["_id"] for r, gone in zip(journal, flags) if gone]
+        states = await journal_states(executions, [document_of(r) for r in journal], _now(now))
+        keys = [r["_id"] for r, state in zip(journal, states) if state == "gone"]
         have = {d["_id"] for d in await self.coll.find({"_id": {"$in": keys}}, {"_id": 1}).to_list(None)}
-        late = [r for r, gone in zip(journal, flags) if gone and r["_id"] not in have]
+        late = [r for r, state in zip(journal, states) if state == "gone" and r["_id"] not in have]
         await self._copy(late)
-        await self.journal.delete_many({"_id": {"$in": [r["_id"] for r in journal]}})
+        settled = [r["_id"] for r, state in zip(journal, states) if state != "held"]
+        await self.journal.delete_many({"_id": {"$in": settled}})
         return len(late)
 
     async def begin(self, docs: list[dict[str, Any]]) -> None:

@@ -46,16 +46,16 @@ examined again.
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
+from bson import ObjectId
+from harel.engine.schema import Names
+
+from harel_beanie.core.ages import MAX_AGE
 from harel_beanie.core.arguments import (
-    BadArgument,
     optional_str,
-    parse_number,
     require_bool,
     require_int,
     require_seconds,
@@ -63,12 +63,11 @@ from harel_beanie.core.arguments import (
     require_time,
 )
 from harel_beanie.core.count_documents import counts_collection
-from harel_beanie.core.counting import LEAVING
 from harel_beanie.core.names import prefix_of
 from harel_beanie.core.partitions import PartitionScope
 from harel_beanie.core.windows import DownwardWalk, Window
 from harel_beanie.retention.archive import Archive
-from harel_beanie.retention.removal import removal
+from harel_beanie.retention.removal import CLAIM_FIELDS, claim, hold, remove_held
 from harel_beanie.store.dispatch import acall, adrive
 
 #: what harel counts as finished for good (harel.engine.execution stamps finished_at on these)
@@ -90,41 +89,8 @@ _PROJECTION = {
     "outbox": {"$slice": [{"$ifNull": ["$outbox", []]}, 1]},
     "spawns": {"$slice": [{"$ifNull": ["$spawns", []]}, 1]},
     "hb_holds_data": {"$ne": [{"$type": "$data"}, "missing"]},
+    **{f: 1 for f in CLAIM_FIELDS},
 }
-#: the oldest cut-off an age may name: a century (a larger one is a typing slip, not a policy)
-MAX_AGE = 100 * 365.25 * 86400.0
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
-
-
-def parse_age(text: str) -> float:
-    """`90s`, `15m`, `12h`, `30d`, `2w` (or a plain number of seconds) as seconds: finite, and
-    at most `MAX_AGE`."""
-    text = require_str("text", text)
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
-    if not m:
-        raise BadArgument("age", f"is not an age: {text[:100]!r} (expected e.g. 30d, 12h, 90m)")
-    return require_seconds("age", float(m.group(1)) * _UNITS[m.group(2) or "s"], high=MAX_AGE)
-
-
-def parse_before(text: str, now: Optional[float] = None) -> float:
-    """The cut-off as epoch seconds: an age (`30d`: finished more than 30 days ago), an ISO
-    date or date-time (`2026-01-31`, `2026-01-31T12:00:00+00:00`; UTC unless it says), or
-    `@<epoch seconds>`."""
-    now = time.time() if now is None else require_time("now", now)
-    text = require_str("text", text).strip()
-    if text.startswith("@"):
-        return parse_number("finished_before", text[1:])
-    if re.fullmatch(r"[\d.]+\s*[smhdw]?", text):
-        return now - parse_age(text)
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise BadArgument(
-            "finished_before", f"{text[:100]!r}: expected an age (30d, 12h), an ISO date or @epoch"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return when.timestamp()
 
 
 @dataclass
@@ -166,11 +132,13 @@ async def prune(
     batch_size: int = 500,
     on_batch: Callable[[PruneReport], None] = lambda r: None,
     stop_after_batches: Optional[int] = None,
+    clock: Callable[[], float] = time.time,
 ) -> PruneReport:
     """Remove the finished executions of `executions` (an async PyMongo collection) that
     finished before `before` (epoch seconds); see the module docstring for what is kept.
     `on_batch` is called after each batch (a progress bar). `stop_after_batches` stops early,
-    as an interruption would (the tests use it).
+    as an interruption would (the tests use it). `clock` dates the leaving marks, and decides
+    whether another removal's mark still holds (`retention.removal.LEASE`).
     Kept whole: the batch's steps (choose, mark, fold, archive, delete) must run in this order for a killed run to be finished by the next."""
     before = require_time("before", before)
     batch_size = require_int("batch_size", batch_size, low=1, high=2**31 - 1)
@@ -179,7 +147,7 @@ async def prune(
         stop_after_batches = require_int("stop_after_batches", stop_after_batches, low=0)
     report = PruneReport(before=before, dry_run=dry_run)
     if archive is not None and not dry_run:
-        report.recovered = await archive.recover(executions)
+        report.recovered = await archive.recover(executions, clock())
     whole = archive is not None and not dry_run
     for status in FINISHED:
         walk = DownwardWalk(before, target=batch_size, width=FIRST_WIDTH)
@@ -194,11 +162,12 @@ async def prune(
                 if stop_after_batches is not None and report.batches >= stop_after_batches:
                     return report
                 batch = chosen[i : i + batch_size]
-                for d in batch:  # a mark an interrupted run left: the counts', not the execution's
-                    d.pop(LEAVING, None)
+                # a leaving mark (this run's, another's, an interrupted one's) is the
+                # removal's, not the execution's: kept apart from what is archived
+                seen = {d["_id"]: {f: d.pop(f) for f in CLAIM_FIELDS if f in d} for d in batch}
                 report.batches += 1
                 report.examined += len(batch)
-                await _prune_batch(executions, batch, report, archive, dry_run)
+                await _prune_batch(executions, batch, report, archive, dry_run, seen, clock())
                 on_batch(report)
             if window is None:
                 break
@@ -233,8 +202,16 @@ def is_candidate(doc: dict[str, Any], before: float) -> bool:
 
 
 async def _prune_batch(
-    executions: Any, batch: list[dict[str, Any]], report: PruneReport, archive: Optional[Archive], dry_run: bool
+    executions: Any,
+    batch: list[dict[str, Any]],
+    report: PruneReport,
+    archive: Optional[Archive],
+    dry_run: bool,
+    seen: Optional[dict[Any, dict[str, Any]]] = None,
+    now: Optional[float] = None,
 ) -> None:
+    seen = seen or {}
+    now = time.time() if now is None else now
     # the read filter already excludes pending work; kept in the count for a document whose
     # projection shows some (a document written between the plan and the read)
     ready = [d for d in batch if not d.get("outbox") and not d.get("spawns")]
@@ -246,29 +223,40 @@ async def _prune_batch(
         going = {r["_id"] for r in rows if r.get("status") not in FINISHED}
     chosen = [d for d in ready if d.get("parent_id") not in going]
     report.kept_parent += len(ready) - len(chosen)
+    # what another removal (a prune at the same time) holds is its to remove, and to archive
+    held = [d for d in chosen if claim(seen.get(d["_id"]) or {}, now) is None]
+    report.moved_on += len(held)
+    chosen = [d for d in chosen if claim(seen.get(d["_id"]) or {}, now) is not None]
     if not chosen:
         return
     if dry_run:
         report.removed += len(chosen)
         report.removed_ids += [d["_id"] for d in chosen]
         return
-    if archive is not None:
-        await archive.begin(chosen)
-    # marked leaving, folded out of the counts, deleted while still leaving and counted as
-    # nothing, read back (harel_beanie.retention.removal; core.counting, Rule 5): a commit in
-    # between unmarks a document and it stays
-    removed = await adrive(removal(PartitionScope(), chosen), lambda c: acall(_collections(executions), c))
-    if archive is not None:
+    # marked leaving (what this removal holds is journaled), folded out of the counts,
+    # deleted while still leaving and counted as nothing, read back
+    # (harel_beanie.retention.removal; core.counting, Rule 5): a commit in between unmarks a
+    # document and it stays; what another removal (a prune at the same time) marked or
+    # deleted is not this one's, to journal, archive or report
+    colls = _collections(executions)
+    token = str(ObjectId())
+    held = await adrive(hold(chosen, seen, token=token, now=now), lambda c: acall(colls, c))
+    if archive is not None and held:
+        await archive.begin(held)
+    removed = await adrive(remove_held(PartitionScope(), held, token), lambda c: acall(colls, c))
+    if archive is not None and held:
         await archive.finish(removed)
     report.removed += len(removed)
-    report.moved_on += len(chosen) - len(removed)
+    report.moved_on += len(chosen) - len(removed)  # held by another, or changed meanwhile
     report.removed_ids += [d["_id"] for d in removed]
 
 
 def _collections(executions: Any) -> dict[str, Any]:
-    """The collections a removal's calls name: the executions and their counters."""
+    """The collections a removal's calls name: the executions, their counters, and harel's
+    counters (where a counter built anew takes its epoch: core.counting, Rule 6)."""
     prefix = prefix_of(executions.name) or executions.name  # another name: it stands for the prefix
-    return {"executions": executions, "counts": executions.database[counts_collection(prefix)]}
+    db = executions.database
+    return {"executions": executions, "counts": db[counts_collection(prefix)], "counters": db[Names(prefix).counters]}
 
 
 def undated_filter() -> dict[str, Any]:

@@ -18,23 +18,38 @@ The steps, each a round trip whatever the batch holds:
    clean, counted as nothing), so a commit in between, or a fold not yet marked on the
    document, keeps it (a document from before partitions, which no counter holds, needs
    only its leaving mark);
-4. one read of the batch's ids: what is gone (`gone_among`) is what was removed.
+4. one read of the batch's ids: what is gone (`gone_among`) and was still this removal's
+   before its deletes is what it removed.
+
+Each removal is its own (`LEAVER`, a token minted for it): its leaving marks carry the token,
+guarded on the one read (a removal that read another's mark takes it over only once that mark
+is older than `LEASE`: a killed removal's), its deletes are guarded on it, and it reads which
+documents carry it after its marks (`hold`: what prune journals) and again just before they go. So two removals of one batch (two prunes at
+once, a worker's retention beside a manual prune) never both count, or both archive, one
+execution's removal: a document the other marked is not this one's to mark, and a delete
+the other made is not this one's to claim. An execution purged in between is not removed
+by either (its tombstone buries the incarnation read: `gone_among`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, Mapping, Optional
+
+from bson import ObjectId
 
 from harel_beanie.core.calls import BulkWrite, DeleteOne, Find, Flow, UpdateOne
 from harel_beanie.core.counting import DIRTY, LEAVING, removable
 from harel_beanie.core.flows import fold_counts
 from harel_beanie.core.partitions import PART, PartitionScope
-from harel_beanie.retention.archive import GONE_PROJECTION, gone_among, identity
+from harel_beanie.retention.archive import GONE_PROJECTION, LEASE, LEAVER, LEFT_AT, gone_among, identity
 
 #: folds of a batch whose documents a racing folder keeps leaving dirty (step 2)
 FOLD_TRIES = 3
 #: what a removal may find pending on a document it was about to remove: nothing
 NOTHING_PENDING = {"outbox.0": {"$exists": False}, "spawns.0": {"$exists": False}}
+#: what a removal reads of a document beside what prune reads: whose leaving mark it holds
+CLAIM_FIELDS = (LEAVING, LEAVER, LEFT_AT)
 
 
 def guard(doc: dict[str, Any]) -> dict[str, Any]:
@@ -51,17 +66,78 @@ def guard(doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def removal(scope: PartitionScope, chosen: list[dict[str, Any]]) -> Flow[list[dict[str, Any]]]:
-    """Remove `chosen` (documents as prune read them): the ones removed, in `chosen`'s order."""
+def claim(seen: Mapping[str, Any], now: float) -> Optional[dict[str, Any]]:
+    """The guard term under which a removal may mark a document whose leaving mark was read
+    as `seen` (its `CLAIM_FIELDS`): that mark still there, or none; None where another
+    removal's mark, younger than `LEASE`, holds it."""
+    token = seen.get(LEAVER)
+    if token is None:
+        return {LEAVER: {"$exists": False}}
+    at = seen.get(LEFT_AT)
+    held = seen.get(LEAVING) and isinstance(at, (int, float)) and now - at < LEASE
+    return None if held else {LEAVER: token}
+
+
+def removal(
+    scope: PartitionScope,
+    chosen: list[dict[str, Any]],
+    seen: Optional[Mapping[Any, Mapping[str, Any]]] = None,
+    *,
+    token: Optional[str] = None,
+    now: Optional[float] = None,
+) -> Flow[list[dict[str, Any]]]:
+    """Remove `chosen` (documents as prune read them; `seen`, each id's leaving mark as read,
+    `CLAIM_FIELDS`): the ones this removal removed, in `chosen`'s order. `token` names the
+    removal (default: a new ObjectId's), `now` its clock (default: the time). With an
+    archive, prune journals what `hold` returns before `remove_held`."""
+    token = str(ObjectId()) if token is None else token
+    held = yield from hold(chosen, seen, token=token, now=now)
+    return (yield from remove_held(scope, held, token))
+
+
+def hold(
+    chosen: list[dict[str, Any]],
+    seen: Optional[Mapping[Any, Mapping[str, Any]]],
+    *,
+    token: str,
+    now: Optional[float] = None,
+) -> Flow[list[dict[str, Any]]]:
+    """Step 1: mark `chosen` leaving under `token`, each guarded on what prune read and on
+    the leaving mark read (`claim`); the ones this removal holds, in `chosen`'s order."""
+    seen = seen or {}
+    now = time.time() if now is None else now
+    terms = {d["_id"]: claim(seen.get(d["_id"]) or {}, now) for d in chosen}
+    chosen = [d for d in chosen if terms[d["_id"]] is not None]  # the rest another is removing
     if not chosen:
         return []
-    guards = [guard(d) for d in chosen]
-    marks = tuple(UpdateOne("executions", g, {"$set": {LEAVING: True, DIRTY: True}}) for g in guards)
-    yield BulkWrite("executions", marks)
-    yield from fold_leaving(scope, chosen)
-    yield BulkWrite("executions", tuple(DeleteOne("executions", {**g, **deletable(g)}) for g in guards))
-    found = yield Find("executions", {"_id": {"$in": sorted({d["_id"] for d in chosen})}}, GONE_PROJECTION)
-    return [d for d, gone in zip(chosen, gone_among(found, chosen)) if gone]
+    mark = {"$set": {LEAVING: True, DIRTY: True, LEAVER: token, LEFT_AT: now}}
+    yield BulkWrite(
+        "executions", tuple(UpdateOne("executions", {**guard(d), **(terms[d["_id"]] or {})}, mark) for d in chosen)
+    )
+    held = yield Find("executions", {"_id": {"$in": sorted({d["_id"] for d in chosen})}, LEAVER: token}, {"_id": 1})
+    ours = {d["_id"] for d in held}
+    return [d for d in chosen if d["_id"] in ours]
+
+
+def remove_held(scope: PartitionScope, held: list[dict[str, Any]], token: str) -> Flow[list[dict[str, Any]]]:
+    """Steps 2 to 4 over what `hold` returned: the ones this removal removed."""
+    if not held:
+        return []
+    yield from fold_leaving(scope, held)
+    ids = sorted({d["_id"] for d in held})
+    still = yield Find("executions", {"_id": {"$in": ids}, LEAVER: token}, {"_id": 1})
+    ours = {d["_id"] for d in still}  # a commit keeps the mark's token; a take-over does not
+    deletes = tuple(
+        DeleteOne("executions", {**g, **deletable(g), LEAVER: token}) for g in map(guard, held) if g["_id"] in ours
+    )
+    if not deletes:
+        return []
+    deleted = yield BulkWrite("executions", deletes)
+    found = yield Find("executions", {"_id": {"$in": sorted(ours)}}, GONE_PROJECTION)
+    gone = [d for d, went in zip(held, gone_among(found, held)) if went and d["_id"] in ours]
+    # a removal that deleted nothing removed nothing, whatever went meanwhile: one that took
+    # over its marks past `LEASE` (this one stalled) removed them, and archives them
+    return gone if deleted else []
 
 
 def deletable(guard: dict[str, Any]) -> dict[str, Any]:
@@ -82,8 +158,10 @@ def fold_leaving(scope: PartitionScope, docs: list[dict[str, Any]]) -> Flow[int]
     folded = 0
     for _ in range(FOLD_TRIES):
         folded += yield from fold_counts(scope, parts, ids=ids)
-        # `part` named first: the partial index hb_part_cdirty may serve this read
-        left = yield Find("executions", {PART: {"$in": parts}, DIRTY: True, "_id": {"$in": ids}}, {"_id": 1})
+        # by `_id` first, the batch's ids: the embedded server (SecantusDB) answers nothing to
+        # this read led by `part $in` or `cdirty` through the partial index hb_part_cdirty,
+        # so the fold was never tried again
+        left = yield Find("executions", {"_id": {"$in": ids}, DIRTY: True}, {"_id": 1})
         if not left:
             break
         ids = sorted(d["_id"] for d in left)

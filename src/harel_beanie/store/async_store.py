@@ -57,12 +57,19 @@ class AsyncMongoStore(StoreShell):
         (retrying per `retry`), and return a store on it. `connect_retries` and
         `retry_delay`, as harel's store takes them, override `retry`'s attempts and delay.
         `client_options` go to the client (e.g. `event_listeners`, `tls`); `options` to
-        the store. Raises `StoreUnavailable` naming the URL, password masked, if it never does."""
+        the store. Raises `StoreUnavailable` naming the URL, password masked, if it never does.
+
+        With `beanie=True` (the default) the Beanie document classes are bound to this
+        database before it returns, so a typed query (`ExecutionDocument.find(...)`,
+        `harel_beanie.queries`) works from the first line after it; the rest of the set-up
+        (indexes, layout check) waits for `init()` or the first store operation."""
         from pymongo import AsyncMongoClient
 
         retry = retry.overridden(connect_retries, retry_delay)
         settings = retry.client_settings(client_options)
-        return cls(await await_server(lambda: AsyncMongoClient(url, **settings), url, retry), db_name, **options)
+        store = cls(await await_server(lambda: AsyncMongoClient(url, **settings), url, retry), db_name, **options)
+        await store._bind_documents()
+        return store
 
     async def init(self) -> None:
         """Set the store up now instead of on first use: Beanie's init of the document
@@ -72,19 +79,24 @@ class AsyncMongoStore(StoreShell):
         async with self._setup_lock:
             if self._state.ready:
                 return
-            if self._beanie and _is_pymongo_async(self._client):
-                from beanie import init_beanie
-
-                await init_beanie(
-                    database=self._client[self.settings.db_name],
-                    document_models=list(bind(self.settings.prefix)),
-                    skip_indexes=True,  # created by set-up below, the same way as the sync store
-                )
+            await self._bind_documents()
             if self._detect_mongos:
                 db, prefix = self.settings.db_name, self.settings.prefix
                 self._state.scope.sharded = await routing_check_async(self._client, db, prefix)
                 self._detect_mongos = False
             await self._drive(flows.setup(self._state))
+
+    async def _bind_documents(self) -> None:
+        """Beanie's init of the document classes on this database (PyMongo clients, with
+        `beanie=True`): two reads (the server's version, the collection names), no write."""
+        if self._beanie and _is_pymongo_async(self._client):
+            from beanie import init_beanie
+
+            await init_beanie(
+                database=self._client[self.settings.db_name],
+                document_models=list(bind(self.settings.prefix)),
+                skip_indexes=True,  # created by set-up, the same way as the sync store
+            )
 
     async def _run(self, flow: Flow[T]) -> T:
         if not self._state.ready:

@@ -23,11 +23,11 @@ from harel_beanie.core.calls import (
     Flow,
     UpdateOne,
 )
+from harel_beanie.core.limits import MAX_VISIBILITY
 from harel_beanie.core.partitions import PART, PartitionScope
 from harel_beanie.transport.claim_walk import BANDS, ClaimWalk
 from harel_beanie.transport.documents import WAITING
 from harel_beanie.transport.queues import _HEAD, _ORDER, MAX_PREFETCH, PRIORITY_RANGE, QueueLease, QueueState
-from harel_beanie.transport.settings import MAX_VISIBILITY
 
 
 def claim(st: QueueState, worker_id: str, visibility: float, min_priority: int = 0) -> Flow[Optional[QueueLease]]:

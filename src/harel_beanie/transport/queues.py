@@ -113,10 +113,10 @@ from harel_beanie.core.calls import (
     UpdateOne,
 )
 from harel_beanie.core.documents import SCHEMA_MARKER_ID
+from harel_beanie.core.limits import MAX_PARK
 from harel_beanie.core.partitions import PART, PartitionScope
 from harel_beanie.transport.claim_walk import FRESH_OFFSET, ClaimWalk
 from harel_beanie.transport.documents import INLINE_BYTES, INLINE_MAX, WAITING
-from harel_beanie.transport.settings import MAX_PARK
 
 #: a priority is a small int (harel's transports use 0..4); anything in this range is kept
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)

@@ -19,6 +19,7 @@ from pymongo.write_concern import WriteConcern
 
 from harel_beanie.core.arguments import require_bool, require_seconds
 from harel_beanie.core.documents import index_models
+from harel_beanie.core.limits import MAX_IDLE_WAIT, MAX_POLL_INTERVAL
 from harel_beanie.core.names import partition_collection, queue_names
 from harel_beanie.store.settings import DEFAULT_WRITE_CONCERN, StoreSettings
 from harel_beanie.transport.documents import bind_queues
@@ -30,18 +31,6 @@ LEASE_WRITE_CONCERN = WriteConcern(w=1)
 DEFAULT_IDLE_WAIT = 1.0
 #: how often an idle claim looks again where the server has no change streams
 DEFAULT_POLL_INTERVAL = 0.05
-
-# Upper bounds on every lease, park and wait a caller sets. A message leased or parked for
-# longer than any worker lives is stranded with no one to redeliver it, and a wait past the
-# worker's own shutdown keeps it from stopping; a caller's 1e308 must be refused, not obeyed.
-#: the longest lease a claim takes (`visibility`, `--visibility`): a day
-MAX_VISIBILITY = 86400.0
-#: the longest a nack parks a message (`delay`): a week
-MAX_PARK = 7 * 86400.0
-#: the longest an idle claim waits for a wake-up (`idle_wait`, `--idle-wait`): an hour
-MAX_IDLE_WAIT = 3600.0
-#: the longest an idle claim goes between looks without a change stream (`poll_interval`)
-MAX_POLL_INTERVAL = 60.0
 
 
 @dataclass(frozen=True)

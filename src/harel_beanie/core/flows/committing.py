@@ -30,9 +30,11 @@ from harel_beanie.core.calls import FindOne, Flow, InsertOne, ReplaceOne, Update
 from harel_beanie.core.commit import COMMIT_TOKENS, CommitPlan, CommitRequest, append_trace_update, plan_commit
 from harel_beanie.core.counting import COUNTED, COUNTED_SEQ
 from harel_beanie.core.documents import VersionView, projection
-from harel_beanie.core.errors import CommitOutcomeUnknown, ExecutionTooLarge
+from harel_beanie.core.errors import ExecutionTooLarge
 from harel_beanie.core.flows.leases import mint_seqs
 from harel_beanie.core.flows.state import StoreState
+from harel_beanie.core.outcome import CommitOutcomeUnknown
+from harel_beanie.core.records import timers_held
 from harel_beanie.core.sizes import MAX_DOCUMENT_BYTES, data_budget, dedupe_key, reserved_bytes
 
 # the server's codes for a document or update over the size limit
@@ -144,6 +146,7 @@ def _plan(st: StoreState, request: CommitRequest, floor: int, pin: bool = True) 
     """Mint the commit's seqs above `floor` and plan its write, refused before it is sent
     if the execution would not fit once the store's own additions are full."""
     seqs = yield from mint_seqs(st, len(request.emits) + len(request.spawns), above=floor)
+    armed = yield from _armed(st, request)
     plan = plan_commit(
         request,
         seqs=seqs,
@@ -155,9 +158,30 @@ def _plan(st: StoreState, request: CommitRequest, floor: int, pin: bool = True) 
         # and the `pending` flag a pin would check, so a commit there is marked, as before
         pin=pin and not st.compat,
         waited=st.waited(request.exe.id, request.exe.version),
+        armed=armed,
     )
     _check_budget(st, request.exe, plan)
     return plan
+
+
+def _armed(st: StoreState, request: CommitRequest) -> Flow[Optional[dict[str, float]]]:
+    """The timers the execution held at the version loaded, for a commit with timer ops (its
+    bound: `core.stuck`, Rule T1): the load's hint, else read now (a commit loaded by
+    another store instance, or a hint pushed out). Read at another version, they are not
+    the loaded version's: a conflict (above it, the CAS would refuse the commit anyway;
+    below it, the version loaded is not the stored one's past: the id was created again)."""
+    exe = request.exe
+    if not request.timers or exe.version == 0 or not isinstance(exe.id, str):
+        return None
+    armed = st.armed(exe.id, exe.version)
+    if armed is not None:
+        return armed
+    doc = yield FindOne("executions", {"_id": exe.id}, {"version": 1, "timers": 1})
+    if doc is None:
+        return None  # nothing to update: the CAS refuses it
+    if doc.get("version") != exe.version:
+        raise StoreConflict(exe.id, expected=exe.version, found=doc.get("version"))
+    return timers_held(doc)
 
 
 def _send(
@@ -204,7 +228,9 @@ def _landed(st: StoreState, exe: Execution, plan: CommitPlan) -> list[int]:
     if plan.insert is not None:
         waited = (False, False)  # a new document: what it holds is what this commit wrote
     if waited is not None:  # what it waits on now, for the commit after this one
-        st.loaded(exe.id, plan.old_version + 1, waited[0] or plan.pending, waited[1] or plan.armed)
+        timers = plan.timers if plan.timers is not None else st.armed(exe.id, plan.old_version)
+        timer = waited[1] or plan.armed if plan.timers is None else bool(plan.timers)
+        st.loaded(exe.id, plan.old_version + 1, waited[0] or plan.pending, timer, timers)
     exe.version = plan.old_version + 1
     st.remember({s: exe.id for s in plan.seqs + plan.spawn_seqs})
     return plan.seqs

@@ -12,7 +12,16 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from harel_beanie.core.arguments import BadArgumentType, require_int, require_str
-from harel_beanie.core.calls import Aggregate, BulkWrite, Find, FindOne, Flow, UpdateMany, UpdateOne
+from harel_beanie.core.calls import Aggregate, BulkWrite, Find, FindOne, Flow, Increment, UpdateMany, UpdateOne
+from harel_beanie.core.count_build import (
+    EPOCH_ID,
+    batch_increment,
+    build_pipeline,
+    build_sums,
+    epoch_base,
+    raise_seq,
+    sums_by_part,
+)
 from harel_beanie.core.counting import (
     COUNTED,
     COUNTED_SEQ,
@@ -22,15 +31,11 @@ from harel_beanie.core.counting import (
     LOW,
     NO_ID,
     Counts,
-    batch_increment,
-    build_pipeline,
-    build_sums,
     combine,
     fold_low,
     lineage,
     marked,
     plan_fold,
-    sums_by_part,
     unchanged,
 )
 from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
@@ -187,6 +192,12 @@ def build(parts: Sequence[int], *, batch: Optional[int] = None, batches: Optiona
     out = Built(of=len(todo))
     if not todo:
         return out
+    # never during `migrate up`: until the layout is recorded whole, executions are still
+    # being given their partition, and one given it behind a build's cursor would never be
+    # counted (a prune's fold racing the migration built the counters so)
+    marker = yield FindOne("counters", {"_id": SCHEMA_MARKER_ID}, {"n": 1})
+    if (marker or {}).get("n") != SCHEMA_VERSION:
+        return out
     counters = yield from _counters(todo)
     missing = [p for p in todo if p not in counters]
     if missing:
@@ -231,7 +242,15 @@ def _build_batch(left: list[int], counters: dict[int, dict[str, Any]], batch: in
         stale = {**query, COUNTED: {"$exists": False}, DIRTY: {"$exists": False}}
         if span is not None:
             stale["_id"] = span
-        yield UpdateMany("executions", stale, build_pipeline())
+        bases = {p: bases_of(counters, p) for p in group}
+        yield UpdateMany("executions", stale, build_pipeline(bases))
+        # Rule 6: every mark an older counter made is raised to this counter's epoch before
+        # the batch is summed, so a late mark of that counter's folds can no longer land
+        if max(bases.values()):
+            older = {**query, COUNTED_SEQ: {"$lt": max(bases.values())}}
+            if span is not None:
+                older["_id"] = span
+            yield UpdateMany("executions", older, raise_seq(bases))
         groups = yield Aggregate("executions", build_sums(group, span))
     at = {UPTO: lowest} if lowest is not None else {UPTO: {"$exists": False}}
     for part, its in sums_by_part(groups, group).items():
@@ -242,17 +261,30 @@ def _build_batch(left: list[int], counters: dict[int, dict[str, Any]], batch: in
         update["$set"] = {"built": True} if last else {UPTO: ids[-1]}
         # only where the cursor still is: a racing builder's batch, or a killed one's
         # resumed, lands once
-        yield UpdateOne("counts", {"_id": part, "built": False, "seq": 0, **at}, update)
+        yield UpdateOne("counts", {"_id": part, "built": False, "seq": bases_of(counters, part), **at}, update)
     return len(ids) if batch else sum(int(g.get("n") or 0) for g in groups)
+
+
+def bases_of(counters: dict[int, dict[str, Any]], part: int) -> int:
+    """The seq an unbuilt counter was created at (its epoch's base, Rule 6), which its build
+    batches keep."""
+    return int(counters.get(part, {}).get("seq") or 0)
 
 
 def fresh_counters(parts: Sequence[int], *, built: bool) -> Flow[None]:
     """The counters of `parts` where there are none: unbuilt, or (`built`, for a database
     holding no execution yet) built already, counting nothing. One upsert each and not a
     bulk write: this runs at a store's set-up, which an in-memory fake (mongomock, whose bulk
-    writes refuse PyMongo's operations) must pass too."""
+    writes refuse PyMongo's operations) must pass too. An unbuilt counter starts its seq at
+    a new epoch's base (Rule 6): the documents may carry marks of a counter dropped before it."""
+    base = 0
+    if not built:
+        epoch = yield Increment("counters", EPOCH_ID, "n")
+        if epoch is None:  # SecantusDB's answer to a racing first upsert: the one that won
+            epoch = yield FindOne("counters", {"_id": EPOCH_ID})
+        base = epoch_base(int((epoch or {}).get("n") or 1))
     for part in sorted(set(parts)):
-        fresh: dict[str, Any] = {"part": part, "seq": 0, "n": {}, "t": 0, "last": [], "built": built}
+        fresh: dict[str, Any] = {"part": part, "seq": base, "n": {}, "t": 0, "last": [], "built": built}
         if built:
             fresh[LOW] = NO_ID
         yield UpdateOne("counts", {"_id": part}, {"$setOnInsert": fresh}, upsert=True)

@@ -21,14 +21,15 @@ from harel_beanie.core.listing import listing_page, listing_query
 from harel_beanie.core.sizes import dedupe_keys
 
 #: what a load reads beside the snapshot: what the execution waits on (an entry pending, a
-#: timer bound held), two small fields, kept as the next commit's hint (`StoreState.loaded`)
-_LOAD = {**projection(LoadView), "pending": 1, "next_fire": 1}
+#: timer bound held, the timers armed), small fields kept as the next commit's hints
+#: (`StoreState.loaded`): the timers make the commit's timer bound exact (`core.commit`)
+_LOAD = {**projection(LoadView), "pending": 1, "next_fire": 1, "timers": 1}
 
 
 def _loaded(st: StoreState, doc: Optional[dict[str, Any]]) -> Optional[Execution]:
     exe = records.execution(doc)
     if exe is not None and doc is not None:
-        st.loaded(exe.id, exe.version, bool(doc.get("pending")), "next_fire" in doc)
+        st.loaded(exe.id, exe.version, bool(doc.get("pending")), "next_fire" in doc, records.timers_held(doc))
     return exe
 
 

@@ -3,8 +3,9 @@
 `StoreState` is shared by every flow of one store instance: its settings, its seq mint
 and lease (taken on first mint), whether the database is a not-yet-migrated harel layout,
 which document holds each outbox/spawn seq it has seen (so an ack is addressed by `_id`),
-what each execution it loaded waited on (so a commit that keeps the status pins the right
-`quiet`: `core.commit`), and the count of operations that lets one relay read answer two calls (`flows.relays`).
+what each execution it loaded waited on and which timers it held (so a commit that keeps the
+status pins the right `quiet`, and a commit's timer bound is its remaining timers' earliest:
+`core.commit`), and the count of operations that lets one relay read answer two calls (`flows.relays`).
 It lives apart from the flows so that each of them can import it without importing
 another. `setup` is the first flow a store runs.
 """
@@ -54,7 +55,7 @@ class StoreState:
     unpartitioned: bool = False
     mint: SeqMint = field(default_factory=SeqMint)
     owners: dict[int, str] = field(default_factory=dict)
-    waits: dict[str, tuple[int, bool, bool]] = field(default_factory=dict)  # see `loaded`
+    waits: dict[str, tuple[int, bool, bool, Optional[dict[str, float]]]] = field(default_factory=dict)  # see `loaded`
     # operations started or finished on this instance, and the outbox entries the last
     # `pending_spawns` read with the count they are valid at (see `flows.relays`)
     ops: int = 0
@@ -96,14 +97,24 @@ class StoreState:
             self.owners.clear()  # only hints: an ack without one finds its entry by index
         self.owners.update(owners)
 
-    def loaded(self, execution_id: str, version: int, pending: bool, timer: bool) -> None:
+    def loaded(
+        self,
+        execution_id: str,
+        version: int,
+        pending: bool,
+        timer: bool,
+        timers: Optional[dict[str, float]] = None,
+    ) -> None:
         """What execution `execution_id` waited on at `version` (an entry pending, a timer
-        bound held), as read or as committed by this store: a hint, never believed
-        (`core.commit` pins it in the commit's filter)."""
+        bound held) and the timers it held (stored key -> fire time; None: not known), as
+        read or as committed by this store: hints for the commit at that version only
+        (`core.commit` pins the first in the commit's filter; the timers are what the stored
+        document held at the version its filter pins, less those removed since: a bound
+        taken from them is never above an armed timer, `core.stuck`'s Rule T1)."""
         with self._ops_lock:
             if len(self.waits) >= _WAITS_MAX:
                 self.waits.clear()  # only hints: a commit without one pins "waits on nothing"
-            self.waits[execution_id] = (version, pending, timer)
+            self.waits[execution_id] = (version, pending, timer, timers)
 
     def waited(self, execution_id: str, version: int) -> Optional[tuple[bool, bool]]:
         """The hint `loaded` left for this execution at this version, if any."""
@@ -112,6 +123,14 @@ class StoreState:
         with self._ops_lock:
             hint = self.waits.get(execution_id)
         return None if hint is None or hint[0] != version else (hint[1], hint[2])
+
+    def armed(self, execution_id: str, version: int) -> Optional[dict[str, float]]:
+        """The timers `loaded` saw this execution hold at this version, if known."""
+        if not isinstance(execution_id, str):
+            return None
+        with self._ops_lock:
+            hint = self.waits.get(execution_id)
+        return None if hint is None or hint[0] != version or hint[3] is None else dict(hint[3])
 
 
 #: The layouts a store of this version still runs on while `migrate up` brings them to

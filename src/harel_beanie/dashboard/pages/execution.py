@@ -16,7 +16,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from harel_beanie import queries
 from harel_beanie.dashboard import views
-from harel_beanie.dashboard.context import ACTIONS, Dashboard, dashboard
+from harel_beanie.dashboard.acting import ACTIONS, offer
+from harel_beanie.dashboard.context import Dashboard, dashboard
 from harel_beanie.dashboard.render import when
 from harel_beanie.dashboard.security import NotFound
 
@@ -25,15 +26,15 @@ ACTION_ERRORS = {"confirm": "confirm by typing the execution id"}
 
 
 async def detail(dash: Dashboard, execution_id: str) -> views.ExecutionView:
-    """The execution's view, or NotFound (saying when it was purged, if it was)."""
+    """The execution's view, or NotFound (saying when it was purged, if it was), with the
+    actions offered on it as it is now (`acting.offer`)."""
     s = await dash.ready()
-    v = await views.execution_view(
-        s, execution_id, doc=dash.doc(s), actions=dash.actions.enabled(), definitions=dash.definitions
-    )
+    v = await views.execution_view(s, execution_id, doc=dash.doc(s), actions=[], definitions=dash.definitions)
     if v is None:
         tomb = await queries.purged(execution_id, doc=dash.doc(s))
         gone = f" (purged at {when(tomb.at)})" if tomb is not None else ""
         raise NotFound(f"no execution {execution_id!r}{gone}")
+    v.actions, v.unavailable = offer(dash.actions.runner, dash.actions.enabled(), v.execution.status)
     return v
 
 

@@ -71,6 +71,23 @@ function svgOf(text) {
   return document.importNode(root, true);
 }
 
+// Mermaid gives its drawing width="100%" and keeps its own size in an inline max-width
+// style, which is left out above: the drawing would then be stretched to the page's width,
+// and a narrow chart of four states drawn 2,000 px tall. So the drawing gets its own size
+// back as attributes, scaled down to fit MAX_CHART_HEIGHT (but not below half, where its
+// labels would be too small to read: a chart that large scrolls in its box instead).
+var MAX_CHART_HEIGHT = 560;
+
+function sized(svg) {
+  var box = (svg.getAttribute("viewBox") || "").trim().split(/[\s,]+/).map(Number);
+  if (box.length === 4 && box[2] > 0 && box[3] > 0) {
+    var scale = Math.max(0.5, Math.min(1, MAX_CHART_HEIGHT / box[3]));
+    svg.setAttribute("width", String(Math.round(box[2] * scale)));
+    svg.setAttribute("height", String(Math.round(box[3] * scale)));
+  }
+  return svg;
+}
+
 function drawStatechart() {
   var source = document.getElementById("statechart-source");
   var target = document.getElementById("statechart");
@@ -83,7 +100,7 @@ function drawStatechart() {
   withoutInlineStyle(function () {
     return window.mermaid.render(id, source.textContent);
   }).then(function (result) {
-    target.replaceChildren(svgOf(result.svg));
+    target.replaceChildren(sized(svgOf(result.svg)));
     target.setAttribute("data-drawn", "true");
   }).catch(function (error) {
     target.textContent = "The statechart could not be drawn: " + String(error);
