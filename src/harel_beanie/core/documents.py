@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pymongo import ASCENDING, IndexModel
 
 from harel_beanie.core.arguments import BadArgumentType, require_str
-from harel_beanie.core.keys import ANY_TIME
+from harel_beanie.core.keys import ANY_SEQ, ANY_TIME
 from harel_beanie.core.stuck import QUIET, QUIET_FILTER
 from harel_beanie.core.unbound import StoreDocument
 
@@ -39,6 +39,11 @@ SCHEMA_VERSION = 4
 
 #: The filter selecting the documents that hold outbox entries or spawns (see `pending`).
 PENDING: dict[str, Any] = {"pending": True}
+#: The partial filters of the oldest holders' indexes (`hb_outbox_oldest`, `hb_spawn_oldest`):
+#: a document holding work with a first entry in that array. `queries.oldest` reads each under
+#: exactly this filter, narrowed to a window of that first seq.
+OLDEST_OUTBOX: dict[str, Any] = {**PENDING, "outbox.0.seq": ANY_SEQ}
+OLDEST_SPAWN: dict[str, Any] = {**PENDING, "spawns.0.seq": ANY_SEQ}
 
 #: The filter selecting the documents the counts have not folded yet (`core.counting`).
 DIRTY_MARK: dict[str, Any] = {"cdirty": True}
@@ -181,9 +186,17 @@ class ExecutionDocument(StoreDocument, SummaryFields):
                 partialFilterExpression=PENDING,
             ),
             # the executions holding the oldest pending entries (`queries.oldest`), keyed by each
-            # array's first entry, its oldest (seqs grow, appended in order): N keys for N rows
-            IndexModel([("outbox.0.seq", ASCENDING)], name="hb_outbox_oldest", partialFilterExpression=PENDING),
-            IndexModel([("spawns.0.seq", ASCENDING)], name="hb_spawn_oldest", partialFilterExpression=PENDING),
+            # array's first entry, its oldest (seqs grow, appended in order): N keys for N rows.
+            # Partial on `OLDEST_OUTBOX` / `OLDEST_SPAWN`, not `PENDING` alone: a server uses a
+            # partial index only for a filter that implies its partial filter (MongoDB's rule;
+            # SecantusDB's planner checks the same), and no read but this one names the array's
+            # first seq, so the relay's, the sweep's and purge's `{pending, ...}` reads cannot
+            # plan on them and keep `hb_pending_part` (under `PENDING` alone SecantusDB, which
+            # picks the shortest key whose partial filter absorbs a filter's equalities, read
+            # the relay's `{pending: true}` through `hb_outbox_oldest`). A commit writes a key
+            # here only on a document holding an entry of that kind (docs/INDEXES.md).
+            IndexModel([("outbox.0.seq", ASCENDING)], name="hb_outbox_oldest", partialFilterExpression=OLDEST_OUTBOX),
+            IndexModel([("spawns.0.seq", ASCENDING)], name="hb_spawn_oldest", partialFilterExpression=OLDEST_SPAWN),
             IndexModel(
                 [("part", ASCENDING), ("next_fire", ASCENDING)],
                 name="hb_part_timer",

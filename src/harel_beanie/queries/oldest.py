@@ -11,9 +11,9 @@ Rule 1: an execution's first entry in `outbox` (in `spawns`) is its oldest there
     reordering the rest; harel's own store appended in its counter's order too.
 Rule 2: so the executions holding the N oldest entries of a kind are the first N documents in
     the order of that array's first seq: `hb_outbox_oldest` and `hb_spawn_oldest` key each
-    document holding work by it, one key a document, and `queries.lowest` reads the first N
-    (one sorted, limited read where `limit` bounds the work, windows of that key where it
-    does not), never every document holding an entry, which the counts read. Each row still
+    document holding an entry of their kind by it, one key a document, and `queries.lowest`
+    reads the first N (one sorted, limited read where `limit` bounds the work, windows of
+    that key where it does not), never every document holding an entry, which the counts read. Each row still
     shows the smallest seq it holds, so a document out of Rule 1's order is shown as old as
     it is, only listed in its first entry's place.
 
@@ -29,8 +29,7 @@ from typing import Any, Iterable, Optional
 
 from pydantic import BaseModel, Field
 
-from harel_beanie.core.documents import PENDING
-from harel_beanie.core.keys import ANY_SEQ
+from harel_beanie.core.documents import OLDEST_OUTBOX, OLDEST_SPAWN
 from harel_beanie.core.seqs import MS_SHIFT, age_of
 from harel_beanie.queries.lowest import WIDEST, lowest
 
@@ -42,6 +41,9 @@ MAX_OLDEST = 100
 SEQ_WIDEST = WIDEST * 1000 * (1 << MS_SHIFT)
 #: the kinds of pending entry, by the array holding them
 ARRAYS = {"outbox": "outbox", "spawn": "spawns"}
+#: each array's read: its index's partial filter (`core.documents`), which bounds its first
+#: seq from below and so leaves out a document holding only the other kind
+_FILTERS = {"outbox": OLDEST_OUTBOX, "spawns": OLDEST_SPAWN}
 
 
 class _Seq(BaseModel):
@@ -102,9 +104,9 @@ async def oldest_holders(doc: Any, n: int, now: float) -> dict[str, list[dict[st
     out: dict[str, list[dict[str, Any]]] = {}
     for kind, array in ARRAYS.items():
         field = f"{array}.0.seq"
-        # `pending` names the indexes' partial filter; the bound leaves out a document
-        # holding only the other kind (no first entry here: no number to order by)
-        query = {**PENDING, field: dict(ANY_SEQ)}
+        # the index's partial filter whole, so the server may read through it (the walk's
+        # windows only narrow the first seq's bound)
+        query = {**_FILTERS[array], field: dict(_FILTERS[array][field])}
         model, first = _MODELS[array], partial(_first, array=array)
         rows = await lowest(doc, query, field, n, model, value=first, widest=SEQ_WIDEST, whole=True)
         out[kind] = [
