@@ -37,13 +37,10 @@ from harel_beanie.core.unbound import StoreDocument
 #: filter (`LAYOUT_3_INDEXES`; docs/INDEXES.md, tests/store/test_index_use.py).
 SCHEMA_VERSION = 4
 
-#: The filter selecting the documents that hold outbox entries or spawns (see `pending`).
+#: The filter selecting the documents that hold outbox entries or spawns (see `pending`); and the partial filters
+#: of `hb_outbox_oldest` and `hb_spawn_oldest`, which serve only the oldest holders' read (`queries.oldest`, Rule 3)
 PENDING: dict[str, Any] = {"pending": True}
-#: The partial filters of the oldest holders' indexes (`hb_outbox_oldest`, `hb_spawn_oldest`):
-#: a document holding work with a first entry in that array. `queries.oldest` reads each under
-#: exactly this filter, narrowed to a window of that first seq.
-OLDEST_OUTBOX: dict[str, Any] = {**PENDING, "outbox.0.seq": ANY_SEQ}
-OLDEST_SPAWN: dict[str, Any] = {**PENDING, "spawns.0.seq": ANY_SEQ}
+OLDEST_OUTBOX, OLDEST_SPAWN = {**PENDING, "outbox.0.seq": ANY_SEQ}, {**PENDING, "spawns.0.seq": ANY_SEQ}
 
 #: The filter selecting the documents the counts have not folded yet (`core.counting`).
 DIRTY_MARK: dict[str, Any] = {"cdirty": True}
@@ -185,16 +182,6 @@ class ExecutionDocument(StoreDocument, SummaryFields):
                 name="hb_pending_part",
                 partialFilterExpression=PENDING,
             ),
-            # the executions holding the oldest pending entries (`queries.oldest`), keyed by each
-            # array's first entry, its oldest (seqs grow, appended in order): N keys for N rows.
-            # Partial on `OLDEST_OUTBOX` / `OLDEST_SPAWN`, not `PENDING` alone: a server uses a
-            # partial index only for a filter that implies its partial filter (MongoDB's rule;
-            # SecantusDB's planner checks the same), and no read but this one names the array's
-            # first seq, so the relay's, the sweep's and purge's `{pending, ...}` reads cannot
-            # plan on them and keep `hb_pending_part` (under `PENDING` alone SecantusDB, which
-            # picks the shortest key whose partial filter absorbs a filter's equalities, read
-            # the relay's `{pending: true}` through `hb_outbox_oldest`). A commit writes a key
-            # here only on a document holding an entry of that kind (docs/INDEXES.md).
             IndexModel([("outbox.0.seq", ASCENDING)], name="hb_outbox_oldest", partialFilterExpression=OLDEST_OUTBOX),
             IndexModel([("spawns.0.seq", ASCENDING)], name="hb_spawn_oldest", partialFilterExpression=OLDEST_SPAWN),
             IndexModel(
@@ -239,10 +226,9 @@ LAYOUT_3_INDEXES: list[IndexModel] = [
 #: The indexes layout version 3 added: its migration creates them on the way up, drops them down.
 PARTITION_INDEXES = ("hb_pending_part", "hb_part_timer")
 
-#: Indexes an earlier release made under layout version 3 and this one no longer declares:
-#: `hb_part_pending` (part, _id), which `hb_pending_part` replaces. A store never reads
-#: through them; `migrate down` drops them with the others, and a database keeps one until
-#: it is dropped (CHANGELOG: one `dropIndex`), paying its upkeep on the documents holding work.
+#: Indexes an earlier release made under layout 3 and this one no longer declares: `hb_part_pending` (part, _id),
+#: which `hb_pending_part` replaces. A store never reads through them; `migrate down` drops them with the others,
+#: and a database keeps one until it is dropped (CHANGELOG: one `dropIndex`), paying upkeep on documents holding work.
 RETIRED_INDEXES = ("hb_part_pending",)
 
 
