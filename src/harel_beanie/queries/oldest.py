@@ -13,17 +13,20 @@ Rule 2: so the executions holding the N oldest entries of a kind are the first N
     the order of that array's first seq: `hb_outbox_oldest` and `hb_spawn_oldest` key each
     document holding an entry of their kind by it, one key a document, and `queries.lowest`
     reads the first N (one sorted, limited read where `limit` bounds the work, windows of
-    that key where it does not), never every document holding an entry, which the counts read. Each row still
-    shows the smallest seq it holds, so a document out of Rule 1's order is shown as old as
-    it is, only listed in its first entry's place.
+    that key where it does not), never every document holding an entry, which the counts
+    read. Each row still shows the smallest seq it holds, so a document out of Rule 1's
+    order is shown as old as it is, only listed in its first entry's place.
 Rule 3: those indexes are partial on `core.documents.OLDEST_OUTBOX` / `OLDEST_SPAWN`, the
     document holding work with a first entry in that array, and this read names that filter
     whole. A server uses a partial index only for a filter that implies its partial filter
     (MongoDB's documented rule; SecantusDB's planner checks the same), and no other read
     names an array's first seq, so the relay's, the sweep's and purge's `{pending, ...}`
-    reads cannot plan on them and keep `hb_pending_part` (partial on `pending` alone,
-    SecantusDB, which takes the shortest key whose partial filter holds a filter's
-    equalities, read the relay's `{pending: true}` through `hb_outbox_oldest`). A commit
+    reads cannot plan on them and keep `hb_pending_part` (with the indexes partial on
+    `pending` alone, SecantusDB, which takes the shortest key whose partial filter holds a
+    filter's equalities, read the relay's `{pending: true}` through `hb_outbox_oldest`). On
+    mongod this read may also plan on `hb_pending_part`; MongoDB ranks candidates by a trial
+    run, in which the plan through the sorted key returns its N rows while the other still
+    sorts (tests/queries/test_oldest_pending.py asserts the plan there). A commit
     writes a key there only on a document holding an entry of that kind (docs/INDEXES.md).
 
 The list is read when the view is: where the counts come from a minute's sample
