@@ -69,7 +69,8 @@ netfaults:
 # (2026-12-06, fresh clones, docs/testing.md).
 TEST_PROCESSES ?= 3
 
-# the whole default test suite, type check included, on a real wire-protocol server
+# the whole default test suite, type check included, on a real wire-protocol server; the
+# slowest 25 tests are printed at the end, so a CI log shows where the 15-minute budget goes
 test: $(STAMP) browser netfaults
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
@@ -77,7 +78,7 @@ test: $(STAMP) browser netfaults
 	$(BIN)/python -m mypy -p bench
 	$(BIN)/lint-imports
 	$(MKDOCS) build --strict --site-dir site
-	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES)
+	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --durations=25
 
 # the opt-in run on a real sharded cluster, through its mongos (tests/sharding; without the
 # variable its cluster tests are skipped, as in `make test`):
