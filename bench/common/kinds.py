@@ -17,11 +17,14 @@ The kinds:
 - `relay`: the store's pending outbox entries and spawns, read and marked sent;
 - `sweep`: timers, read when due and removed when fired, and the next timer's time;
 - `fold`: the status counts (`<prefix>_hb_counts`) and the executions' marks they fold;
-- `sample`: the minute samples (`<prefix>_hb_samples`);
+- `sample`: the minute samples (`<prefix>_hb_samples`) and the figures read for them or for a
+  worker's start (a count of the executions or of the queued messages, the oldest pending
+  entry, the next timers: every aggregation but harel's `load_for_event`); the sample's read of
+  the status counts is the fold's read of them, and is counted as `fold`;
 - `lease`: the workers' partition leases (`<prefix>_hb_partitions`);
 - `observer`: the benchmark's own reads (sent with `comment=OBSERVER`), counted apart so that
   the stack is not charged for them;
-- `other`: anything else (set-up, index builds, drops, session ends).
+- `other`: anything else (set-up, the schema marker, index builds, drops, session ends).
 
 A shape is classified by its collection first: every collection but the executions serves one
 kind of work (or, for harel's transport, a few told apart by the command). The executions are
@@ -129,15 +132,20 @@ def classify(name: str, command: Mapping[str, Any]) -> str:
         return _harel_transport(name, coll, command)
     if coll.endswith("_executions"):
         return _executions(name, command)
-    if coll.endswith("_counters"):  # harel's store: the trace step's sequence, minted by a commit
-        return "commit"
+    if coll.endswith("_counters"):
+        # the sequences a commit mints (harel's trace steps; this store's outbox and spawn seqs,
+        # leased in blocks), apart from this store's schema marker, read at start
+        marker = any(str(f.get("_id", "")).startswith("harel_beanie:schema") for f in _filters(name, command))
+        return "other" if marker else "commit"
     return "other"
 
 
 def _queue(name: str, command: Mapping[str, Any]) -> str:
     """This package's queue and overflow collections: one upsert publishes, a window read and a
     conditional update claim, an update holding the lease's token acks (or nacks)."""
-    if name in ("find", "aggregate", "count", "getMore"):
+    if name in ("aggregate", "count"):
+        return "sample"  # how many messages wait: a figure for the operator, not a claim
+    if name == "find":
         return "claim"
     if name == "insert":
         return "publish"  # a spilled message, written beside its group
@@ -179,8 +187,6 @@ def _harel_transport(name: str, coll: str, command: Mapping[str, Any]) -> str:
 _RELAY = {"pending", "outbox", "spawns"}
 _SWEEP = {"timers", "next_fire"}
 _FOLD = {"cdirty", "cseq", "tomb", "born"}  # a commit's filter names none of these
-#: the fields a read of the executions for a minute sample filters on (the silent executions)
-_SAMPLE = {"status", "updated_at"}
 
 
 def _executions(name: str, command: Mapping[str, Any]) -> str:
@@ -204,22 +210,19 @@ def _executions(name: str, command: Mapping[str, Any]) -> str:
         if q & _SWEEP or written & {"timers", "next_fire"}:
             return "sweep"
         return "commit" if written & {"trace"} else "other"  # harel's trace step push
-    if name in ("find", "aggregate", "count", "getMore"):
-        if name == "getMore":
-            return "other"
+    if name in ("find", "aggregate", "count"):
+        projection = command.get("projection") or {}
         if q == {"_id"} or q == {"_id", "processed"}:
-            projection = command.get("projection") or {}
             if set(projection) == {"version"}:
                 return "commit"  # a commit's read-back after a lost reply or a conflict
             return "load"
         if q & _FOLD:
             return "fold"
-        if q == _SAMPLE:
-            return "sample"
-        if q & _SWEEP:
-            return "sweep"
+        if name in ("aggregate", "count"):
+            return "sample"  # a figure for the operator: a count, the oldest pending entry
         if q & _RELAY:
             return "relay"
-        if "_id" in q and isinstance(filters[0].get("_id"), Mapping):
-            return "fold"  # a read of listed executions by `_id`: the fold's batch
+        if q & _SWEEP:
+            # the next timers with their models are the operator's figure; the sweep reads times
+            return "sample" if "definition_id" in projection else "sweep"
     return "other"
