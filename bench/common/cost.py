@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from bench.common.kinds import ALL, EXTRA, KINDS
 
@@ -103,6 +103,23 @@ class Cost:
         CPU per commit and per publish command."""
         commit, publish = self.per_command_ms("commit"), self.per_command_ms("publish")
         return None if commit is None or publish is None else commit + publish
+
+
+def between(
+    events: int, server_cpu: Optional[float], before: dict[str, Any], after: dict[str, Any], producer: Any
+) -> Cost:
+    """The cost of `events` when the workers are processes of their own: their commands between
+    two readings of their tallies (bench/common/tally_child.py), the producer's as this process
+    counted them (a `Wire`: its kinds and their wire seconds), and the server's CPU read once
+    over both."""
+    cost = Cost(events=events, server_cpu=server_cpu)
+    worker = cost.parts["worker"]
+    for kind, n in after["counts"].items():
+        worker.counts[kind] = n - before["counts"].get(kind, 0)
+    for kind, s in after["seconds"].items():
+        worker.seconds[kind] = s - before["seconds"].get(kind, 0.0)
+    cost.parts["producer"].add(producer.kinds, producer.kind_seconds, None)
+    return cost
 
 
 def _f(x: Optional[float], digits: int = 2) -> str:
