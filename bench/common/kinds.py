@@ -2,7 +2,7 @@
 it addresses, the command's name, and the fields its filter and update name. The per-event cost
 table (bench/common/cost.py) sums the commands and their wire time by these kinds, for harel's
 store and transport and for this package's alike, so the kinds are defined once, here, and
-tested on command shapes captured from real runs (tests/package/test_bench_kinds.py).
+tested on command shapes captured from real runs (tests/package/test_bench_cost.py).
 
 The kinds:
 
@@ -14,7 +14,8 @@ The kinds:
 - `ack`: releasing a handled message (and a nack, which is rare here);
 - `publish`: queueing a message (harel's sequence counter, message insert and group upsert;
   this transport's one upsert; a spilled message);
-- `relay`: the store's pending outbox entries and spawns, read and marked sent;
+- `relay`: the store's pending outbox entries and spawns, read and marked sent (the publish the
+  relay makes is a `publish`);
 - `sweep`: timers, read when due and removed when fired, and the next timer's time;
 - `fold`: the status counts (`<prefix>_hb_counts`) and the executions' marks they fold;
 - `sample`: the minute samples (`<prefix>_hb_samples`) and the figures read for them or for a
@@ -24,7 +25,8 @@ The kinds:
 - `lease`: the workers' partition leases (`<prefix>_hb_partitions`);
 - `observer`: the benchmark's own reads (sent with `comment=OBSERVER`), counted apart so that
   the stack is not charged for them;
-- `other`: anything else (set-up, the schema marker, index builds, drops, session ends).
+- `other`: anything else (set-up, the schema marker, index builds, drops, session ends, and a
+  `getMore`: a read's next batch, whose shape does not say which read it continues).
 
 A shape is classified by its collection first: every collection but the executions serves one
 kind of work (or, for harel's transport, a few told apart by the command). The executions are

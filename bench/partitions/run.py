@@ -181,8 +181,9 @@ def cost_tables(figs: ServerFigures, opts: Options) -> list[str]:
         "Commands per event on the wire: *worker*, what the worker processes sent during the drive (each "
         "counts its own, bench/common/tally_child.py); *producer*, this process's creates and sends, and its "
         "polls for DONE as *observer*. The server's CPU over the drive, shared among the kinds by their wire "
-        'time over both parts (bench/common/cost.py; the section "What one event costs" says what that '
-        "can and cannot say). *floor*: one commit and one publish, at the CPU this stack's own took."
+        'time over both parts (bench/common/cost.py; how, and what that cannot say: the section "What one '
+        'event costs, by kind of work" of this file). '
+        "*floor*: one commit and one publish, at the CPU this stack's own took."
     )
     for n in opts.workers:
         costs = [(STACK_LABEL[r.stack], r.cost) for s in STACKS if (r := rate_of(figs, s, n)) and r.cost]

@@ -65,8 +65,8 @@ def cost_section(run: ServerRun) -> list[str]:
         "Both stacks under harel's `AsyncWorker`, untraced, on the empty database, summed over the rounds. "
         "*worker*: commands per event handled while the worker drained a wave; *producer*: while the wave was "
         "created and its events sent. *server CPU*: the server process's CPU over each part, shared among the "
-        "kinds by their time on the wire in that part (bench/common/cost.py; what that can say is under "
-        '"What one event costs" below the tables). *floor*: one commit and one publish, at the CPU this '
+        "kinds by their time on the wire in that part (bench/common/cost.py; how, and what that cannot say: "
+        'the section "What one event costs, by kind of work" of this file). *floor*: one commit and one publish, at the CPU this '
         "stack's own commit and publish commands took."
     )
     for runner in STACK_BASE_RUNNERS:
@@ -133,8 +133,11 @@ cannot say:
   towards the kinds' counts, and a cheap command sent when the server is busiest is over-charged.
 - The server's CPU that no command causes (its idle connections' threads, WiredTiger's own work) is
   shared among the kinds in the same proportion.
-- The commands per event are exact counts on the wire, whatever the machine's load: the figures to
-  cut against. The CPU figures are this machine's, from one run.
+- The commands per event are counted on the wire, not estimated, and most are fixed by the code (a
+  handled event is one load and one commit; a publish and an ack are what each transport makes
+  them): the figures to cut against. Not the claims and the sweeps: a worker that finds nothing
+  claims again, so those follow the timing, and the machine's load. The CPU figures are this
+  machine's, from one run.
 - In `make bench-partitions` the workers are processes of their own: each counts its commands through
   `bench/common/tally_child.py`, and the server's CPU is read once over the whole drive, so the kinds
   share it over both parts together."""
