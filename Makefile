@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup docs demo dist test test-sharded soak reliability reliability-soak bench typecheck clean browser netfaults screenshots format bench-partitions bench-scale bench-group-commit bench-claim bench-cas-forms
+.PHONY: setup docs demo dist test test-sharded soak reliability reliability-soak bench typecheck clean browser netfaults screenshots format bench-partitions bench-scale bench-group-commit bench-claim bench-cas-forms bench-cost
 
 # what `make test` checks first: the formatter and the linter (ruff), applied
 format: $(STAMP)
@@ -69,7 +69,8 @@ netfaults:
 # (2026-12-06, fresh clones, docs/testing.md).
 TEST_PROCESSES ?= 3
 
-# the whole default test suite, type check included, on a real wire-protocol server
+# the whole default test suite, type check included, on a real wire-protocol server; the
+# slowest 25 tests are printed at the end, so a CI log shows where the 15-minute budget goes
 test: $(STAMP) browser netfaults
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
@@ -77,7 +78,7 @@ test: $(STAMP) browser netfaults
 	$(BIN)/python -m mypy -p bench
 	$(BIN)/lint-imports
 	$(MKDOCS) build --strict --site-dir site
-	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES)
+	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --durations=25
 
 # the opt-in run on a real sharded cluster, through its mongos (tests/sharding; without the
 # variable its cluster tests are skipped, as in `make test`):
@@ -113,6 +114,12 @@ bench: $(STAMP)
 # a claim with 10,000 groups queued, and that backlog drained by one worker (bench/stack)
 bench-claim: $(STAMP)
 	$(BIN)/python -m bench.stack.claim_backlog
+
+# what one event costs each stack, by command and kind of work, at concurrency 1, 16 and 64, with
+# the floor (one commit, one publish) beside it: its own section of bench/RESULTS.md (bench/stack);
+# `make bench` and `make bench-partitions` write the same table from their own runs
+bench-cost: $(STAMP)
+	$(BIN)/python -m bench.stack.cost --out bench/RESULTS.md
 
 # would group commit win? the same commits as one bulk write and one update each (bench/store)
 bench-group-commit: $(STAMP)

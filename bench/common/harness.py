@@ -169,6 +169,9 @@ class Wire:
     seconds: dict[str, float] = field(default_factory=dict)  # "store update" -> seconds
     client_cpu: float = 0.0  # CPU seconds of this process (all its threads) inside the sections
     server_cpu: Optional[float] = None  # ... and of the server's process, when it runs here
+    # every command sent meanwhile, whatever it addressed, by kind of work (bench/common/kinds.py)
+    kinds: dict[str, int] = field(default_factory=dict)
+    kind_seconds: dict[str, float] = field(default_factory=dict)  # ... and its time on the wire
 
     def side(self, side: str) -> float:
         return sum(v for k, v in self.seconds.items() if k.startswith(side + " "))
@@ -185,6 +188,7 @@ class Cell:
     submit_seconds: float = 0.0
     round: int = 0
     wire: Wire = field(default_factory=Wire)  # what the timed sections sent
+    submit_wire: Wire = field(default_factory=Wire)  # ... and the submitting of their work (worker runners)
 
     def per_event(self, calls: int) -> float:
         return calls / self.events if self.events else 0.0

@@ -1,5 +1,6 @@
 """Round trips and wire time, counted by one PyMongo command listener: every client of the run,
-the stores' and harel's transport's, reports to it, so the two stores are counted alike. It
+the stores' and harel's transport's, reports to it, so the two stores are counted alike; by the
+side each command addresses (store, transport) and by its kind of work (bench/common/kinds.py). It
 registers itself when this module is imported, because a client only reports to the listeners
 registered before it was made."""
 
@@ -14,6 +15,7 @@ from typing import Any, Iterator, Optional
 from pymongo import monitoring
 
 from bench.common.harness import Wire
+from bench.common.kinds import classify, collection_of
 
 # --- round trips, counted on the wire ----------------------------------------------------------
 
@@ -27,34 +29,39 @@ class Tally(monitoring.CommandListener):
     def __init__(self) -> None:
         self.wire: Optional[Wire] = None
         self.server_pid: Optional[int] = None  # the embedded server's process, to read its CPU time
-        self._open: dict[tuple[Any, int], str] = {}  # (connection, request id) -> "side command"
+        # (connection, request id) -> ("side command" or None, kind of work)
+        self._open: dict[tuple[Any, int], tuple[Optional[str], str]] = {}
         self._lock = threading.Lock()
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         wire = self.wire
         if wire is None:
             return
-        target = event.command.get(event.command_name)
-        if not isinstance(target, str):
-            target = event.command.get("collection")  # getMore names its collection here
-        if not isinstance(target, str):
-            return
-        if "_transport_" in target or "_hb_" in target:  # first: harel's transport's counters end in _counters too
+        kind = classify(event.command_name, event.command)
+        target = collection_of(event.command_name, event.command)
+        side = None
+        if target is None:
+            pass
+        elif "_transport_" in target or "_hb_" in target:  # first: harel's transport's counters end in _counters too
             side = "transport"
         elif target.endswith(("_executions", "_counters")):
             side = "store"
-        else:
-            return
         with self._lock:
-            setattr(wire, side, getattr(wire, side) + 1)
-            self._open[(event.connection_id, event.request_id)] = f"{side} {event.command_name}"
+            wire.kinds[kind] = wire.kinds.get(kind, 0) + 1
+            if side is not None:
+                setattr(wire, side, getattr(wire, side) + 1)
+            self._open[(event.connection_id, event.request_id)] = (side and f"{side} {event.command_name}", kind)
 
     def _answered(self, event: Any) -> None:
         with self._lock:
-            key = self._open.pop((event.connection_id, event.request_id), None)
+            key, kind = self._open.pop((event.connection_id, event.request_id), (None, None))
             wire = self.wire
-            if key is not None and wire is not None:
-                wire.seconds[key] = wire.seconds.get(key, 0.0) + event.duration_micros / 1e6
+            if kind is None or wire is None:
+                return
+            took = event.duration_micros / 1e6
+            wire.kind_seconds[kind] = wire.kind_seconds.get(kind, 0.0) + took
+            if key is not None:
+                wire.seconds[key] = wire.seconds.get(key, 0.0) + took
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
         self._answered(event)

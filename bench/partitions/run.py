@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from bench.common.cost import table
 from bench.common.harness import HERE, load_definitions, machine, server_info
 from bench.common.sections import splice
 from bench.partitions.reading import rate_of, ratio, reading
@@ -170,6 +171,27 @@ def server_cpu_table(figs: ServerFigures, opts: Options) -> list[str]:
     return out
 
 
+def cost_tables(figs: ServerFigures, opts: Options) -> list[str]:
+    """What one event cost each stack, by kind of work, a table per worker count (none where
+    the rates carry no costs, as in a report rendered from figures kept before)."""
+    if not any(r.cost for r in figs.rates):
+        return []
+    out = ["", "#### What one event costs, by kind of work", ""]
+    out.append(
+        "Commands per event on the wire: *worker*, what the worker processes sent during the drive (each "
+        "counts its own, bench/common/tally_child.py); *producer*, this process's creates and sends, and its "
+        "polls for DONE as *observer*. The server's CPU over the drive, shared among the kinds by their wire "
+        'time over both parts (bench/common/cost.py; how, and what that cannot say: the section "What one '
+        'event costs, by kind of work" of this file). '
+        "*floor*: one commit and one publish, at the CPU this stack's own took."
+    )
+    for n in opts.workers:
+        costs = [(STACK_LABEL[r.stack], r.cost) for s in STACKS if (r := rate_of(figs, s, n)) and r.cost]
+        if costs:
+            out += ["", f"{n} worker process{'es' if n > 1 else ''}:", ""] + table(costs)
+    return out
+
+
 def takeover_table(figs: ServerFigures) -> list[str]:
     out = [
         "| repetition | partitions lost | lease left at the kill (s) | all owned again after (s) "
@@ -245,6 +267,7 @@ def _server_section(figs: ServerFigures, opts: Options) -> list[str]:
         out += [""] + rate_table(figs, opts)
         cpu = server_cpu_table(figs, opts)
         out += [""] + cpu if cpu else []
+        out += cost_tables(figs, opts)
     if figs.takeovers:
         out += ["", "#### Takeover after a SIGKILL (2 workers)", ""]
         out.append(

@@ -32,8 +32,20 @@ import pymongo
 from harel.engine.aio.distributed import AsyncDistributedRunner
 from harel.spec.states import Event
 
-from bench.common.harness import EVENTS_PER_EXECUTION, EXECUTIONS, MODEL, STEPS, async_store, load_definitions
-from bench.common.wire import process_cpu_seconds
+from bench.common import tally_child
+from bench.common.cost import Cost, between
+from bench.common.harness import (
+    EVENTS_PER_EXECUTION,
+    EXECUTIONS,
+    HERE,
+    MODEL,
+    STEPS,
+    Wire,
+    async_store,
+    load_definitions,
+)
+from bench.common.kinds import OBSERVER
+from bench.common.wire import TALLY, process_cpu_seconds
 from bench.store.throughput import open_transport
 from harel_beanie.core.names import partition_collection, queue_names
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
@@ -60,6 +72,7 @@ class Rate:
     seconds: float
     drained: bool
     server_cpu: Optional[float] = None  # CPU seconds the server spent while it ran (embedded only)
+    cost: Optional[Cost] = None  # what one event cost, by kind of work (bench/common/cost.py)
 
     @property
     def rate(self) -> float:
@@ -93,11 +106,28 @@ class Workers:
     models: Path
     logs: Path
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    asked: int = 0  # the last request for the workers' command counts
+
+    @property
+    def tally(self) -> Path:
+        folder = self.logs / "tally"
+        folder.mkdir(exist_ok=True)
+        return folder
+
+    def counted(self) -> dict[str, Any]:
+        """What the live workers sent so far, by kind: {"counts": ..., "seconds": ...}."""
+        self.asked += 1
+        live = sum(1 for p in self.procs.values() if p.poll() is None)
+        return tally_child.read(self.tally, live, self.asked)
 
     def start(self, stack: str, name: str) -> None:
-        env = dict(os.environ)
+        # each worker counts its commands by kind and answers the benchmark's requests for the
+        # sums (bench/common/tally_child.py), run from the repository's top wherever this runs
+        env = dict(os.environ, **{tally_child.ENV: str(self.tally)})
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE.parent), env.get("PYTHONPATH")) if p)
+        counted = [sys.executable, "-m", "bench.common.tally_child"]
         if stack == "harel-own":
-            argv = [sys.executable, "-m", "harel.worker"]
+            argv = [*counted, "harel.worker"]
             env.update(
                 HAREL_STORE_BACKEND="mongo",
                 HAREL_TRANSPORT_BACKEND="mongo",
@@ -110,8 +140,7 @@ class Workers:
             )
         else:
             argv = [
-                sys.executable,
-                "-m",
+                *counted,
                 "harel_beanie",
                 "worker",
                 "--url",
@@ -232,7 +261,8 @@ async def _drive(
     while time.perf_counter() - t < budget:
         await asyncio.sleep(POLL)
         if publishing.done() and len(made) == executions:
-            done = await coll.count_documents({"_id": {"$in": made}, **DONE})
+            # the benchmark's own read, counted apart from the stack's commands
+            done = await coll.count_documents({"_id": {"$in": made}, **DONE}, comment=OBSERVER)
             if done == executions:
                 break
     seconds = time.perf_counter() - t
@@ -262,11 +292,14 @@ def events_per_second(
                 f"{stack} x{n}: the warm-up did not drain in {warm_budget:g} s; worker logs kept in {tmp}\n{tails(tmp)}"
             )
             return Rate(stack, n, executions, 0, 0.0, False)
+        counted, producer = workers.counted(), Wire()
         cpu = process_cpu_seconds(server_pid)
-        rate = asyncio.run(_drive(stack, url, db, executions, budget))
+        with TALLY.timed(producer):
+            rate = asyncio.run(_drive(stack, url, db, executions, budget))
         after = process_cpu_seconds(server_pid)
         rate.workers = n
         rate.server_cpu = None if cpu is None or after is None else after - cpu
+        rate.cost = between(rate.events, rate.server_cpu, counted, workers.counted(), producer)
         say(f"{stack:9s} x{n}: {rate.rate:7.1f} events/s ({rate.events} in {rate.seconds:.1f}s)")
         if not rate.drained:
             say(f"{stack} x{n}: did not drain in {budget:g} s; worker logs kept in {tmp}\n{tails(tmp)}")

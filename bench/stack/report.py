@@ -9,6 +9,7 @@ import math
 from typing import Optional
 
 from bench.common.harness import LABEL, RUNNER_LABEL, STACK_RUNNERS, STACK_TARGET, STACKS, STATES, ServerRun
+from bench.stack.cost import cost_section
 from bench.stack.latency import summary
 
 
@@ -54,6 +55,7 @@ def stack_section(run: ServerRun) -> list[str]:
             lines.append(f"| {op} | {run.trips['harel'][op]:.2f} | {run.trips['beanie'][op]:.2f} |")
     lines += _latency(run)
     lines += _profile(run)
+    lines += cost_section(run)
     return lines
 
 

@@ -90,6 +90,23 @@ def test_bench_quick_run_writes_a_report(tmp_path: Path) -> None:
     latency = text[text.index("### Event-to-handler latency") : text.index("### Where the client's time goes")]
     assert sum(1 for ln in latency.splitlines() if ln.startswith("| harel")) == 3  # the three setups
     assert "### Where the client's time goes per event" in text
+    for n in (1, 16, 64):
+        _cost_table(text[text.index("### What one event costs") :], f"Concurrency {n}:", 2)
+
+
+def _cost_table(text: str, title: str, stacks: int) -> None:
+    """The per-event cost table under `title` (bench/common/cost.py): a row per kind of work,
+    the total and the floor, and for each of `stacks` stacks its commands per event (worker,
+    producer), server CPU ms and share; every event handled is at least one load and one commit."""
+    from bench.common.kinds import KINDS
+
+    lines = text[text.index(title) :].split("\n\n", 2)[1].splitlines()  # the table after the title
+    rows = {ln.split("|")[1].strip(): ln.strip().strip("|").split("|")[1:] for ln in lines[2:]}
+    assert set(KINDS) <= set(rows) and "**all**" in rows and "*floor: one commit, one publish*" in rows, rows
+    assert all(len(cells) == 4 * stacks for cells in rows.values()), rows
+    for s in range(stacks):
+        assert float(rows["load"][4 * s]) >= 1.0 and float(rows["commit"][4 * s]) >= 1.0, rows
+        assert float(rows["**all**"][4 * s + 2]) > 0 and rows["**all**"][4 * s + 3].strip() == "100%", rows
 
 
 def test_bench_partitions_writes_its_section_and_keeps_the_rest(tmp_path: Path) -> None:
@@ -149,6 +166,7 @@ def test_bench_partitions_writes_its_section_and_keeps_the_rest(tmp_path: Path) 
     # three stacks, two ratios; every configuration drained (a stall prints its workers' logs)
     assert line.count("|") == 7 and "failed" not in line and "not drained" not in line, (line, done.stderr[-6000:])
     assert "#### Takeover" not in text  # no kills asked for
+    _cost_table(text[text.index("#### What one event costs") :], "1 worker process:", 3)
 
 
 def test_a_rewrite_of_the_results_keeps_the_marked_sections(tmp_path: Path) -> None:

@@ -10,16 +10,15 @@ Each planted fault is a source edit of the function that keeps the rule
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
 
 from harel_beanie.core import stuck, timer_ops
 from harel_beanie.core.flows import relays
-from harel_beanie.store.sync_store import MongoStore
 from tests.support.explore import Actor
 from tests.support.mutation import mutated
-from tests.support.stuck_families import LEFT_DUE, StuckWorld, cancel_and_folds, fire_and_cancel, make_stuck_world
+from tests.support.stuck_families import LEFT_DUE, StuckWorld, cancel_and_folds, fire_and_cancel
 from tests.support.stuck_oracle import STUCK_MISMATCH
 
 Family = Callable[[StuckWorld], list[Actor]]
@@ -60,15 +59,6 @@ PLANTED: dict[str, tuple[ModuleType, str, str, str, Family, dict[str, Any], str]
         LEFT_DUE,
     ),
 }
-
-
-@pytest.fixture
-def stuck_world(
-    store: MongoStore, client: Any, db_name: str, mongo_url: str, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[StuckWorld]:
-    w = make_stuck_world(store, client, db_name, monkeypatch, mongo_url)
-    yield w
-    w.close()
 
 
 @pytest.mark.parametrize("name", list(PLANTED))

@@ -12,18 +12,16 @@ tests/store/test_stuck_mutations.py plants the faults these must catch.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Callable
 
 import pytest
 
-from harel_beanie.store.sync_store import MongoStore
 from tests.support.explore import Actor
 from tests.support.stuck_families import (
     StuckWorld,
     arm_then_cancel,
     cancel_and_folds,
     fire_and_cancel,
-    make_stuck_world,
     overdue_and_rearm,
 )
 
@@ -36,15 +34,6 @@ FAMILIES: dict[Family, tuple[int, int, int]] = {
     fire_and_cancel: (2, 1, 12),
     overdue_and_rearm: (1, 1, 10),
 }
-
-
-@pytest.fixture
-def stuck_world(
-    store: MongoStore, client: Any, db_name: str, mongo_url: str, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[StuckWorld]:
-    w = make_stuck_world(store, client, db_name, monkeypatch, mongo_url)
-    yield w
-    w.close()
 
 
 @pytest.mark.parametrize("family", list(FAMILIES), ids=lambda f: f.__name__)
