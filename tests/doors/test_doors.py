@@ -95,6 +95,9 @@ CALLS: list[tuple[str, str, Callable[[], Any]]] = [
     ("stuck", "doc", lambda: stuck(doc=Customer)),  # type: ignore[arg-type]
     ("backlog", "timers", lambda: queries.backlog(timers=-1)),
     ("backlog", "timers", lambda: queries.backlog(timers="1")),  # type: ignore[arg-type]
+    ("backlog", "oldest", lambda: queries.backlog(oldest=-1)),
+    ("backlog", "oldest", lambda: queries.backlog(oldest=10**6)),
+    ("backlog", "oldest", lambda: queries.backlog(oldest={"$gt": 0})),  # type: ignore[arg-type]
 ]
 
 

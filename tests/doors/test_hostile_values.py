@@ -103,6 +103,7 @@ OVERRIDES: dict[tuple[str, str], tuple[str, Any]] = {
     ("stuck", "after"): ("seconds", 300.0),  # the threshold, not a cursor
     ("backlog", "timers"): ("count0", 10),  # the next timers listed (None: as many as `show`)
     ("backlog", "entries"): ("bool", True),
+    ("backlog", "oldest"): ("count0", 5),  # the holders of the oldest entries listed, of each kind
 }
 #: store methods that only open or close it
 LIFECYCLE = {"init", "close"}

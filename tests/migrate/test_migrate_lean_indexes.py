@@ -115,3 +115,21 @@ def test_a_store_refuses_a_layout_it_cannot_run_on(db: Db) -> None:
     db.counters.update_one({"_id": SCHEMA_MARKER_ID}, {"$set": {"n": 1}})
     with pytest.raises(SchemaMismatch):
         _relayed(db)
+
+
+def test_up_at_this_layout_creates_the_declared_indexes_a_database_lacks(db: Db) -> None:
+    """A database at this layout without the oldest holders' indexes (added with no layout
+    change; a deployment whose stores run with `create_schema=False` never creates them):
+    `migrate up` runs no step and creates them, with the declared partial filters, so the
+    relay's reads keep their plan (tests/store/test_structure.py)."""
+    added = {"hb_outbox_oldest", "hb_spawn_oldest"}
+    for name in added:
+        db.exes.drop_index(name)
+    written = db.documents()
+    assert db.migrate("up") == [] and db.layout() == SCHEMA_VERSION
+    info = db.exes.index_information()
+    declared = {ix.document["name"]: ix.document for ix in index_models(ExecutionDocument)}
+    assert added <= set(info) and DECLARED <= set(info)
+    for name in added:
+        assert info[name]["partialFilterExpression"] == declared[name]["partialFilterExpression"], info[name]
+    assert db.documents() == written

@@ -29,6 +29,7 @@ from harel_beanie.core.counting import COUNTED, DIRTY
 from harel_beanie.core.documents import ExecutionDocument
 from harel_beanie.core.flows.counting import build
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, part_of
+from harel_beanie.core.seqs import MS_SHIFT
 from harel_beanie.core.stuck import QUIET, is_stuck, quiet_of
 from harel_beanie.dashboard import views
 from harel_beanie.deploy import stack
@@ -87,7 +88,8 @@ class _Reads(monitoring.CommandListener):
 def _waiting(start: int, stop: int, now: float, entry: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
     """Executions waiting on a timer 1 to 30 days ahead, last updated up to 30 days ago, as
     the store and a fold leave them (counted, no dirty mark, no `quiet`: a timer is armed);
-    with `entry`, one in ten also holds that outbox entry, not relayed yet (a backlog)."""
+    with `entry`, one in ten also holds such an outbox entry, not relayed yet (a backlog),
+    each minted a millisecond before the next, as one store instance mints them."""
     docs = _idle_documents(start, stop, now)
     for i, d in enumerate(docs):
         d["_id"] = f"w{start + i:06d}"
@@ -100,7 +102,7 @@ def _waiting(start: int, stop: int, now: float, entry: Optional[dict[str, Any]] 
         d.pop(DIRTY, None)
         d[COUNTED] = {"d": d["definition_id"], "s": "RUNNING", "v": d.get("version", 0)}
         if entry is not None and (start + i) % 10 == 0:
-            d["outbox"], d["pending"] = [{**entry, "seq": entry["seq"] + start + i + 1}], True
+            d["outbox"], d["pending"] = [{**entry, "seq": entry["seq"] - ((start + i + 1) << MS_SHIFT)}], True
     return docs
 
 

@@ -10,7 +10,9 @@ reliability run ends here, once the work has drained and its workers have stoppe
 `exact_counts` reads every source, counts the documents with plain aggregations (executions
 by definition and status, tombstones), and names every difference. It
 does so twice: as the run left the counters, and again after a fold of every partition
-(which must change nothing a reader sees).
+(which must change nothing a reader sees). At both moments it also holds the stuck list and
+the pending figures of every view to their definitions (`tests/support/exact_waiting.py`),
+from the same answers of the dashboard and the status command.
 
 The comparison is written once, here; the runs call it (tests/support/netfaults/run.py for the
 network and partition runs, tests/reliability/test_reliability_crash.py for the crash runs),
@@ -28,6 +30,8 @@ from typing import Any, Optional
 import pymongo
 from harel.engine.schema import Names
 
+from tests.support.exact_waiting import SHOW, STUCK_AFTER, Waiting
+
 #: where the `harel-beanie status` process may take this long (a loaded 2-core machine)
 STATUS_TIMEOUT = 120.0
 
@@ -40,6 +44,9 @@ class Tally:
     totals: dict[str, int]
     per: Optional[dict[str, dict[str, int]]] = None
     purged: Optional[int] = None
+    #: the source's whole answer where the stuck and pending check reads it too
+    #: (`tests.support.exact_waiting`): not part of the counts compared
+    said: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, per: dict[str, dict[str, int]], **more: Any) -> "Tally":
@@ -124,11 +131,14 @@ async def dashboard_says(store: Any) -> dict[str, Tally]:
     from harel_beanie.telemetry.metrics import StoreMetrics
 
     app = FastAPI()
-    app.include_router(dashboard_router(store, auth=no_auth, metrics=StoreMetrics(CollectorRegistry())))
+    router = dashboard_router(store, auth=no_auth, metrics=StoreMetrics(CollectorRegistry()), stuck_after=STUCK_AFTER)
+    app.include_router(router)
     out: dict[str, Tally] = {}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://dashboard") as http:
         backlog = (await _get(http, "/api/backlog")).json()
-        out["dashboard /api/backlog"] = Tally(totals=dict(backlog["totals"]), per=_kept(backlog["counts"]))
+        out["dashboard /api/backlog"] = Tally(
+            totals=dict(backlog["totals"]), per=_kept(backlog["counts"]), said=backlog
+        )
         listed = (await _get(http, "/api/executions")).json()
         per = {}
         for d in listed["definitions"]:
@@ -136,14 +146,15 @@ async def dashboard_says(store: Any) -> dict[str, Tally]:
         out["dashboard /api/executions"] = Tally(totals=dict(listed["counts"]), per=_kept(per))
         gauges: dict[str, dict[str, int]] = {}
         purged = None
-        for family in text_string_to_metric_families((await _get(http, "/metrics")).text):
+        scraped = (await _get(http, "/metrics")).text
+        for family in text_string_to_metric_families(scraped):
             for sample in family.samples:
                 if sample.name == "harel_executions":
                     ss = gauges.setdefault(sample.labels["definition"], {})
                     ss[sample.labels["status"]] = int(sample.value)
                 elif sample.name == "harel_executions_purged":
                     purged = int(sample.value)
-        out["dashboard /metrics"] = Tally.of(gauges, purged=purged)
+        out["dashboard /metrics"] = Tally.of(gauges, purged=purged, said=scraped)
     return out
 
 
@@ -155,8 +166,10 @@ async def _get(http: Any, path: str, **kwargs: Any) -> Any:
 
 
 async def status_says(url: str, db: str, prefix: str) -> dict[str, Tally]:
-    """`harel-beanie status --json`, the real command in a process of its own."""
+    """`harel-beanie status --json`, the real command in a process of its own (with the end
+    check's stuck threshold, every stuck execution listed: `tests.support.exact_waiting`)."""
     argv = [sys.executable, "-m", "harel_beanie", "status", "--url", url, "--db", db, "--prefix", prefix, "--json"]
+    argv += ["--stuck-after", str(STUCK_AFTER), "--show", str(SHOW)]
     proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), timeout=STATUS_TIMEOUT)
     if proc.returncode != 0:
@@ -164,7 +177,7 @@ async def status_says(url: str, db: str, prefix: str) -> dict[str, Tally]:
     said = json.loads(out)
     if sum(said["totals"].values()) != said["executions"]:
         raise AssertionError(f"harel-beanie status: totals {said['totals']} but executions {said['executions']}")
-    tally = Tally(totals=dict(said["totals"]), per=_kept(said["counts"]), purged=said["purged"])
+    tally = Tally(totals=dict(said["totals"]), per=_kept(said["counts"]), purged=said["purged"], said=said)
     return {"harel-beanie status --json": tally}
 
 
@@ -199,6 +212,8 @@ async def exact_counts(store: Any, url: str) -> CountCheck:
     for when in ("as the run left them", "after a fold of every partition"):
         if when != "as the run left them":
             await store.fold_counts(list(range(store.partitions.parts)))
+        # the stuck list and the pending figures, held to their definitions (exact_waiting)
+        waiting = await Waiting.begin(store, url)
         sources: dict[str, Tally] = {}
         for name, read in (
             ("the store", lambda: store_says(store)),
@@ -211,6 +226,7 @@ async def exact_counts(store: Any, url: str) -> CountCheck:
                 check.problems.append(f"{when}: {name} failed: {type(exc).__name__}: {exc}")
         check.sources = sources
         check.problems += compare(documents, sources, when)
+        check.problems += await waiting.end(store, {name: tally.said for name, tally in sources.items()}, when)
     again, _ = await count_documents(url, db, prefix)
     if again != documents:
         check.problems.append(f"the documents changed during the check: {documents} then {again}")

@@ -3,8 +3,8 @@
 Why this module exists: an operator asks "is anything stuck, and how much is waiting?"
 This answers from the store's indexed fields (`harel_beanie.queries.backlog`: executions by
 definition and status, the pending outbox and the age of its oldest entry, pending spawns,
-due and next timers, the stuck executions: `harel_beanie.core.stuck`) plus the
-queue of harel's Mongo transport (events queued, executions leased by a worker). `--json`
+the executions holding the oldest of them (`harel_beanie.queries.oldest`), due and next
+timers, the stuck executions: `harel_beanie.core.stuck`) plus the queue of harel's Mongo transport (events queued, executions leased by a worker). `--json`
 prints the same figures for scripts and monitoring; times are epoch seconds, ages seconds.
 
 It reads only: the store is opened without creating indexes or layout markers.
@@ -16,6 +16,7 @@ import argparse
 import json
 import time
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from harel_beanie.commands import flags
 
@@ -84,6 +85,8 @@ async def collect(target: Target, stuck_after: float, show: int) -> dict[str, An
     finally:
         await store.close()
     out = b.as_dict()
+    for row in (*out["oldest_outbox"], *out["oldest_spawns"]):
+        row["page"] = execution_page(row["id"])
     totals: dict[str, int] = {}
     for per in b.counts.values():
         for status, n in per.items():
@@ -96,6 +99,12 @@ async def collect(target: Target, stuck_after: float, show: int) -> dict[str, An
         out["elsewhere"] = found
         out["did_you_mean"] = hint
     return out
+
+
+def execution_page(execution_id: str) -> str:
+    """The execution's page on `harel-beanie dashboard` (served at its root), the id
+    percent-encoded whole as the dashboard's own links carry it (`dashboard.links`)."""
+    return f"/execution?id={quote(execution_id, safe='')}"
 
 
 async def elsewhere(client: Any, target: Target, limit: int = 5) -> list[dict[str, Any]]:
@@ -162,6 +171,7 @@ def render(console: Console, data: dict[str, Any]) -> None:
     tr = data["transport"]
     p.add_row("events queued on the transport", str(tr["queued"]), f"{tr['leased']} execution(s) leased by a worker")
     console.print(p)
+    _oldest(console, data)
 
     if data["next_timers"]:
         t = Table(box=box.SIMPLE_HEAD, title="Next timers", title_justify="left")
@@ -211,6 +221,34 @@ def empty_hint(found: list[dict[str, Any]]) -> list[str]:
         "Nothing here yet: `harel-beanie demo` runs the shop's models on this database; a worker "
         "(`harel-beanie worker --definitions DIR`) runs yours. If executions were expected, check --db and --prefix."
     ]
+
+
+def _oldest(console: Console, data: dict[str, Any]) -> None:
+    """The executions holding the oldest pending entries (read now, even where the counts
+    above come from a sample), each with its page on the dashboard."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from harel_beanie.queries.backlog import human_duration
+
+    rows = [*data["oldest_outbox"], *data["oldest_spawns"]]
+    if not rows:
+        return
+    t = Table(box=box.SIMPLE_HEAD, title="Oldest pending entries, by execution (read now)", title_justify="left")
+    for col in ("execution", "definition", "kind", "oldest entry", "entries", "dashboard page"):
+        t.add_column(col)
+    for row in rows:
+        age = row["age"]
+        t.add_row(
+            Text(row["id"]),
+            Text(row["definition_id"] or ""),
+            "outbox entry" if row["kind"] == "outbox" else "spawn",
+            f"{human_duration(age)} old" if age is not None else "age unknown",
+            str(row["entries"]),
+            Text(row["page"]),
+        )
+    console.print(t)
 
 
 def _executions(console: Console, data: dict[str, Any]) -> None:

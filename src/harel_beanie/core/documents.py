@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pymongo import ASCENDING, IndexModel
 
 from harel_beanie.core.arguments import BadArgumentType, require_str
-from harel_beanie.core.keys import ANY_TIME
+from harel_beanie.core.keys import ANY_SEQ, ANY_TIME
 from harel_beanie.core.stuck import QUIET, QUIET_FILTER
 from harel_beanie.core.unbound import StoreDocument
 
@@ -37,8 +37,10 @@ from harel_beanie.core.unbound import StoreDocument
 #: filter (`LAYOUT_3_INDEXES`; docs/INDEXES.md, tests/store/test_index_use.py).
 SCHEMA_VERSION = 4
 
-#: The filter selecting the documents that hold outbox entries or spawns (see `pending`).
+#: The filter selecting the documents that hold outbox entries or spawns (see `pending`); and the partial filters
+#: of `hb_outbox_oldest` and `hb_spawn_oldest`, which serve only the oldest holders' read (`queries.oldest`, Rule 3)
 PENDING: dict[str, Any] = {"pending": True}
+OLDEST_OUTBOX, OLDEST_SPAWN = {**PENDING, "outbox.0.seq": ANY_SEQ}, {**PENDING, "spawns.0.seq": ANY_SEQ}
 
 #: The filter selecting the documents the counts have not folded yet (`core.counting`).
 DIRTY_MARK: dict[str, Any] = {"cdirty": True}
@@ -180,6 +182,8 @@ class ExecutionDocument(StoreDocument, SummaryFields):
                 name="hb_pending_part",
                 partialFilterExpression=PENDING,
             ),
+            IndexModel([("outbox.0.seq", ASCENDING)], name="hb_outbox_oldest", partialFilterExpression=OLDEST_OUTBOX),
+            IndexModel([("spawns.0.seq", ASCENDING)], name="hb_spawn_oldest", partialFilterExpression=OLDEST_SPAWN),
             IndexModel(
                 [("part", ASCENDING), ("next_fire", ASCENDING)],
                 name="hb_part_timer",
@@ -219,14 +223,12 @@ LAYOUT_3_INDEXES: list[IndexModel] = [
 ]
 
 
-#: The indexes layout version 3 added: its migration creates them on the way up and drops
-#: them on the way down.
+#: The indexes layout version 3 added: its migration creates them on the way up, drops them down.
 PARTITION_INDEXES = ("hb_pending_part", "hb_part_timer")
 
-#: Indexes an earlier release made under layout version 3 and this one no longer declares:
-#: `hb_part_pending` (part, _id), which `hb_pending_part` replaces. A store never reads
-#: through them; `migrate down` drops them with the others, and a database keeps one until
-#: it is dropped (CHANGELOG: one `dropIndex`), paying its upkeep on the documents holding work.
+#: Indexes an earlier release made under layout 3 and this one no longer declares: `hb_part_pending` (part, _id),
+#: which `hb_pending_part` replaces. A store never reads through them; `migrate down` drops them with the others,
+#: and a database keeps one until it is dropped (CHANGELOG: one `dropIndex`), paying upkeep on documents holding work.
 RETIRED_INDEXES = ("hb_part_pending",)
 
 
@@ -284,15 +286,14 @@ class SummaryView(SummaryFields):
 
 
 class LegacySummaryView(SummaryView):
-    """A listing row that may come from a document harel's store wrote (no promoted
-    fields yet), so the summary falls back to `data`."""
+    """A listing row maybe from harel's store (no promoted fields yet): falls back to `data`."""
 
     data: Optional[str] = None
 
 
 class OutboxView(BaseModel):
-    """`pending_outbox`: the entries, and the holder's parent, which decides whether the
-    holder is in the tree a scoped relay asked for (`pending_outbox(within=...)`)."""
+    """`pending_outbox`: the entries, and the holder's parent (is it in the tree a scoped
+    relay asked for? `pending_outbox(within=...)`)."""
 
     id: str = Field(alias="_id")
     parent_id: Optional[str] = None

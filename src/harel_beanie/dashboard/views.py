@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections import Counter
 from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel
@@ -58,8 +59,7 @@ class ExecutionsView(BaseModel):
     after: Optional[str] = None  # the cursor this page started after
     next_after: Optional[str] = None  # pass as `after` for the next page; None on the last
     definitions: list[str]
-    #: the partitions whose executions the counts leave out, their counters not built yet
-    #: (core.counting's last paragraph); empty: the counts are of every execution
+    #: the partitions the counts leave out, their counters not built yet (core.counting); empty: none
     uncounted: list[int] = []
     partitions: int = 0
 
@@ -170,6 +170,9 @@ class BacklogView(BaseModel):
     oldest_outbox_age: Optional[float] = None
     pending_spawns: int
     oldest_spawn_age: Optional[float] = None
+    #: the executions holding the oldest pending entries, read now even from a sample (queries.oldest)
+    oldest_outbox: list[queries.PendingHolder] = []
+    oldest_spawns: list[queries.PendingHolder] = []
     due_timers: int
     next_timers: list[NextTimerOut]
     silent: list[SilentOut]
@@ -372,14 +375,9 @@ async def backlog_view(*, stuck_after: float, show: int, doc: Doc, samples: Any 
     """The backlog page's figures; with `samples`, the pending entries from the newest sample
     (`queries.samples.sampled_backlog`), which keeps the page's reads off the documents that
     hold one."""
-    if samples is None:
-        b = await queries.backlog(doc=doc, stuck_after=stuck_after, show=show)
-    else:
-        b = await sampled_backlog(doc, samples, stuck_after=stuck_after, show=show)
-    totals: dict[str, int] = {}
-    for per in b.counts.values():
-        for status, n in per.items():
-            totals[status] = totals.get(status, 0) + n
+    options: dict[str, Any] = {"stuck_after": stuck_after, "show": show}
+    b = await (queries.backlog(doc=doc, **options) if samples is None else sampled_backlog(doc, samples, **options))
+    totals = dict(sum((Counter(per) for per in b.counts.values()), Counter[str]()))
     timers = [
         NextTimerOut(**t, late_by=(b.now - t["fire_at"]) if t["fire_at"] <= b.now else None) for t in b.next_timers
     ]
@@ -391,6 +389,8 @@ async def backlog_view(*, stuck_after: float, show: int, doc: Doc, samples: Any 
         oldest_outbox_age=b.oldest_outbox_age,
         pending_spawns=b.pending_spawns,
         oldest_spawn_age=b.oldest_spawn_age,
+        oldest_outbox=[queries.PendingHolder(**r) for r in b.oldest_outbox],
+        oldest_spawns=[queries.PendingHolder(**r) for r in b.oldest_spawns],
         due_timers=b.due_timers,
         next_timers=timers,
         silent=[SilentOut(**s) for s in b.stuck],

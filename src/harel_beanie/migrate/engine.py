@@ -39,7 +39,7 @@ from pymongo import UpdateOne
 from pymongo.errors import CursorNotFound
 
 from harel_beanie.core.arguments import require_choice, require_int
-from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION
+from harel_beanie.core.documents import SCHEMA_MARKER_ID, SCHEMA_VERSION, ExecutionDocument, index_models
 from harel_beanie.migrate.counts_build import build_counts
 from harel_beanie.migrate.step import DOWN, UP, MigrationError, Step
 from harel_beanie.store.settings import DEFAULT_WRITE_CONCERN
@@ -185,6 +185,11 @@ class Migrator:
             first = st.version + 1
         reports = [await self.run_step(v, UP) for v in range(first, to + 1)]
         if to == SCHEMA_VERSION:
+            # every index this version declares, also on a database already at it: an index
+            # added without a layout change (the oldest holders') reaches a deployment whose
+            # stores never create indexes (`create_schema=False`) here; `createIndexes` leaves
+            # one that exists as it is. `down` keeps them: an earlier release never names them
+            await self.exes.create_indexes(index_models(ExecutionDocument))
             # the counts built here, not inside the first request that reads them
             await build_counts(self.exes, self.counters, self.prefix, self.say)
         return reports

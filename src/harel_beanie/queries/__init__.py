@@ -10,7 +10,8 @@ explain). Run it with `await q.to_list()`, refine it with `.limit(n)`, or page i
 
 `backlog()` gathers what `harel-beanie status` shows: executions by definition and status,
 the purged executions' tombstones, the pending outbox and its oldest entry, pending spawns,
-due and next timers, and the stuck executions: `stuck()`, RUNNING and silent for longer than a
+the executions holding the oldest pending entries (`harel_beanie.queries.oldest`), due and
+next timers, and the stuck executions: `stuck()`, RUNNING and silent for longer than a
 threshold with nothing to wake them, or holding a timer overdue by as long (waiting on a timer
 or on pending work is not stuck: `harel_beanie.core.stuck`).
 `execution_counts()` reads the executions by definition and status from the counters the
@@ -33,6 +34,7 @@ migration reads with its summary taken from its snapshot.
 
 from harel_beanie.queries.backlog import MAX_SHOW, Backlog, backlog
 from harel_beanie.queries.counts import definition_ids, execution_counts, unbuilt_partitions
+from harel_beanie.queries.oldest import PendingHolder
 from harel_beanie.queries.pages import (
     COUNT_CAP,
     MAX_LIMIT,
@@ -66,6 +68,7 @@ __all__ = [
     "ExecutionFilter",
     "ExecutionRow",
     "Page",
+    "PendingHolder",
     "TimerRow",
     "backlog",
     "by_status",

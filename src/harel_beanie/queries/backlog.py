@@ -3,8 +3,9 @@ show, read at one moment.
 
 Why this module exists: those three views must agree, so the figures are gathered once here:
 executions by definition and status, purged executions' tombstones, the pending outbox and
-its oldest entry, pending spawns, due and next timers, and the stuck executions (stuck, not
-waiting: `harel_beanie.core.stuck`).
+its oldest entry, pending spawns, the executions holding the oldest entries of each kind
+(`queries.oldest`), due and next timers, and the stuck executions (stuck, not waiting:
+`harel_beanie.core.stuck`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from harel_beanie.core.names import prefix_of
 from harel_beanie.core.seqs import age_of
 from harel_beanie.queries.counts import execution_counts
 from harel_beanie.queries.lowest import lowest
+from harel_beanie.queries.oldest import MAX_OLDEST, OLDEST, oldest_holders, oldest_of
 from harel_beanie.queries.rows import Executions, TimerRow, checked_doc
 from harel_beanie.queries.stuck import stuck as stuck_list
 
@@ -42,6 +44,10 @@ class Backlog:
     oldest_outbox_age: Optional[float] = None  # seconds; None if none pending or unknown
     pending_spawns: int = 0
     oldest_spawn_age: Optional[float] = None  # seconds, as for the outbox
+    #: the executions holding the oldest pending outbox entries, and spawns, oldest first
+    #: (`queries.oldest.holder_row`): read at `now` even where the counts above come from a sample
+    oldest_outbox: list[dict[str, Any]] = field(default_factory=list)
+    oldest_spawns: list[dict[str, Any]] = field(default_factory=list)
     due_timers: int = 0
     next_timers: list[dict[str, Any]] = field(default_factory=list)
     stuck: list[dict[str, Any]] = field(default_factory=list)
@@ -65,6 +71,7 @@ async def backlog(
     show: int = 10,
     timers: Optional[int] = None,
     entries: bool = True,
+    oldest: int = OLDEST,
 ) -> Backlog:
     """Everything `harel-beanie status` reports. The counts are the counters kept up to date
     (`queries.counts`: O(partitions + executions written since the last fold)), or one pass
@@ -75,13 +82,16 @@ async def backlog(
     leaves the pending entries' counts and ages out (0 and None), for a caller that keeps
     them from a recent sample (`/metrics`): they read every document holding one. On a database
     still in harel's layout (before `migrate up`) the statuses and the pending work are read
-    from every document instead, as the store itself does there."""
+    from every document instead, as the store itself does there. `oldest` bounds the
+    executions listed as holding the oldest entries of each kind (`queries.oldest`: about
+    that many documents read through their own indexes, whatever `entries` says; 0 lists none)."""
     doc = checked_doc(doc)
     stuck_after = require_seconds("stuck_after", stuck_after)
     now = time.time() if now is None else require_time("now", now)
     show = require_int("show", show, low=0, high=MAX_SHOW)
     timers = show if timers is None else require_int("timers", timers, low=0, high=MAX_SHOW)
     entries = require_bool("entries", entries)
+    oldest = require_int("oldest", oldest, low=0, high=MAX_OLDEST)
     out = Backlog(now=now, stuck_after=stuck_after, entries_at=now if entries else None)
     coll = doc.get_pymongo_collection()
     counted = await execution_counts(doc=doc)
@@ -92,9 +102,12 @@ async def backlog(
         await _counted_whole(coll, out)
     if await _in_harel_layout(coll):
         await _statuses_from_data(coll, out)
-        await _pending_scanned(coll, out, timers)
+        await _pending_scanned(coll, out, timers, oldest)
     else:
         await _pending_indexed(doc, out, timers, entries)
+        if oldest:
+            held = await oldest_holders(doc, oldest, now)
+            out.oldest_outbox, out.oldest_spawns = held["outbox"], held["spawn"]
     # stuck, not waiting (core.stuck): read through indexes holding only candidates
     out.stuck = await stuck_list(after=stuck_after, now=now, show=show, doc=doc)
     return out
@@ -202,14 +215,16 @@ async def _timers_indexed(doc: Executions, out: Backlog, show: int) -> None:
     out.next_timers = sorted(out.next_timers, key=lambda t: t["fire_at"])[:show]
 
 
-async def _pending_scanned(coll: Any, out: Backlog, show: int) -> None:
+async def _pending_scanned(coll: Any, out: Backlog, show: int, oldest: int) -> None:
     """The same figures for a database in harel's layout, read from every document (what the
     store itself does there until `migrate up`)."""
     now, low = out.now, {"outbox": None, "spawns": None}
     fields = {"definition_id": 1, "outbox.seq": 1, "spawns.seq": 1, "timers": 1}
+    held: list[tuple[str, str, Optional[str], list[int]]] = []
     async for d in coll.find({"data": {"$exists": True}}, fields):
         for array in low:
             seqs = [e["seq"] for e in d.get(array) or () if isinstance(e, dict) and isinstance(e.get("seq"), int)]
+            held.append(("outbox" if array == "outbox" else "spawn", d["_id"], d.get("definition_id"), seqs))
             if array == "outbox":
                 out.pending_outbox += len(seqs)
             else:
@@ -228,6 +243,8 @@ async def _pending_scanned(coll: Any, out: Backlog, show: int) -> None:
         out.oldest_outbox_age = age_of(low["outbox"], now)
     if out.pending_spawns and low["spawns"] is not None:
         out.oldest_spawn_age = age_of(low["spawns"], now)
+    listed = oldest_of(held, oldest, now)
+    out.oldest_outbox, out.oldest_spawns = listed["outbox"], listed["spawn"]
 
 
 def human_duration(seconds: float) -> str:

@@ -46,8 +46,9 @@ async def take_sample(doc: Any, samples: Any, now: Optional[float] = None, throu
     `through`, the same sample for every minute after it up to `through`'s, each written once
     (the demo's clock jumps over minutes in which nothing happens: their samples are this one)."""
     now = time.time() if now is None else now
-    # the counts, the pending work's age and the soonest timer: no stuck list, one timer
-    b = await backlog(doc=doc, now=now, show=0, timers=1)
+    # the counts, the pending work's age and the soonest timer: no stuck list, one timer,
+    # no list of the executions holding the oldest entries (a view reads it live)
+    b = await backlog(doc=doc, now=now, show=0, timers=1, oldest=0)
     totals: dict[str, int] = {}
     for per in b.counts.values():
         for status, n in per.items():

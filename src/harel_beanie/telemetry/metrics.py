@@ -119,7 +119,7 @@ class StoreMetrics:
         # the lateness needs the soonest timer only; the stuck are counted up to 1000, each
         # read through an index holding only candidates (core.stuck)
         b = await queries.backlog(
-            doc=doc, stuck_after=stuck_after, now=now, show=1000, timers=1, entries=sampled is None
+            doc=doc, stuck_after=stuck_after, now=now, show=1000, timers=1, entries=sampled is None, oldest=0
         )
         if sampled is not None:
             use_sample(b, sampled)
