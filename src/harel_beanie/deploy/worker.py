@@ -126,10 +126,7 @@ class Worker:
         self.transport_kind = require_choice("transport_kind", transport_kind, TRANSPORTS)
         self.idle_wait = require_seconds("idle_wait", idle_wait, positive=True, high=MAX_IDLE_WAIT)
         self.sweep_every = require_seconds("sweep_every", sweep_every, positive=True)
-        self.clock = clock
-        self._wrap_store = wrap_store
-        self._wrap_transport = wrap_transport
-        self._on_ready = on_ready
+        self.clock, self._wrap_store, self._wrap_transport, self._on_ready = clock, wrap_store, wrap_transport, on_ready
         self._say = say or log.warning
         self._retain = _retention(retain, retain_every, archive, archive_collection)
         self.archive_collection = archive_collection

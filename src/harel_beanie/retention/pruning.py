@@ -152,6 +152,9 @@ async def prune(
     if partitions is not None and not isinstance(partitions, PartitionScope):
         raise BadArgumentType("partitions", "a PartitionScope", partitions)
     report = PruneReport(before=before, dry_run=dry_run)
+    # the removal's fold names the batch's own partitions, whoever leases them: the removal's
+    # guards, not ownership, keep two removals of one document apart
+    fold = None if partitions is None else PartitionScope(parts=partitions.parts, sharded=partitions.sharded)
     if archive is not None and not dry_run:
         report.recovered = await archive.recover(executions, clock())
     whole = archive is not None and not dry_run
@@ -176,7 +179,7 @@ async def prune(
                 seen = {d["_id"]: {f: d.pop(f) for f in CLAIM_FIELDS if f in d} for d in batch}
                 report.batches += 1
                 report.examined += len(batch)
-                await _prune_batch(executions, batch, report, archive, dry_run, seen, clock(), partitions)
+                await _prune_batch(executions, batch, report, archive, dry_run, seen, clock(), fold)
                 on_batch(report)
             if window is None:
                 break
@@ -221,10 +224,9 @@ async def _prune_batch(
     dry_run: bool,
     seen: Optional[dict[Any, dict[str, Any]]] = None,
     now: Optional[float] = None,
-    partitions: Optional[PartitionScope] = None,
+    fold: Optional[PartitionScope] = None,
 ) -> None:
-    seen = seen or {}
-    now = time.time() if now is None else now
+    seen, now = seen or {}, (time.time() if now is None else now)
     # the read filter already excludes pending work; kept in the count for a document whose
     # projection shows some (a document written between the plan and the read)
     ready = [d for d in batch if not d.get("outbox") and not d.get("spawns")]
@@ -256,12 +258,7 @@ async def _prune_batch(
     held = await adrive(hold(chosen, seen, token=token, now=now), lambda c: acall(colls, c))
     if archive is not None and held:
         await archive.begin(held)
-    # the fold names the batch's own partitions, whoever holds their leases: the removal's
-    # guards, not ownership, keep two removals of one document apart
-    scope = (
-        PartitionScope() if partitions is None else PartitionScope(parts=partitions.parts, sharded=partitions.sharded)
-    )
-    removed = await adrive(remove_held(scope, held, token), lambda c: acall(colls, c))
+    removed = await adrive(remove_held(fold or PartitionScope(), held, token), lambda c: acall(colls, c))
     if archive is not None and held:
         await archive.finish(removed)
     report.removed += len(removed)
