@@ -203,3 +203,11 @@ def test_the_worker_refuses_a_retention_flag_naming_it(tmp_path: Path, argv: lis
 def test_the_worker_class_refuses_a_retention_argument_naming_it(kwargs: dict[str, Any], named: str) -> None:
     with pytest.raises((TypeError, ValueError), match=named):
         Worker("mongodb://127.0.0.1:1", {"Order": object()}, **kwargs)
+
+
+def test_the_command_states_the_schedules_period_and_bound_as_the_schedule_does() -> None:
+    """The command keeps its own copies (importing the schedule would load retention for `--help`)."""
+    from harel_beanie.commands import worker as command
+    from harel_beanie.retention import schedule
+
+    assert (command.RETAIN_EVERY, command.MAX_RETAIN_EVERY) == (schedule.RETAIN_EVERY, schedule.MAX_RETAIN_EVERY)

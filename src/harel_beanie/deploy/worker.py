@@ -41,7 +41,13 @@ from harel_beanie.deploy.stack import TRANSPORTS, CountingWorker, open_client, o
 from harel_beanie.deploy.where import DEFAULT_DB, Target
 from harel_beanie.queries.samples import sample_if_due, samples_name
 from harel_beanie.retention.archive import Archive, CollectionArchive
-from harel_beanie.retention.schedule import RETAIN_EVERY, Retention, retain_forever, retention_of
+from harel_beanie.retention.schedule import (
+    MAX_RETAIN_EVERY,
+    RETAIN_EVERY,
+    Retention,
+    retain_forever,
+    retention_of,
+)
 from harel_beanie.store.async_store import AsyncMongoStore
 from harel_beanie.store.connect import RetryPolicy
 from harel_beanie.store.settings import StoreSettings
@@ -303,7 +309,7 @@ def _retention(retain: Any, every: Any, archive: Optional[Archive], archive_coll
         if archive is not None:
             raise BadArgument("archive_collection", "and archive: choose one")
     if retain is None:
-        require_seconds("retain_every", every, positive=True)
+        require_seconds("retain_every", every, positive=True, high=MAX_RETAIN_EVERY)
         for name, value in (("archive", archive), ("archive_collection", archive_collection)):
             if value is not None:
                 raise BadArgument(name, "is where retention archives: give retain too (an age, e.g. '30d')")
