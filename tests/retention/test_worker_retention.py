@@ -24,8 +24,8 @@ from tests.commands.test_cli import run_cli
 from tests.support.exact_counts import exact_counts
 
 DAY = 86400.0
-#: a bound on a hang while the worker retains, not a measure
-SETTLE = 60.0
+#: a bound on a hang while the worker retains, not a measure (a loaded 2-core machine)
+SETTLE = 120.0
 
 
 def _exe(i: str, status: Status, finished: float | None, parent: str | None = None) -> Execution:
@@ -91,9 +91,10 @@ async def test_a_retaining_worker_removes_what_is_due_and_nothing_else(
         said = lambda: sum(int(line.split("removed ")[1].split()[0]) for line in lines if "retention removed" in line)  # noqa: E731
         while said() < len(removable) and time.monotonic() < deadline and not running.done():
             await asyncio.sleep(0.2)
+        waited = SETTLE - (deadline - time.monotonic())
         stop.set()
         await running
-        assert _ids(client, db_name) == kept, lines
+        assert _ids(client, db_name) == kept, (f"after {waited:.0f}s", lines)
         records = list(client[db_name].pruned.find({}, {"execution_id": 1}))
         assert Counter(r["execution_id"] for r in records) == Counter(removable)  # each once
         assert retention.TTL_INDEX not in {ix["name"] for ix in client[db_name].harel_executions.list_indexes()}
