@@ -16,7 +16,7 @@ these lists only with a CHANGELOG entry saying what replaces it:
 - `harel_beanie.transport` — harel's transport on the store's database, and its documents.
 - `harel_beanie.history` — recorded histories of a run and their checker.
 - `harel_beanie.telemetry` — Prometheus figures and the timing and tracing wrapper.
-- `harel_beanie.retention` — prune, its archives, the TTL index.
+- `harel_beanie.retention` — prune, its archives, a worker's retention schedule, dropping the retired TTL index.
 - `harel_beanie.migrate` — the layout migrations (`Migrator`, the steps).
 - `harel_beanie.deploy` — what an app's own worker takes: `Worker`, model loading, the scoped relay.
 - `harel_beanie.dashboard` — the web dashboard's router (the `dashboard` extra).

@@ -109,7 +109,8 @@ _REFUSALS = [
         "--finished-before must be",
     ),
     (["prune", "--url", "{url}", "--finished-before", "30x"], "--finished-before '30x': expected an age"),
-    (["prune", "--url", "{url}", "--ttl", "5q"], "--ttl is not an age: '5q'"),
+    (["prune", "--url", "{url}", "--ttl", "5q"], "--ttl AGE is retired"),
+    (["worker", "--url", "{url}", "--definitions", "{models}", "--retain", "5q"], "--retain is not an age: '5q'"),
     (["migrate", "up", "--url", "{url}", "--batch-size", "0"], "must be from 1 to"),
     (
         [
@@ -161,7 +162,7 @@ _EARLY = [
     (["demo", "--models", "typo"], "--models: no models directory at typo"),
     (["prune"], "say what to remove: --finished-before"),
     (["prune", "--finished-before", "30x"], "--finished-before '30x'"),
-    (["prune", "--ttl", "soon"], "--ttl is not an age"),
+    (["prune", "--ttl", "30d"], "retain with `harel-beanie worker --retain AGE`"),
     (["prune", "--finished-before", "1d", "--archive", "a.jsonl", "--archive-collection", "c"], "choose one"),
     (["dashboard", "--allow", "send"], "--allow needs --definitions DIR"),
     (["dashboard", "--allow", "fly", "--definitions", "{models}"], "--allow: unknown action(s) fly"),

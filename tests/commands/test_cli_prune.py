@@ -48,7 +48,6 @@ def _seed(client: Any, db_name: str, n: int) -> Any:
         ["--finished-before", "30"],
         ["--finished-before", "30", "--dry-run"],
         ["--finished-before", "1.5"],
-        ["--ttl", "30"],
     ],
 )
 def test_an_age_without_its_unit_is_refused_naming_the_units(tmp_path: Path, mongo_url: str, args) -> None:

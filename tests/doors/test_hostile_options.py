@@ -59,6 +59,7 @@ BOUNDED = {
     "AsyncMongoTransport.__init__.idle_wait": MAX_IDLE_WAIT,
     "Worker.__init__.visibility": MAX_VISIBILITY,
     "Worker.__init__.idle_wait": MAX_IDLE_WAIT,
+    "Worker.__init__.retain_every": 86400.0,
     "AsyncMongoTransport.__init__.poll_interval": MAX_POLL_INTERVAL,
     "RetryPolicy.__init__.delay": 3600.0,
     "RetryPolicy.overridden.delay": 3600.0,
@@ -206,12 +207,6 @@ def _prune(c: Ctx, kw: dict[str, Any]) -> Any:
     return _on_server(c, lambda db: prune(db["harel_executions"], **{"before": 0.0, **kw}))
 
 
-def _ttl(c: Ctx, kw: dict[str, Any]) -> Any:
-    from harel_beanie.retention import ensure_ttl
-
-    return _on_server(c, lambda db: ensure_ttl(db["harel_executions"], **kw))
-
-
 def _metrics(method: str, c: Ctx, kw: dict[str, Any]) -> Any:
     from harel_beanie.telemetry import StoreMetrics, new_registry
 
@@ -346,7 +341,6 @@ def _calls() -> dict[str, Callable[[Ctx, dict[str, Any]], Any]]:
             **{"status": "DONE", "before": 0.0, "after": None, **kw}
         ),
         "prune": _prune,
-        "ensure_ttl": lambda c, kw: _ttl(c, {"seconds": 60.0, **kw}),
         "memory_store": lambda c, kw: _closing(lambda: memory_store(**kw)),
         "memory_async_store": lambda c, kw: _run(_async_memory(memory_async_store, kw)),
     }
@@ -426,7 +420,8 @@ TEXT_FLAGS = {
     "--finished-before": "an age or date, parsed by retention.parse_before (tests/retention/test_retention.py)",
     "--archive": "a file",
     "--archive-collection": "a collection name",
-    "--ttl": "an age or 'off', parsed by retention.parse_age (tests/retention/test_retention.py)",
+    "--ttl": "'off' alone, any other value refused naming worker --retain (tests/retention/test_retention.py)",
+    "--retain": "an age, parsed by core.ages.parse_age (tests/retention/test_worker_retention.py)",
     "--seen-field": "a context field name",
     "--story": "an event id, any text",
     "--transport": "argparse's choices",

@@ -126,7 +126,7 @@ PUBLIC: dict[str, set[str]] = {
         "Removal",
         "candidates_filter",
         "prune",
-        "ensure_ttl",
+        "drop_ttl",
         "dumps_report",
     },
     "harel_beanie.telemetry": {

@@ -1,13 +1,12 @@
 """Retention (harel_beanie.retention.pruning, `harel-beanie prune`): only finished executions older
 than the cut-off go, never one whose parent is still going or that has work to hand on; a
 dry run changes nothing; the archive holds exactly what was removed; an interrupted run,
-re-run, completes; the TTL index is created and its period changed in place."""
+re-run, completes; the retired TTL index is dropped."""
 
 from __future__ import annotations
 
 import json
 import re
-from datetime import timezone
 from pathlib import Path
 from typing import Any
 
@@ -151,28 +150,22 @@ async def test_an_interrupted_run_rerun_completes_and_archives_once(
     assert sorted(archived) == sorted(removable)
 
 
-async def test_ttl_index_is_created_changed_and_dropped_idempotently(astore, client, db_name) -> None:
+async def test_the_retired_ttl_index_is_dropped_idempotently(astore, client, db_name) -> None:
+    """An older release's `prune --ttl` left a TTL index letting the server delete finished
+    executions behind the counters' back: `drop_ttl` (`prune --ttl off`) removes it."""
     await astore.init()
     coll = astore._colls["executions"]
-
-    def ttl() -> Any:
-        found = [ix for ix in client[db_name].harel_executions.list_indexes() if ix["name"] == retention.TTL_INDEX]
-        return found[0]["expireAfterSeconds"] if found else None
-
-    assert "created" in await retention.ensure_ttl(coll, 30 * 86400)
-    assert ttl() == 30 * 86400
-    assert "already" in await retention.ensure_ttl(coll, 30 * 86400)
-    assert "changed" in await retention.ensure_ttl(coll, 7 * 86400)
-    assert ttl() == 7 * 86400
-    assert "dropped" in await retention.ensure_ttl(coll, None)
-    assert ttl() is None
-    assert "nothing" in await retention.ensure_ttl(coll, None)
-    # what the index expires: every commit writes the finish time as a BSON date beside
-    # harel's epoch seconds (a TTL index ignores numbers)
-    done = Execution(id="ttl-done", definition_id="Order", status=Status.DONE, finished_at=1_790_000_000.5)
-    await astore.commit(done, [])
-    stored = client[db_name]["harel_executions"].find_one({"_id": "ttl-done"})
-    assert stored["finished_on"].replace(tzinfo=timezone.utc).timestamp() == 1_790_000_000.5
+    names = lambda: {ix["name"] for ix in client[db_name].harel_executions.list_indexes()}  # noqa: E731
+    client[db_name].harel_executions.create_index(
+        [("finished_on", 1)],
+        name=retention.TTL_INDEX,
+        expireAfterSeconds=86400,
+        partialFilterExpression={"status": "DONE"},
+    )
+    assert retention.TTL_INDEX in names()
+    assert "dropped" in await retention.drop_ttl(coll)
+    assert retention.TTL_INDEX not in names()
+    assert "nothing" in await retention.drop_ttl(coll)
 
 
 def test_parse_before() -> None:
@@ -345,18 +338,21 @@ async def test_an_execution_purged_during_a_prune_is_archived_by_neither(
     assert client[db_name].harel_executions.find_one({"_id": "old-p"})["tomb"]
 
 
-def test_prune_ttl_says_what_the_index_will_expire(tmp_path: Path, mongo_url: str, store, client, db_name) -> None:
-    """`prune --ttl` used to say the index "expires nothing yet" (from before commits wrote
-    `finished_on`): it now says what the index removes, and counts what it cannot."""
-    store.save(_exe("dated", Status.DONE, OLD))  # a commit: finished_on written
-    undated = {"_id": "undated", "definition_id": "Order", "version": 1, "data": "{}", "status": "CANCELLED"}
-    client[db_name].harel_executions.insert_one({**undated, "finished_at": OLD})  # before finished_on existed
-    out = run_cli("prune", "--url", mongo_url, "--db", db_name, "--ttl", "30d", cwd=tmp_path)
+def test_prune_ttl_is_retired_naming_worker_retain_and_off_drops_the_index(
+    tmp_path: Path, mongo_url: str, store, client, db_name
+) -> None:
+    """`prune --ttl 30d` created a TTL index whose expiries drifted the counts for good: it is
+    refused in one line naming `worker --retain`, before any server is reached, and
+    `--ttl off` still drops an index an older release made."""
+    out = run_cli("prune", "--url", "mongodb://127.0.0.1:1", "--db", db_name, "--ttl", "30d", cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "worker --retain" in out.stderr, out.stderr
+    store.save(_exe("dated", Status.DONE, OLD))
+    client[db_name].harel_executions.create_index([("finished_on", 1)], name="hb_finished_ttl", expireAfterSeconds=60)
+    out = run_cli("prune", "--url", mongo_url, "--db", db_name, "--ttl", "off", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    text = " ".join(out.stdout.split())
-    assert "expires nothing" not in text
-    assert "the server will remove each DONE or CANCELLED execution 30d after it finished (by finished_on" in text
-    assert "1 finished execution(s) carry no finished_on" in text
+    assert "dropped the TTL index hb_finished_ttl" in " ".join(out.stdout.split())
+    assert "hb_finished_ttl" not in {ix["name"] for ix in client[db_name].harel_executions.list_indexes()}
 
 
 def test_the_reader_numbers_incarnations_across_an_older_archive(tmp_path: Path) -> None:

@@ -154,7 +154,7 @@ async def test_a_worker_owning_its_partitions_running_the_shop(mongo_url: str, r
 async def test_the_operators_side(mongo_url: str, recorded: list[Recorder], monkeypatch: pytest.MonkeyPatch) -> None:
     """The dashboard's pages and JSON (each filter and a time search, a second page), its
     charts and Prometheus figures, the backlog (`status`), the stuck list, the query helpers
-    `harel_beanie.queries` exports, prune with a collection archive and its TTL index."""
+    `harel_beanie.queries` exports, prune with a collection archive."""
     from fastapi import FastAPI
     from prometheus_client import CollectorRegistry
 
@@ -239,7 +239,6 @@ async def test_the_operators_side(mongo_url: str, recorded: list[Recorder], monk
     token = OP.set("prune")
     try:
         coll = client[rec.db_name]["harel_executions"]
-        await retention.ensure_ttl(coll, 86400 * 90)
         archive = retention.CollectionArchive(client[rec.db_name], ARCHIVE)
         pruned = await retention.prune(coll, now, archive=archive, batch_size=2)
         assert (await archive.read("op-00")).records  # what was removed of one execution
@@ -440,7 +439,7 @@ def test_every_index_earns_its_place(recorded: list[Recorder]) -> None:
     indexes = _all_indexes(recorded)
     names = {(ix.collection, ix.name) for ix in indexes}
     # every collection the package made an index on is here, the archive's and the samples' too
-    made = {("executions", "hb_finished_ttl"), ("hb_samples", "hb_sample_ttl"), (ARCHIVE, "hb_archive_execution")}
+    made = {("hb_samples", "hb_sample_ttl"), (ARCHIVE, "hb_archive_execution")}
     assert made <= names, made - names
     served = _served(indexes, recorded)
     unused = [

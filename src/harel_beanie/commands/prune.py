@@ -2,7 +2,9 @@
 
 Why this module exists: `harel_beanie.retention.pruning` does the work; this module turns the
 command's flags into a cut-off and an archive, shows progress (rich), and prints what was
-removed and what was kept and why. `--ttl` instead sets, changes or drops the TTL index.
+removed and what was kept and why. `--ttl off` drops the retired TTL index; `--ttl AGE` is
+refused, naming `harel-beanie worker --retain`, which replaced it (the server's expiries went
+behind the counters' back, and the counts drifted for good).
 
 Removing is not undone, so the command refuses what it could misread: an age without its unit
 (`30`: seconds or days?) is refused naming the units (`harel_beanie.core.ages`); on a terminal
@@ -18,7 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from harel_beanie.commands import flags
-from harel_beanie.core.ages import parse_age, parse_before
+from harel_beanie.core.ages import parse_before
 from harel_beanie.core.errors import CommandFailed, ConfigError
 
 if TYPE_CHECKING:
@@ -58,9 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--ttl",
-        metavar="AGE|off",
-        help="instead: create or change the TTL index on finished_on (the server expires finished executions by "
-        "age alone; an age with its unit: 30d), or drop it with 'off'",
+        metavar="off",
+        help="instead: drop the TTL index an older release created ('off'; retention by age is now "
+        "`harel-beanie worker --retain AGE`, which keeps the counts exact)",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -93,22 +95,8 @@ async def run(args: Any, target: Target, console: Console, confirm: Callable[[st
         if hint is not None:
             raise ConfigError(hint)
         executions = client[target.db][Names(target.prefix).executions]
-        if args.ttl is not None:
-            seconds: Optional[float] = None if args.ttl == "off" else parse_age(args.ttl)
-            done = await retention.ensure_ttl(executions, seconds)
-            if seconds is not None:  # what the index will and will not do (docs/operations.md)
-                undated = await executions.count_documents(retention.undated_filter())
-                done += (
-                    f"\nthe server will remove each DONE or CANCELLED execution {escape(args.ttl)} after it "
-                    "finished (by finished_on, which every commit writes), unarchived, whatever its parent "
-                    "or pending work"
-                )
-                if undated:
-                    done += (
-                        f"\n{undated} finished execution(s) carry no finished_on (last written before it "
-                        "existed): the index leaves them to prune --finished-before"
-                    )
-            return done
+        if args.ttl is not None:  # `check_flags` let only "off" through
+            return await retention.drop_ttl(executions)
         before = parse_before(args.finished_before)
         archive: Optional[archives.Archive] = None
         if args.archive:
@@ -185,12 +173,15 @@ async def _pass(
 def check_flags(args: Any) -> None:
     """The cut-off, the TTL and the archive, refused naming their flag before any server starts."""
     if args.ttl is None and not args.finished_before:
-        raise ConfigError("say what to remove: --finished-before AGE|DATE (or --ttl AGE|off for the TTL index)")
+        raise ConfigError("say what to remove: --finished-before AGE|DATE (or --ttl off to drop the TTL index)")
     if args.archive and args.archive_collection:
         raise ConfigError("--archive and --archive-collection: choose one")
     if args.ttl is not None:
         if args.ttl != "off":
-            flags.value_of("--ttl", parse_age, args.ttl)
+            raise ConfigError(
+                "--ttl AGE is retired (the server's expiries drifted the counts): retain with "
+                "`harel-beanie worker --retain AGE` instead; `--ttl off` drops an existing index"
+            )
         return
     flags.value_of("--finished-before", parse_before, args.finished_before)
     if not args.dry_run and not args.yes and not sys.stdin.isatty():

@@ -31,6 +31,11 @@ What it adds to harel's loop:
   those, so N workers divide the background work instead of each doing all of it; a
   worker that dies has its partitions taken over within `TAKEOVER_BOUND` seconds, and one
   that stops gives them back at once. On harel's transport every worker sweeps everything.
+- `--retain AGE` (`30d`) removes, about once a minute, the executions that finished longer
+  ago than that, in the partitions this worker leases, through prune's flow (into
+  `--archive FILE` or `--archive-collection NAME` when given): the counts stay exact and each
+  removal is archived once, however many workers retain and whoever prunes by hand
+  (`harel_beanie.retention.schedule`). It replaces the retired TTL index, which it drops.
 - `--history FILE` records every create, commit and read its store makes (invoke, then ok,
   fail or unknown), and every publish and delivery of its transport, for `harel-beanie
   check-history` (`harel_beanie.history`): how a staging run under faults is checked for
@@ -51,6 +56,12 @@ from typing import TYPE_CHECKING, Any
 from harel_beanie.commands import flags
 from harel_beanie.core.errors import ConfigError
 from harel_beanie.core.limits import MAX_VISIBILITY
+
+#: a worker's retention period, on average, and the longest it takes (seconds); as
+#: `harel_beanie.retention.schedule` has them (a test holds them equal: imported from
+#: there, `--help` would load the retention package)
+RETAIN_EVERY = 60.0
+MAX_RETAIN_EVERY = 86400.0
 
 if TYPE_CHECKING:
     from harel_beanie.deploy.where import Target
@@ -96,6 +107,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--history",
         metavar="FILE",
         help="append every create, commit and read of the store to FILE (JSON lines) for `harel-beanie check-history`",
+    )
+    p.add_argument(
+        "--retain",
+        metavar="AGE",
+        help="remove executions that finished longer ago than AGE (an age with its unit: 30d, 12h), about once a "
+        "minute, in this worker's partitions, as prune does (default: keep them)",
+    )
+    p.add_argument(
+        "--retain-every",
+        type=flags.seconds(MAX_RETAIN_EVERY),
+        default=None,
+        metavar="SECONDS",
+        help=f"how often --retain runs, on average (default {RETAIN_EVERY:g}, jittered; at most {MAX_RETAIN_EVERY:g})",
+    )
+    p.add_argument("--archive", metavar="FILE.jsonl", help="with --retain: append each removed execution to this file")
+    p.add_argument(
+        "--archive-collection", metavar="NAME", help="with --retain: copy each removed execution into this collection"
     )
     flags.transport(p)
 
@@ -149,6 +177,10 @@ def settings(args: Any) -> dict[str, Any]:
         "transport": args.transport or os.environ.get(TRANSPORT_ENV) or DEFAULT_TRANSPORT,
         "idle_wait": args.idle_wait,
         "history": args.history,
+        "retain": args.retain,
+        "retain_every": args.retain_every or RETAIN_EVERY,
+        "archive": args.archive,
+        "archive_collection": args.archive_collection,
         # the one clock the worker's leases, claims, timers and sweeps read (no flag: the seam
         # a test replaces to run a worker whose clock is skewed, see docs/production-stack.md)
         "clock": time.time,
@@ -158,11 +190,25 @@ def settings(args: Any) -> dict[str, Any]:
 def check_flags(args: Any) -> None:
     """The settings and the definitions' folder, refused before any server is reached (the
     machines are loaded once, by `main`)."""
+    check_retention(args)
     opts = settings(args)
     if opts["concurrency"] < 1:
         raise ConfigError(f"concurrency must be at least 1, got {opts['concurrency']}")
     if not Path(opts["definitions_dir"]).is_dir():
         raise ConfigError(f"no definitions directory at {opts['definitions_dir']}")
+
+
+def check_retention(args: Any) -> None:
+    """`--retain` an age with its unit; the archive flags only beside it, and one of them."""
+    from harel_beanie.core.ages import parse_age
+
+    if args.retain is not None:
+        flags.value_of("--retain", parse_age, args.retain)
+    elif args.archive or args.archive_collection or args.retain_every is not None:
+        given = "--archive" if args.archive else "--archive-collection" if args.archive_collection else "--retain-every"
+        raise ConfigError(f"{given} is for retention: give --retain AGE too (e.g. --retain 30d)")
+    if args.archive and args.archive_collection:
+        raise ConfigError("--archive and --archive-collection: choose one")
 
 
 def main(args: Any, target: Target) -> int:
@@ -171,6 +217,7 @@ def main(args: Any, target: Target) -> int:
     opts = settings(args)
     if opts["concurrency"] < 1:
         raise ConfigError(f"concurrency must be at least 1, got {opts['concurrency']}")
+    check_retention(args)
     definitions = load_definitions(opts["definitions_dir"])
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return asyncio.run(serve(target, definitions, opts))
@@ -187,6 +234,7 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
     from harel_beanie.deploy.worker import Worker
     from harel_beanie.history.recording import RecordingStore, RecordingTransport
     from harel_beanie.history.records import HistoryWriter
+    from harel_beanie.retention.archive import JsonlArchive
 
     history = HistoryWriter(opts["history"], opts["worker_id"]) if opts["history"] else None
     wid = opts["worker_id"]
@@ -210,6 +258,10 @@ async def serve(target: Target, definitions: dict[str, Any], opts: dict[str, Any
         wrap_transport=None if history is None else lambda transport: RecordingTransport(transport, history),
         on_ready=lambda w: print(_ready_line(target, definitions, opts, w), flush=True),
         say=lambda line: print(line, flush=True),
+        retain=opts.get("retain"),
+        retain_every=opts.get("retain_every") or RETAIN_EVERY,
+        archive=JsonlArchive(opts["archive"]) if opts.get("archive") else None,
+        archive_collection=opts.get("archive_collection"),
     )
     stop = asyncio.Event()
     run = asyncio.create_task(worker.run(stop))

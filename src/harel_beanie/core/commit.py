@@ -115,7 +115,7 @@ _EPOCH = datetime(1970, 1, 1)
 
 def summary_fields(exe: Execution) -> dict[str, Any]:
     """The fields copied out of `data` so queries need not parse it, and the finish time as
-    a BSON date (`finished_on`), the only form a TTL index expires (retention's TTL option)."""
+    a BSON date (`finished_on`), the only form a TTL index expires (kept for the date it gives; the TTL option is retired)."""
     finished_on = None if exe.finished_at is None else bson_date(exe.finished_at)
     return {
         "status": exe.status.value,

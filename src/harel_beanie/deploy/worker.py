@@ -40,6 +40,14 @@ from harel_beanie.deploy.serving import first_look, give_back, run_through_outag
 from harel_beanie.deploy.stack import TRANSPORTS, CountingWorker, open_client, open_transport, refuse_if_stranded
 from harel_beanie.deploy.where import DEFAULT_DB, Target
 from harel_beanie.queries.samples import sample_if_due, samples_name
+from harel_beanie.retention.archive import Archive, CollectionArchive
+from harel_beanie.retention.schedule import (
+    MAX_RETAIN_EVERY,
+    RETAIN_EVERY,
+    Retention,
+    retain_forever,
+    retention_of,
+)
 from harel_beanie.store.async_store import AsyncMongoStore
 from harel_beanie.store.connect import RetryPolicy
 from harel_beanie.store.settings import StoreSettings
@@ -72,7 +80,13 @@ class Worker:
     classes to its own client unless the app bound them to that database already (so the
     app's typed queries keep the app's client). `on_ready` is called once it
     claims; `say` gets the lines a person should read (a lost server, leftovers relayed),
-    logged at WARNING by default. It leans on a private method of harel's `AsyncWorker`:
+    logged at WARNING by default.
+
+    `retain` (an age with its unit, `"30d"`) makes it remove, about every `retain_every`
+    seconds, the executions that finished longer ago than that, in the partitions it
+    leases, through prune's flow (`harel_beanie.retention.schedule`): the counts stay exact
+    and each removal goes once to `archive` (an `Archive`) or to the collection
+    `archive_collection` of its database, when given. It leans on a private method of harel's `AsyncWorker`:
     building one checks that it is there, raising `HarelSeamChanged` naming what changed."""
 
     def __init__(
@@ -97,6 +111,10 @@ class Worker:
         wrap_transport: Optional[Callable[[Any], Any]] = None,
         on_ready: Optional[Callable[["Worker"], None]] = None,
         say: Optional[Callable[[str], None]] = None,
+        retain: Optional[str] = None,
+        retain_every: float = RETAIN_EVERY,
+        archive: Optional[Archive] = None,
+        archive_collection: Optional[str] = None,
     ) -> None:
         seam.check()  # before anything is opened: a harel without the seam is refused at once
         if not isinstance(definitions, Mapping) or not definitions:
@@ -114,11 +132,10 @@ class Worker:
         self.transport_kind = require_choice("transport_kind", transport_kind, TRANSPORTS)
         self.idle_wait = require_seconds("idle_wait", idle_wait, positive=True, high=MAX_IDLE_WAIT)
         self.sweep_every = require_seconds("sweep_every", sweep_every, positive=True)
-        self.clock = clock
-        self._wrap_store = wrap_store
-        self._wrap_transport = wrap_transport
-        self._on_ready = on_ready
+        self.clock, self._wrap_store, self._wrap_transport, self._on_ready = clock, wrap_store, wrap_transport, on_ready
         self._say = say or log.warning
+        self._retain = _retention(retain, retain_every, archive, archive_collection)
+        self.archive_collection = archive_collection
         self._worker: Optional[CountingWorker] = None
         self._transport: Any = None
         self._owner: Optional[PartitionOwner] = None
@@ -143,8 +160,15 @@ class Worker:
         )
         return (
             f"concurrency {self.concurrency}, visibility {self.visibility:g}s, transport {self.transport_kind}{wake}, "
-            f"trace {'on' if self.trace else 'off'}{share(self._owner)}"
+            f"trace {'on' if self.trace else 'off'}{share(self._owner)}{self._retaining()}"
         )
+
+    def _retaining(self) -> str:
+        """The retention, as the ready line says it."""
+        if self._retain is None:
+            return ""
+        into = self.archive_collection or ("an archive" if self._retain.archive is not None else "no archive")
+        return f", retaining {self._retain.age:g}s (every ~{self._retain.every:g}s, into {into})"
 
     async def run(self, stop: asyncio.Event) -> None:
         """Open the store and the transport, take a share of the partitions, relay what
@@ -248,6 +272,8 @@ class Worker:
         ]
         if self._owner is not None:
             tasks.append(asyncio.create_task(self._owner.run(stop)))
+        if self._retain is not None:
+            tasks.append(asyncio.create_task(self._retain_forever(executions, stop)))
         if self._on_ready is not None:
             self._on_ready(self)
         cancelled = False
@@ -262,6 +288,33 @@ class Worker:
             await asyncio.gather(*tasks, return_exceptions=True)
             if self._owner is not None and not cancelled:
                 await give_back(self._owner, self.worker_id)
+
+    async def _retain_forever(self, executions: Any, stop: asyncio.Event) -> None:
+        """Retention on its schedule, over the partitions this worker leases (its owner's scope)."""
+        retention = self._retain
+        assert retention is not None
+        if self.archive_collection is not None:  # on this worker's own client
+            archive = CollectionArchive(executions.database, self.archive_collection, clock=self.clock)
+            retention = Retention(retention.age, archive, retention.every, retention.batch_size)
+        scope = self._owner.state.scope if self._owner is not None else None
+        await retain_forever(
+            executions, retention, scope, stop, clock=self.clock, say=self._say, name=f"worker {self.worker_id}"
+        )
+
+
+def _retention(retain: Any, every: Any, archive: Optional[Archive], archive_collection: Any) -> Optional[Retention]:
+    """The worker's retention, or None; an archive without a retention, or two archives, refused."""
+    if archive_collection is not None:
+        require_str("archive_collection", archive_collection)
+        if archive is not None:
+            raise BadArgument("archive_collection", "and archive: choose one")
+    if retain is None:
+        require_seconds("retain_every", every, positive=True, high=MAX_RETAIN_EVERY)
+        for name, value in (("archive", archive), ("archive_collection", archive_collection)):
+            if value is not None:
+                raise BadArgument(name, "is where retention archives: give retain too (an age, e.g. '30d')")
+        return None
+    return retention_of(retain, every, archive)
 
 
 def _bound_to(doc: Any, db: str) -> bool:

@@ -1,6 +1,6 @@
-"""Retention: what `harel-beanie prune` removes (`prune`), where it puts what it removes
-(`archive`), and the TTL index; this package's face is the public path for apps that prune
-from their own code.
+"""Retention: what `harel-beanie prune` and a retaining worker remove (`prune`), where they
+put what they remove (`archive`), and `drop_ttl` for the retired TTL index; this package's
+face is the public path for apps that prune from their own code.
 """
 
 from harel_beanie.core.ages import parse_age, parse_before
@@ -18,8 +18,8 @@ from harel_beanie.retention.pruning import (
     TTL_INDEX,
     PruneReport,
     candidates_filter,
+    drop_ttl,
     dumps_report,
-    ensure_ttl,
     prune,
 )
 
@@ -38,6 +38,6 @@ __all__ = [
     "read_jsonl",
     "candidates_filter",
     "prune",
-    "ensure_ttl",
+    "drop_ttl",
     "dumps_report",
 ]

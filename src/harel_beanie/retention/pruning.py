@@ -1,9 +1,11 @@
-"""Retention: remove (optionally archive first) finished executions older than a cut-off,
-and the optional TTL index that does the same by age alone.
+"""Retention: remove (optionally archive first) finished executions older than a cut-off.
 
 Why this module exists: nothing else ever removes an execution, so a database in use for a
-year holds every execution it ever ran. `prune` is the careful way, run from
-`harel-beanie prune` or a scheduler; `ensure_ttl` is the blunt one, left to the server.
+year holds every execution it ever ran. `prune` is the one way, run from `harel-beanie
+prune` by hand or on a schedule by a worker (`harel-beanie worker --retain`,
+`harel_beanie.retention.schedule`). The TTL index that once let the server delete finished
+executions by age is retired: its deletes went behind the counters' back, so the counts
+drifted for good; `drop_ttl` removes one an older release created.
 
 What `prune` removes, and why only that:
 
@@ -53,12 +55,11 @@ from typing import Any, Callable, Optional
 from bson import ObjectId
 from harel.engine.schema import Names
 
-from harel_beanie.core.ages import MAX_AGE
 from harel_beanie.core.arguments import (
+    BadArgumentType,
     optional_str,
     require_bool,
     require_int,
-    require_seconds,
     require_str,
     require_time,
 )
@@ -72,7 +73,7 @@ from harel_beanie.store.dispatch import acall, adrive
 
 #: what harel counts as finished for good (harel.engine.execution stamps finished_at on these)
 FINISHED = ("DONE", "CANCELLED")
-#: name of the optional TTL index on finished_on
+#: name of the retired TTL index on finished_on (`drop_ttl` removes it)
 TTL_INDEX = "hb_finished_ttl"
 #: the first window's width, in seconds of `updated_at` (an empty window doubles it)
 FIRST_WIDTH = 1.0
@@ -133,19 +134,27 @@ async def prune(
     on_batch: Callable[[PruneReport], None] = lambda r: None,
     stop_after_batches: Optional[int] = None,
     clock: Callable[[], float] = time.time,
+    partitions: Optional[PartitionScope] = None,
 ) -> PruneReport:
     """Remove the finished executions of `executions` (an async PyMongo collection) that
     finished before `before` (epoch seconds); see the module docstring for what is kept.
     `on_batch` is called after each batch (a progress bar). `stop_after_batches` stops early,
     as an interruption would (the tests use it). `clock` dates the leaving marks, and decides
-    whether another removal's mark still holds (`retention.removal.LEASE`).
+    whether another removal's mark still holds (`retention.removal.LEASE`). `partitions`
+    (a worker's scope) keeps the run to the partitions it works on, as each window is read:
+    a lease lost meanwhile stops its partition's reads, and a scope holding none ends the run.
     Kept whole: the batch's steps (choose, mark, fold, archive, delete) must run in this order for a killed run to be finished by the next."""
     before = require_time("before", before)
     batch_size = require_int("batch_size", batch_size, low=1, high=2**31 - 1)
     dry_run = require_bool("dry_run", dry_run)
     if stop_after_batches is not None:
         stop_after_batches = require_int("stop_after_batches", stop_after_batches, low=0)
+    if partitions is not None and not isinstance(partitions, PartitionScope):
+        raise BadArgumentType("partitions", "a PartitionScope", partitions)
     report = PruneReport(before=before, dry_run=dry_run)
+    # the removal's fold names the batch's own partitions, whoever leases them: the removal's
+    # guards, not ownership, keep two removals of one document apart
+    fold = None if partitions is None else PartitionScope(parts=partitions.parts, sharded=partitions.sharded)
     if archive is not None and not dry_run:
         report.recovered = await archive.recover(executions, clock())
     whole = archive is not None and not dry_run
@@ -154,7 +163,10 @@ async def prune(
         while True:
             # the windows down from the cut-off, then the executions with no `updated_at`
             window = None if walk.done else walk.next()
-            docs = await read_window(executions, status, window, whole=whole)
+            where = {} if partitions is None else partitions.sweep_filter()
+            if where is None:
+                return report  # no partition held now: the worker's next run takes them
+            docs = await read_window(executions, status, window, whole=whole, where=where)
             if window is not None:
                 walk.saw(len(docs))
             chosen = [d for d in docs if is_candidate(d, before)]
@@ -167,7 +179,7 @@ async def prune(
                 seen = {d["_id"]: {f: d.pop(f) for f in CLAIM_FIELDS if f in d} for d in batch}
                 report.batches += 1
                 report.examined += len(batch)
-                await _prune_batch(executions, batch, report, archive, dry_run, seen, clock())
+                await _prune_batch(executions, batch, report, archive, dry_run, seen, clock(), fold)
                 on_batch(report)
             if window is None:
                 break
@@ -181,10 +193,13 @@ def window_filter(status: str, window: Optional[Window]) -> dict[str, Any]:
     return {"status": status, **(window.query("updated_at") if window is not None else {"updated_at": None})}
 
 
-async def read_window(executions: Any, status: str, window: Optional[Window], *, whole: bool) -> list[dict[str, Any]]:
-    """Every execution of `status` in `window`: the whole documents (for an archive) or what
-    prune looks at. All of them, unsorted and unlimited: the server reads them all anyway."""
-    pipeline: list[dict[str, Any]] = [{"$match": window_filter(status, window)}]
+async def read_window(
+    executions: Any, status: str, window: Optional[Window], *, whole: bool, where: Optional[dict[str, Any]] = None
+) -> list[dict[str, Any]]:
+    """Every execution of `status` in `window` (and `where`: a worker's partitions): the whole
+    documents (for an archive) or what prune looks at. All of them, unsorted and unlimited:
+    the server reads them all anyway."""
+    pipeline: list[dict[str, Any]] = [{"$match": {**window_filter(status, window), **(where or {})}}]
     if not whole:
         pipeline.append({"$project": _PROJECTION})
     docs: list[dict[str, Any]] = await (await executions.aggregate(pipeline)).to_list(None)
@@ -209,9 +224,9 @@ async def _prune_batch(
     dry_run: bool,
     seen: Optional[dict[Any, dict[str, Any]]] = None,
     now: Optional[float] = None,
+    fold: Optional[PartitionScope] = None,
 ) -> None:
-    seen = seen or {}
-    now = time.time() if now is None else now
+    seen, now = seen or {}, (time.time() if now is None else now)
     # the read filter already excludes pending work; kept in the count for a document whose
     # projection shows some (a document written between the plan and the read)
     ready = [d for d in batch if not d.get("outbox") and not d.get("spawns")]
@@ -243,7 +258,7 @@ async def _prune_batch(
     held = await adrive(hold(chosen, seen, token=token, now=now), lambda c: acall(colls, c))
     if archive is not None and held:
         await archive.begin(held)
-    removed = await adrive(remove_held(PartitionScope(), held, token), lambda c: acall(colls, c))
+    removed = await adrive(remove_held(fold or PartitionScope(), held, token), lambda c: acall(colls, c))
     if archive is not None and held:
         await archive.finish(removed)
     report.removed += len(removed)
@@ -259,45 +274,23 @@ def _collections(executions: Any) -> dict[str, Any]:
     return {"executions": executions, "counts": db[counts_collection(prefix)], "counters": db[Names(prefix).counters]}
 
 
-def undated_filter() -> dict[str, Any]:
-    """Finished executions the TTL index cannot expire: no `finished_on` (last written before
-    commits wrote it)."""
-    return {"status": {"$in": list(FINISHED)}, "finished_on": None}
-
-
-async def ensure_ttl(executions: Any, seconds: Optional[float]) -> str:
-    """Create, change or (with None) drop the TTL index on `finished_on` (the finish time as
-    the BSON date a TTL index needs; harel's `finished_at` is epoch seconds), idempotently.
-
-    The server then removes DONE/CANCELLED executions `seconds` after they finished (the
-    partial filter names them; FAILED ones carry no `finished_at` anyway). It is blunt: it
-    cannot archive, and does not look at parents or pending work (docs/operations.md, "The TTL index"). An
-    existing index with another period is changed in place with `collMod`, as MongoDB
-    allows, rather than dropped and rebuilt. Returns what it did."""
-    existing = None
+async def has_ttl(executions: Any) -> bool:
+    """Whether the retired TTL index is still on `executions`."""
     async for ix in await executions.list_indexes():
         if ix["name"] == TTL_INDEX:
-            existing = ix
-    if seconds is None:
-        if existing is None:
-            return "no TTL index: nothing to drop"
-        await executions.drop_index(TTL_INDEX)
-        return f"dropped the TTL index {TTL_INDEX}"
-    period = int(require_seconds("seconds", seconds, high=MAX_AGE))
-    if existing is None:
-        await executions.create_index(
-            [("finished_on", 1)],
-            name=TTL_INDEX,
-            expireAfterSeconds=period,
-            partialFilterExpression={"status": {"$in": list(FINISHED)}},
-        )
-        return f"created the TTL index {TTL_INDEX}: finished executions expire after {period}s"
-    if int(existing.get("expireAfterSeconds", -1)) == period:
-        return f"the TTL index {TTL_INDEX} already expires after {period}s"
-    await executions.database.command(
-        "collMod", executions.name, index={"name": TTL_INDEX, "expireAfterSeconds": period}
-    )
-    return f"changed the TTL index {TTL_INDEX}: {existing.get('expireAfterSeconds')}s -> {period}s"
+            return True
+    return False
+
+
+async def drop_ttl(executions: Any) -> str:
+    """Drop the TTL index an older release created (`prune --ttl`), idempotently; what it did.
+    The server's expiries went behind the counters' back (a count of DONE kept an execution
+    the server had deleted), so the index is retired in favour of a worker's retention
+    (`harel-beanie worker --retain`), which removes through prune's flow."""
+    if not await has_ttl(executions):
+        return "no TTL index: nothing to drop"
+    await executions.drop_index(TTL_INDEX)
+    return f"dropped the TTL index {TTL_INDEX}"
 
 
 def dumps_report(report: PruneReport) -> str:
