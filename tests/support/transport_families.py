@@ -228,6 +228,69 @@ class TransportWorld:
         return (repr(docs), self.clock.now, tuple(self.acked), repr(self.in_flight))
 
 
+@dataclass
+class SharingWorld(TransportWorld):
+    """Three workers sharing the 16 partitions from none held (an uneven share: 6, 6 and 4),
+    each making its first look at the leases (`ownership.tick`) while the others make theirs.
+    At every step no partition is held by two of them by their clocks; at the end (after a
+    kill, once the killed one's leases lapsed) the live ones look until settled, and then
+    every partition is owned, by one of them."""
+
+    names_: tuple[str, ...] = ("a", "b", "c")
+    owners: dict[str, ownership.OwnerState] = field(default_factory=dict)
+    dead: set[str] = field(default_factory=set)
+
+    def setup(self, messages: int = 0) -> None:
+        self.saved = {partition_collection("harel"): []}
+
+    def reset(self) -> None:
+        super().reset()
+        self.dead = set()
+        self.owners = {}
+        for name in self.names_:
+            w = self.worker(name, 0.0, {})
+            self.owners[name] = ownership.OwnerState(name, w.scope, clock=w.clock)
+
+    def look(self, name: str) -> Callable[[], Flow[Any]]:
+        def make() -> Flow[Any]:
+            owner = self.owners[name]
+            held = yield from ownership.tick(owner)
+            self.workers[name].scope.held = dict(held)  # what the worker's PartitionOwner does
+
+        return make
+
+    def check(self, steps: Any = None) -> None:
+        self.dead |= {s.actor for s in steps or [] if s.choice[0] == "kill"}
+        seen: dict[int, str] = {}
+        for name, w in self.workers.items():
+            for p in w.scope.owned() or {}:
+                assert p not in seen, f"partition {p} held by {[seen[p], name]} at once (virtual time {self.clock.now})"
+                seen[p] = name
+
+    def settle(self) -> None:
+        live = [n for n in self.names_ if n not in self.dead]
+        if self.dead:  # the dead one's leases and member document lapse first
+            self.clock.now += LEASE_SECONDS + 1.0
+        for _ in range(3):
+            self.clock.now += ownership.RENEW_EVERY
+            for name in live:
+                self.workers[name].scope.held = dict(drive(ownership.tick(self.owners[name]), self.execute))
+                self.check()
+        owned = sorted(p for w in self.workers.values() for p in w.scope.owned() or {})
+        assert owned == list(range(DEFAULT_PARTITIONS)), (
+            f"{NO_PROGRESS}: after settling looks the partitions owned are {owned}"
+        )
+
+    def fingerprint(self) -> Any:
+        leases = sorted(repr(sorted(d.items())) for d in self.db[partition_collection("harel")].find({}))
+        return (repr(leases), self.clock.now, repr({n: w.scope.held for n, w in self.workers.items()}))
+
+
+def sharing(world: SharingWorld) -> list[Actor]:
+    """The three workers' first looks at once, and time moving between them."""
+    return [*(Actor(n, world.look(n)) for n in world.names_), Actor("time", world.time(ownership.RENEW_EVERY))]
+
+
 def families(world: TransportWorld) -> dict[str, list[Actor]]:
     """The families, each over the same start state (`setup` first)."""
     return {

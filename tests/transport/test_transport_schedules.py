@@ -14,10 +14,17 @@ import pymongo
 import pytest
 
 from harel_beanie.core import partitions
-from harel_beanie.transport import claiming
+from harel_beanie.transport import claiming, ownership
 from tests.support.explore import Actor, Explorer, Report
 from tests.support.mutation import mutated
-from tests.support.transport_families import NO_PROGRESS, TransportWorld, beyond_the_margin, families
+from tests.support.transport_families import (
+    NO_PROGRESS,
+    SharingWorld,
+    TransportWorld,
+    beyond_the_margin,
+    families,
+    sharing,
+)
 
 FAMILIES = ["a claim across a lease's end", "a skewed taker within the margin"]
 
@@ -98,3 +105,29 @@ def test_the_explorer_catches_the_planted_fault(world: TransportWorld, name: str
     caught = report.failures[0]
     print(f"{name}: {report.schedules} schedules until\n{caught}")
     assert message in caught.reason, f"{name} broke another check than its own: {caught.reason}"
+
+
+@pytest.fixture
+def sharing_world(mongo_url: str, db_name: str) -> SharingWorld:
+    w = SharingWorld(pymongo.MongoClient(mongo_url), db_name)
+    w.setup()
+    return w
+
+
+def test_three_workers_share_sixteen_partitions_one_owner_each_and_all_owned(sharing_world: SharingWorld) -> None:
+    """An uneven share (16 partitions, three workers: 6, 6 and 4): their first looks in
+    every order up to the bound keep one owner a partition, and settling looks leave none
+    unowned, a kill's included."""
+    report = explore(sharing_world, sharing(sharing_world), preemptions=1, kills=1, limit=40, sample=5)
+    assert not report.failures, str(report.failures[0])
+
+
+def test_the_sharing_family_catches_a_fair_share_rounded_down(sharing_world: SharingWorld) -> None:
+    """Rule 2's share `ceil(P / members)` as `P // members`: three workers hold 5 each and
+    the 16th partition is no one's for good (the progress check's own message)."""
+    fault = ("share = math.ceil(st.scope.parts / max(1, members))", "share = st.scope.parts // max(1, members)")
+    with mutated(ownership, "tick", *fault):
+        report = explore(sharing_world, sharing(sharing_world), preemptions=0, kills=0, sample=0, max_failures=1)
+    assert report.failures, f"no schedule caught the share rounded down ({report.schedules} tried)"
+    assert NO_PROGRESS in report.failures[0].reason, report.failures[0].reason
+    print(report.failures[0])
