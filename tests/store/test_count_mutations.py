@@ -159,6 +159,17 @@ FIXED: dict[str, tuple[ModuleType, str, str, str, Callable[[World], None], str]]
         race_schedule,
         "the counts by Rule 4 are",
     ),
+    # prune folds its batch again while a racing folder's batch leaves it dirty: folded
+    # once only, a removal beaten by one fold keeps what it could have removed (nothing
+    # unsafe: the progress check's own message)
+    "prune's re-folds": (
+        removal_module,
+        "fold_leaving",
+        "for _ in range(FOLD_TRIES):",
+        "for _ in range(1):",
+        race_schedule,
+        "no progress",
+    ),
     "Rule 3's lineage on a late mark": (
         counting,
         "lineage",

@@ -108,18 +108,6 @@ PLANTED: dict[str, tuple[ModuleType, str, str, str, Family, dict[str, Any], str]
         dict(preemptions=2, kills=0),
         "archived {",
     ),
-    # prune folds its batch again while a racing folder's batch leaves it dirty: folded once
-    # only, a removal beaten by one fold keeps what it could have removed (nothing unsafe:
-    # the progress check's own message)
-    "prune's re-folds": (
-        removal,
-        "fold_leaving",
-        "for _ in range(FOLD_TRIES):",
-        "for _ in range(1):",
-        fold_beside_prune,
-        dict(preemptions=2, kills=0),
-        "no progress",
-    ),
 }
 
 
