@@ -185,6 +185,29 @@ def test_a_wrong_flag_is_refused_before_the_embedded_server_starts(args, expecte
     assert not (tmp_path / "harel-beanie-data").exists()
 
 
+def test_the_worker_refuses_a_missing_definitions_folder_before_it_resolves_a_server(tmp_path, monkeypatch, capsys):
+    """The worker's flag checks hold the definitions folder: a typo is refused before the
+    server is resolved (started, adopted or pinged), not by the load after it."""
+    from harel_beanie.deploy import where
+
+    for var in _SCRUB:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    resolved: list[Any] = []
+    real = where.resolve
+
+    def resolve(**options: Any) -> Any:
+        resolved.append(options["url"])
+        return real(**options)
+
+    monkeypatch.setattr(where, "resolve", resolve)
+    dead = f"mongodb://127.0.0.1:{free_port()}"
+    assert cli.main(["worker", "--url", dead, "--definitions", str(tmp_path / "nope")]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert err == [f"harel-beanie worker: no definitions directory at {tmp_path / 'nope'}"], err
+    assert not resolved, f"the server was resolved before the folder was checked: {resolved}"
+
+
 def test_the_monitor_without_its_extra_is_refused_before_the_embedded_server_starts(tmp_path, monkeypatch, capsys):
     for var in _SCRUB:
         monkeypatch.delenv(var, raising=False)

@@ -299,6 +299,20 @@ async def test_leases_are_shared_taken_over_after_they_lapse_and_fenced(mongo_ur
     assert {d["_id"]: d["until"] for d in leases.find({"_id": {"$in": sorted(epochs)}})} == before
 
 
+async def test_three_workers_on_sixteen_partitions_own_every_one(mongo_url: str, db_name: str) -> None:
+    """Rule 2's fair share is ceil(P / members): three workers on 16 partitions hold 6, 6 and
+    4 once settled, so none is left unowned (a share of P // members, 5, would leave the
+    16th to no one for good)."""
+    clock = Clock()
+    owners = [_owner(mongo_url, db_name, name, clock, parts=16) for name in "abc"]
+    for _ in range(4):  # a takes all alone; then each look gives back or takes up to its share
+        for owner in owners:
+            await owner.tick()
+    held = [set(o.state.scope.owned() or {}) for o in owners]
+    assert sorted(p for h in held for p in h) == list(range(16)), held  # each once, none left out
+    assert sorted(map(len, held)) == [4, 6, 6], held
+
+
 async def test_a_clean_stop_gives_the_leases_back(mongo_url: str, db_name: str) -> None:
     clock = Clock()
     a, b = _owner(mongo_url, db_name, "a", clock), _owner(mongo_url, db_name, "b", clock)

@@ -172,6 +172,28 @@ def test_purges_and_reused_ids_keep_the_counts(
     assert store.read_counts().purged == 1
 
 
+def test_one_fold_folds_every_dirty_document_of_a_partition_batch_after_batch(
+    store: MongoStore, client: Any, db_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partition holding more dirty documents than one batch (`FOLD_BATCH`, made 5 here so
+    12 documents take three batches, the last one short): one fold leaves none of them
+    dirty, and the counters alone are exact."""
+    monkeypatch.setattr(flows.counting, "FOLD_BATCH", 5)
+    db = client[db_name]
+    store.init()
+    store.fold_counts()  # every counter built, nothing dirty
+    ids = [f"many:{i:02d}" for i in range(12)]  # one family key: one partition
+    for i in ids:
+        store.save(Execution(id=i, definition_id="D", status=Status.RUNNING))
+    part = store._state.scope.part_of(ids[0])
+    assert db[EXES].count_documents({DIRTY: True, "part": part}) == 12
+    assert store.fold_counts([part]) == 12
+    assert db[EXES].count_documents({DIRTY: True}) == 0, "a fold stopped before its partition's last batch"
+    counter = client[db_name][counts_collection(DEFAULT_PREFIX)].find_one({"_id": part})
+    assert counter is not None and counter["n"] == {"dD": {"sRUNNING": 12}}  # keys escaped (core.counting), counter
+    check(store, db)
+
+
 def test_counts_of_documents_written_before_the_counters_are_built(
     store: MongoStore, client: Any, db_name: str, definitions: dict[str, Any]
 ) -> None:

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from harel_beanie.core.count_documents import counts_collection
 from harel_beanie.core.counting import COUNTED, DIRTY
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, Held, PartitionScope
+from harel_beanie.core.stuck import QUIET
 from harel_beanie.dashboard import dashboard_router, no_auth
 from harel_beanie.migrate import Migrator, counts_build
 from harel_beanie.queries.server import MONGOD
@@ -220,3 +221,27 @@ async def test_on_the_embedded_server_migrate_up_builds_the_counts_in_one_pass(
     finally:
         st.close()
     assert got is not None and got.unbuilt == [] and got.per == truth(client[name])
+
+
+def test_the_build_gives_quiet_only_to_an_execution_waiting_on_nothing(
+    mongo_url: str, client: Any, db_name: str, names: list[str]
+) -> None:
+    """An adopted database (no counter, no marks) holding a RUNNING execution with an outbox
+    entry still pending: the build marks it counted but not `quiet` (it waits on its entry,
+    not silent, docs/dashboard.md "Stuck, or waiting"); a RUNNING one waiting on nothing
+    gets `quiet` at its last update, and a finished one none."""
+    name = f"{db_name}_q"
+    names.append(name)
+    unbuilt_database(mongo_url, name, 3)  # x00000 DONE, x00001 and x00002 RUNNING
+    db = client[name]
+    entry = {"target": "x00001:child", "event": {"kind": "go"}}
+    db[EXES].update_one({"_id": "x00001"}, {"$set": {"outbox": [entry], "pending": True}})
+    db[EXES].update_many({}, {"$set": {"updated_at": 1000.0}, "$unset": {QUIET: ""}})
+    st = MongoStore(pymongo.MongoClient(mongo_url), name)
+    try:
+        st.fold_counts()  # builds every counter, as a worker's sweep or `migrate up` does
+    finally:
+        st.close()
+    quiet = {d["_id"]: d.get(QUIET) for d in db[EXES].find({}, {QUIET: 1})}
+    assert quiet == {"x00000": None, "x00001": None, "x00002": 1000.0}, quiet
+    assert db[COUNTS].count_documents({"built": True}) == DEFAULT_PARTITIONS

@@ -14,7 +14,10 @@ bound, with time moving between any two steps, and hold them to:
 - one message of a group in flight: a claim never hands over a group's message while another
   worker's lease on that group is still valid;
 - FIFO per group: the acks take the group's messages in the order they were published (a
-  message handed over again after its lease lapsed is the same head, not a later one).
+  message handed over again after its lease lapsed is the same head, not a later one);
+- progress: at the end of every schedule (a kill's included: its claim's lease lapses), a
+  settling worker takes the partition over and acks what is left, so every published
+  message is acked (a transport that delivers nothing holds every safety check).
 
 Time is virtual: every worker reads one clock the `Advance` step moves, plus its own skew.
 """
@@ -32,13 +35,16 @@ from harel.spec.states import Event
 from harel_beanie.core.calls import Call, Flow
 from harel_beanie.core.names import partition_collection, queue_names
 from harel_beanie.core.partitions import DEFAULT_PARTITIONS, Held, PartitionScope, part_of
-from harel_beanie.store.dispatch import call
+from harel_beanie.store.dispatch import call, drive
 from harel_beanie.transport import MongoTransport, claiming, ownership, queues
+from harel_beanie.transport.ownership import LEASE_SECONDS
 from tests.support.explore import Actor
 
 #: the virtual time the families start at, and the first owner's lease on the group's partition
 START, LEASE_END = 1000.0, 1010.0
 VISIBILITY = 30.0
+#: the message of the progress check (the planted-fault tests look for it)
+NO_PROGRESS = "no progress"
 
 
 @dataclass(frozen=True)
@@ -195,10 +201,94 @@ class TransportWorld:
     def settle(self) -> None:
         order = list(dict.fromkeys(self.acked))
         assert order == self.published[: len(order)], f"acked {self.acked}, published {self.published}"
+        self.finish()
+        order = list(dict.fromkeys(self.acked))
+        assert order == self.published, f"{NO_PROGRESS}: acked {order} of {self.published} after a settling worker"
+
+    def finish(self) -> None:
+        """Progress: once every lease the schedule left has lapsed (a killed worker's claim
+        included), one more worker looks at the leases, takes the group's partition and
+        claims and acks until nothing is left; the safety checks hold over its steps too."""
+        self.clock.now += LEASE_SECONDS + VISIBILITY + 1.0
+        s = self.worker("S", 0.0, {})
+        owner = ownership.OwnerState("S", s.scope, clock=s.clock)
+        s.scope.held = dict(drive(ownership.tick(owner), self.execute))
+        for _ in range(len(self.published) + 1):  # bounded: a claim that hands nothing ends it
+            st = queues.QueueState(s.clock, s.scope)
+            lease = drive(claiming.claim(st, s.name, VISIBILITY), self.execute)
+            if lease is None:
+                return
+            self._acting(s, lease)
+            drive(queues.ack(st, lease), self.execute)
+            self._acked(s, lease)
+            self.check()
 
     def fingerprint(self) -> Any:
         docs = {n: sorted(repr(sorted(d.items())) for d in self.db[n].find({})) for n in self.names}
         return (repr(docs), self.clock.now, tuple(self.acked), repr(self.in_flight))
+
+
+@dataclass
+class SharingWorld(TransportWorld):
+    """Three workers sharing the 16 partitions from none held (an uneven share: 6, 6 and 4),
+    each making its first look at the leases (`ownership.tick`) while the others make theirs.
+    At every step no partition is held by two of them by their clocks; at the end (after a
+    kill, once the killed one's leases lapsed) the live ones look until settled, and then
+    every partition is owned, by one of them."""
+
+    names_: tuple[str, ...] = ("a", "b", "c")
+    owners: dict[str, ownership.OwnerState] = field(default_factory=dict)
+    dead: set[str] = field(default_factory=set)
+
+    def setup(self, messages: int = 0) -> None:
+        self.saved = {partition_collection("harel"): []}
+
+    def reset(self) -> None:
+        super().reset()
+        self.dead = set()
+        self.owners = {}
+        for name in self.names_:
+            w = self.worker(name, 0.0, {})
+            self.owners[name] = ownership.OwnerState(name, w.scope, clock=w.clock)
+
+    def look(self, name: str) -> Callable[[], Flow[Any]]:
+        def make() -> Flow[Any]:
+            owner = self.owners[name]
+            held = yield from ownership.tick(owner)
+            self.workers[name].scope.held = dict(held)  # what the worker's PartitionOwner does
+
+        return make
+
+    def check(self, steps: Any = None) -> None:
+        self.dead |= {s.actor for s in steps or [] if s.choice[0] == "kill"}
+        seen: dict[int, str] = {}
+        for name, w in self.workers.items():
+            for p in w.scope.owned() or {}:
+                assert p not in seen, f"partition {p} held by {[seen[p], name]} at once (virtual time {self.clock.now})"
+                seen[p] = name
+
+    def settle(self) -> None:
+        live = [n for n in self.names_ if n not in self.dead]
+        if self.dead:  # the dead one's leases and member document lapse first
+            self.clock.now += LEASE_SECONDS + 1.0
+        for _ in range(3):
+            self.clock.now += ownership.RENEW_EVERY
+            for name in live:
+                self.workers[name].scope.held = dict(drive(ownership.tick(self.owners[name]), self.execute))
+                self.check()
+        owned = sorted(p for w in self.workers.values() for p in w.scope.owned() or {})
+        assert owned == list(range(DEFAULT_PARTITIONS)), (
+            f"{NO_PROGRESS}: after settling looks the partitions owned are {owned}"
+        )
+
+    def fingerprint(self) -> Any:
+        leases = sorted(repr(sorted(d.items())) for d in self.db[partition_collection("harel")].find({}))
+        return (repr(leases), self.clock.now, repr({n: w.scope.held for n, w in self.workers.items()}))
+
+
+def sharing(world: SharingWorld) -> list[Actor]:
+    """The three workers' first looks at once, and time moving between them."""
+    return [*(Actor(n, world.look(n)) for n in world.names_), Actor("time", world.time(ownership.RENEW_EVERY))]
 
 
 def families(world: TransportWorld) -> dict[str, list[Actor]]:

@@ -55,12 +55,16 @@ Rule 4. Exact counts at any moment are the counter documents plus, for each dirt
 Rule 5. A document is deleted only while the counters count it as nothing: prune marks it
         `leaving` (Rule 2), folds it (again, while a racing folder's batch leaves it dirty),
         then deletes it on the condition (`removable`) that it is still `leaving`, clean, and
-        marked as counted as nothing (`cseq` set, `cc` null). By Rule 4 a clean document is
-        counted as its `cc`; a document never folded (no `cseq`) or dirty may be counted as
-        something by a batch not yet marked on it, and is not deleted (prune folds again
-        while a racing folder leaves its batch dirty, a few times: these terms are what
-        keeps the one still dirty after them). A commit in between removes the mark (and
-        dirties it), and the execution stays.
+        marked as counted as nothing (`cc` null). By Rule 4 a clean document is counted as
+        its `cc`; a dirty one may be counted as something by a batch not yet marked on it
+        (its `cc` still what an earlier fold marked, or none), and is not deleted (prune
+        folds again while a racing folder leaves its batch dirty, a few times: the clean
+        term is what keeps the one still dirty after them). "Clean" also means "folded":
+        the one write that sets `leaving` (prune's mark) sets `cdirty` with it, and the one
+        that clears `cdirty` (a fold's mark) sets `cseq` with it, so a clean leaving
+        document always carries a `cseq`, and a term asking for one would add nothing (a
+        document never folded is dirty). A commit in between removes the mark (and dirties
+        it), and the execution stays.
 Rule 6. A counter's seqs never repeat, not even across a counters collection dropped and
         rebuilt (by hand, or by `migrate up` after `migrate down`): an unbuilt counter starts
         at the base of a new epoch (`core.count_build.epoch_base`: epochs are numbered by a document of harel's
@@ -222,9 +226,9 @@ def lineage(entry: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def removable() -> dict[str, Any]:
-    """What prune's delete adds to its guard (Rule 5): still leaving, clean, and marked as
-    counted as nothing."""
-    return {LEAVING: True, DIRTY: {"$exists": False}, COUNTED_SEQ: {"$exists": True}, COUNTED: None}
+    """What prune's delete adds to its guard (Rule 5): still leaving, clean (so folded), and
+    marked as counted as nothing."""
+    return {LEAVING: True, DIRTY: {"$exists": False}, COUNTED: None}
 
 
 def unchanged(entry: Mapping[str, Any]) -> dict[str, Any]:
