@@ -85,7 +85,8 @@ def _interrupted(cwd: Path, phase: str, how: str) -> tuple[int, str]:
     "how, phase",
     [
         pytest.param("SIGINT", "cooling off, picking", id="sigint-cooling-off"),
-        pytest.param("SIGKILL demo", "paying (retries on timers)", id="kill-demo-paying"),
+        # a second kill of the demo, at another phase: the soak's (each case is a whole demo run)
+        pytest.param("SIGKILL demo", "paying (retries on timers)", id="kill-demo-paying", marks=pytest.mark.soak),
         pytest.param("SIGKILL demo", "packing", id="kill-demo-packing"),
         pytest.param("SIGKILL server", "paying (retries on timers)", id="kill-server-paying"),
     ],

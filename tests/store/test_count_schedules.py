@@ -36,24 +36,24 @@ from tests.support.count_families import (
 
 #: family -> the bounds its default run explores: (preemptions, kills, most schedules)
 FAMILIES: dict[Callable[[World], list[Actor]], tuple[int, int, int]] = {
-    race: (3, 1, 300),
-    folds_and_a_commit: (2, 1, 120),
-    stalled_folder: (2, 0, 120),
-    reader_and_folds: (2, 0, 120),
-    purge_and_creation: (2, 1, 120),
-    prune_and_recreation: (1, 1, 120),
-    commit_reviving: (2, 1, 120),
-    state_only_commits: (1, 1, 60),
-    state_only_and_prune: (1, 1, 60),
-    build_commit_and_fold: (2, 1, 60),
-    two_builders: (2, 1, 60),
+    race: (3, 1, 150),
+    folds_and_a_commit: (2, 1, 60),
+    stalled_folder: (2, 0, 60),
+    reader_and_folds: (2, 0, 60),
+    purge_and_creation: (2, 1, 60),
+    prune_and_recreation: (1, 1, 60),
+    commit_reviving: (2, 1, 60),
+    state_only_commits: (1, 1, 40),
+    state_only_and_prune: (1, 1, 40),
+    build_commit_and_fold: (2, 1, 40),
+    two_builders: (2, 1, 40),
 }
 
 
 @pytest.mark.parametrize("family", list(FAMILIES), ids=lambda f: f.__name__)
 def test_every_schedule_of_the_family_keeps_the_counts(world: World, family: Callable[[World], list[Actor]]) -> None:
     preemptions, kills, limit = FAMILIES[family]
-    report = world.explore(family(world), preemptions=preemptions, kills=kills, limit=limit, sample=15)
+    report = world.explore(family(world), preemptions=preemptions, kills=kills, limit=limit, sample=8)
     assert not report.failures, str(report.failures[0])
     assert report.schedules > 1
 
@@ -63,10 +63,10 @@ def test_every_schedule_of_the_family_keeps_the_counts(world: World, family: Cal
 def test_every_schedule_of_the_family_keeps_the_counts_deeper(
     world: World, family: Callable[[World], list[Actor]]
 ) -> None:
-    """The soak's budget: one more preemption and a kill everywhere, twenty times the
+    """The soak's budget: one more preemption and a kill everywhere, forty times the
     schedules, and 400 random ones beyond them."""
     preemptions, kills, limit = FAMILIES[family]
-    report = world.explore(family(world), preemptions=preemptions + 1, kills=1, limit=20 * limit, sample=400)
+    report = world.explore(family(world), preemptions=preemptions + 1, kills=1, limit=40 * limit, sample=400)
     assert not report.failures, str(report.failures[0])
 
 
